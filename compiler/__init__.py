@@ -1,0 +1,14 @@
+"""onnxc compiler: ONNX model -> one deployable ``.so`` (see DESIGN.md).
+
+    >>> import compiler
+    >>> cm = compiler.compile("model.onnx", target="host")
+    >>> cm.export("model.so"); sess = cm.session()
+"""
+
+__version__ = "0.1.0"
+
+from .driver import CompiledModel, compile  # noqa: E402
+from .errors import CompileError, ModelError, UnsupportedError  # noqa: E402
+
+__all__ = ["compile", "CompiledModel", "CompileError", "ModelError", "UnsupportedError",
+           "__version__"]

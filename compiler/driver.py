@@ -1,0 +1,211 @@
+"""``compile()``: ONNX model -> CompiledModel (kernels + graph + memory plan + params).
+
+The stages, in order (DESIGN.md's data flow):
+load + validate -> import to Relax -> our graph passes -> lower and group into kernels
+-> schedule -> build -> extract the graph and plan memory.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import logging
+import os
+import platform
+import socket
+import time
+from datetime import datetime, timezone
+
+import onnx
+
+import passes
+import runtime
+import schedules
+import targets
+
+from . import __version__
+from .artifact import write_artifact
+from .errors import CompileError
+from .graph import extract, plan_storage
+from .importer import import_onnx, input_signature
+from .loader import load_model
+from .pipeline import graph_passes, lowering
+
+log = logging.getLogger("onnxc")
+
+
+class CompiledModel:
+    """A compiled model in memory: export it to one ``.so`` or run it right away.
+
+    Attributes
+    ----------
+    report : dict
+        What the compilation did (the same dict as ``onnxc compile --report``).
+    """
+
+    def __init__(self, kernels, meta: dict, payload: bytes, report: dict):
+        self._kernels = kernels
+        self.meta = meta
+        self._payload = payload
+        self.report = report
+
+    @property
+    def memory_plan(self) -> runtime.MemoryPlan:
+        return runtime.MemoryPlan.from_dict(self.meta["memory_plan"])
+
+    def export(self, path: str) -> str:
+        """Write the artifact (kernels, graph, plan, params, manifest) to ``path``."""
+        write_artifact(os.fspath(path), self._kernels, self.meta, self._payload)
+        return os.fspath(path)
+
+    def session(self) -> runtime.Session:
+        """A session over the in-memory kernels (no export needed)."""
+        runtime.check_compatible(self.meta["manifest"], "compiled model")
+        return runtime.Session(self.meta, self._payload, self._kernels)
+
+
+def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
+            required_passes=(), pass_config=None, layout: str = "auto", tuning_db=None,
+            memory_reuse: bool = True, dump_ir=None) -> CompiledModel:
+    """Compile an ONNX model (path or ModelProto) for ``target``.
+
+    Parameters
+    ----------
+    model : str, os.PathLike or onnx.ModelProto
+    target : str or dict
+        A preset (``host``, ``x86``, ``x86-avx2``, ``x86-avx512``) or a TVM target dict.
+    opt_level, disabled_passes, required_passes, pass_config, dump_ir
+        Graph pass configuration (see ``passes.PassContext``).
+    layout : str
+        ``auto`` (this build keeps the model's NCHW layout and says so in the report).
+    tuning_db : str or None
+        Not available yet in this build; must be None.
+    memory_reuse : bool
+        False gives every tensor its own buffer (no sharing, no in-place), for comparison.
+
+    Raises
+    ------
+    CompileError, targets.TargetError, passes.PassConfigError
+        With a message naming what is wrong.
+    """
+    t0 = time.perf_counter()
+    stages: dict = {}
+
+    def stage(name, fn, *args):
+        s = time.perf_counter()
+        result = fn(*args)
+        stages[name] = round(time.perf_counter() - s, 3)
+        return result
+
+    if layout not in ("auto", "NCHW"):
+        raise CompileError(f"layout {layout!r} is not available yet in this build "
+                           "(auto or NCHW)")
+    if tuning_db is not None:
+        raise CompileError("tuning databases are not available yet in this build")
+    where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else (
+        getattr(getattr(model, "graph", None), "name", "") or "model")
+    tinfo = targets.resolve(target)
+    ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
+                             required=required_passes, config=pass_config, dump_ir=dump_ir)
+
+    proto = stage("load", load_model, model)
+    signature = input_signature(proto, where)
+    output_names = [o.name for o in proto.graph.output]
+    mod = stage("import", import_onnx, proto, where)
+    mod = stage("graph_passes", ctx.run, graph_passes(), mod)
+    mod = stage("lower", _lower, mod, ctx)
+    graph = stage("extract", extract, mod, [s["name"] for s in signature], output_names, where)
+    kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo)
+    kernels = stage("build", _build, kernels_mod, tinfo, where)
+    graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
+    payload = graph_meta.pop("params_payload")
+
+    manifest = _manifest(proto, tinfo, graph_meta, payload)
+    meta = {"manifest": manifest, "graph": graph_meta, "memory_plan": plan.to_dict()}
+    report = {
+        "kernels": len(graph_meta["calls"]),
+        "distinct_kernels": len(graph.prim_funcs),
+        "passes": [r.to_dict() for r in ctx.reports],
+        "memory": {"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
+                   "no_reuse_bytes": plan.no_reuse_bytes, "params_bytes": len(payload),
+                   "algorithm": plan.algorithm, "memory_reuse": memory_reuse,
+                   "inplace_outputs": sum(len(c.get("inplace", [])) for c in graph_meta["calls"])},
+        "compile_seconds": round(time.perf_counter() - t0, 3),
+        "stages": stages,
+        "target": tinfo.to_dict(),
+        "layout": {"requested": layout, "chosen": "NCHW",
+                   "why": "layout conversion is not available yet in this build"},
+        "schedules": _count(rules.values()),
+        "tuned_kernels": 0,
+        "untuned_kernels": len(graph.prim_funcs),
+    }
+    log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
+             report["compile_seconds"])
+    return CompiledModel(kernels, meta, payload, report)
+
+
+def _lower(mod, ctx):
+    import tvm
+
+    seq = tvm.transform.Sequential(lowering())
+    with tvm.transform.PassContext(opt_level=3):
+        mod = seq(mod)
+    ctx.dump("lowered", mod)
+    return mod
+
+
+def _schedule(prim_funcs: dict, tinfo):
+    import tvm
+
+    mod = tvm.IRModule({name: f.with_attr("global_symbol", name)
+                        for name, f in prim_funcs.items()})
+    return schedules.apply_schedules(mod, tinfo)
+
+
+def _build(mod, tinfo, where: str):
+    import tvm
+
+    try:
+        return tvm.compile(mod, target=tinfo.tvm_target())
+    except Exception as e:
+        lines = str(e).strip().splitlines()
+        raise CompileError(f"{where}: building kernels for {tinfo.name} failed: "
+                           f"{lines[-1] if lines else type(e).__name__}") from e
+
+
+def _count(values) -> dict:
+    out: dict = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _manifest(proto: onnx.ModelProto, tinfo, graph_meta: dict, payload: bytes) -> dict:
+    import tvm
+
+    def sig(items):
+        return [{"name": it["name"], "shape": graph_meta["tensors"][it["tensor"]]["shape"],
+                 "dtype": graph_meta["tensors"][it["tensor"]]["dtype"]} for it in items]
+
+    return {
+        "format_version": runtime.FORMAT_VERSION,
+        "onnxc_version": __version__,
+        "tvm_version": tvm.__version__,
+        "target": tinfo.to_dict(),
+        "inputs": sig(graph_meta["inputs"]),
+        "outputs": sig(graph_meta["outputs"]),
+        "params_sha256": hashlib.sha256(payload).hexdigest(),
+        "model": {"graph_name": proto.graph.name, "producer": proto.producer_name,
+                  "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import},
+                  "sha256": hashlib.sha256(proto.SerializeToString()).hexdigest()},
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "built_by": f"{_user()}@{socket.gethostname()}",
+        "built_on": platform.platform(),
+    }
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment
+        return str(os.getuid())

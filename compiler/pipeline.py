@@ -1,0 +1,42 @@
+"""The whole compiler on one screen: which passes run, in which order, and why.
+
+``GRAPH_PASSES`` are ours (``passes/``) and run under the PassContext: each can be
+disabled, is reported, and is dumped by ``--dump-ir``.  ``LOWERING`` is TVM's, fixed:
+it turns the graph into kernels that the graph runtime calls.
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+
+import passes
+
+
+def graph_passes() -> list:
+    """Our Relax graph passes, in order (fresh instances per compile)."""
+    return [
+        # weight reshapes/casts and shape arithmetic on initializers become constants,
+        # so no kernel recomputes them on every run
+        passes.FoldConstants(),
+        # drop what earlier rewrites left unused
+        passes.EliminateDeadCode(),
+    ]
+
+
+def lowering() -> list:
+    """Relax ops -> TIR kernels, grouped; TVM's passes, always run, not configurable."""
+    return [
+        # every Relax op becomes a call_tir to a TIR PrimFunc
+        relax.transform.LegalizeOps(),
+        # mark each PrimFunc elementwise / broadcast / injective / reduction / out-fusable
+        relax.transform.AnnotateTIROpPattern(),
+        # constants that legalization exposed (e.g. reshaped biases)
+        relax.transform.FoldConstant(),
+        # group producer/consumer kernels by pattern (conv + bias + relu, elementwise chains)
+        relax.transform.FuseOps(),
+        # merge each group into one PrimFunc: one kernel per group
+        relax.transform.FuseTIR(),
+        # reshape kernels become views (no copy); the runtime shares their storage
+        relax.transform.RewriteDataflowReshape(),
+        relax.transform.DeadCodeElimination(["main"]),
+    ]

@@ -1,0 +1,70 @@
+"""onnxc runtime: load a compiled model (``.so``) and run it.
+
+Needs only this package, numpy and TVM's runtime; nothing from ``compiler/``.
+
+    >>> import runtime
+    >>> sess = runtime.load("model.so")
+    >>> outs = sess.run(None, {"input": x})
+
+Loading a ``.so`` runs its code (that is what a shared library is): load only artifacts
+you or someone you trust compiled.  Before anything in the file runs, the loader reads
+its embedded metadata straight from the file and refuses a file that is not an onnxc
+artifact, is truncated or corrupted, has a newer format, was built for another
+architecture or TVM, or needs CPU features this host lacks.
+"""
+
+from __future__ import annotations
+
+from .artifact import FORMAT_VERSION, ArtifactError, read_artifact
+from .cpu_features import host_arch, missing_features
+from .memory_plan import MemoryPlan, MemoryPlanner
+from .session import NodeArg, Session
+
+__all__ = ["load", "Session", "NodeArg", "ArtifactError", "MemoryPlan", "MemoryPlanner",
+           "check_compatible", "FORMAT_VERSION"]
+
+
+def check_compatible(manifest: dict, where: str, elf_arch: str | None = None) -> None:
+    """Refuse (ArtifactError) an artifact this host cannot run."""
+    target = manifest.get("target", {})
+    arch = target.get("arch") or elf_arch
+    if arch and arch != host_arch():
+        raise ArtifactError(f"{where}: built for {arch} (target {target.get('name')!r}), but "
+                            f"this host is {host_arch()}; recompile with --target host")
+    missing = missing_features(target.get("features", ()), host_arch())
+    if missing:
+        raise ArtifactError(f"{where}: compiled for CPU {target.get('cpu')!r} with features "
+                            f"{', '.join(missing)} that this host lacks (running it would die of "
+                            "SIGILL); recompile with --target host or a lower preset such as "
+                            "x86-avx2")
+    import tvm
+
+    built = str(manifest.get("tvm_version", ""))
+    if built.split(".")[:2] != tvm.__version__.split(".")[:2]:
+        raise ArtifactError(f"{where}: built with TVM {built}, this runtime has TVM "
+                            f"{tvm.__version__}; recompile the model with this installation")
+
+
+def load(path: str) -> Session:
+    """Load an artifact written by ``onnxc compile`` / ``CompiledModel.export``.
+
+    Raises
+    ------
+    ArtifactError
+        The file is not a loadable onnxc artifact for this host; the message says why.
+    """
+    path = str(path)
+    meta, params, elf_arch = read_artifact(path)
+    for key in ("manifest", "graph", "memory_plan"):
+        if key not in meta:
+            raise ArtifactError(f"{path}: embedded metadata has no {key!r}; the file is corrupted")
+    check_compatible(meta["manifest"], path, elf_arch)
+
+    import tvm
+
+    try:
+        kernels = tvm.runtime.load_module(path)
+    except Exception as e:  # dlopen failure: say what, not where in TVM
+        raise ArtifactError(f"{path}: the kernel library cannot be loaded: "
+                            f"{str(e).strip().splitlines()[-1]}") from None
+    return Session(meta, params, kernels)

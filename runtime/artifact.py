@@ -1,0 +1,147 @@
+"""The onnxc artifact: one ``.so`` holding the kernels and an embedded model blob.
+
+The blob sits between two global symbols (``onnxc_blob_begin``/``onnxc_blob_end``) in a
+read-only section of the shared library.  It is found by reading the ELF symbol table of
+the file, *without* loading it: a file that is not ours, truncated, corrupted, too new or
+built for CPU features this host lacks is refused before any of its code runs.
+
+Blob layout (little endian)::
+
+    magic "ONNXCART" | u32 format version | u32 flags | u64 meta length | u64 payload length
+    | 32-byte SHA-256 of (meta + payload) | meta (UTF-8 JSON, padded to 64) | payload (params)
+
+``meta`` holds ``manifest``, ``graph`` and ``memory_plan``.  Nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import struct
+
+MAGIC = b"ONNXCART"
+FORMAT_VERSION = 1
+BEGIN_SYMBOL = "onnxc_blob_begin"
+END_SYMBOL = "onnxc_blob_end"
+_HEADER = struct.Struct("<8sIIQQ32s")
+_ALIGN = 64
+
+_ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+
+
+class ArtifactError(Exception):
+    """The file cannot be loaded as an onnxc artifact; the message says why and what to do."""
+
+
+def _pad(n: int) -> int:
+    return (-n) % _ALIGN
+
+
+def encode_blob(meta: dict, payload: bytes) -> bytes:
+    """Serialise ``meta`` (JSON-able) and ``payload`` (raw params) into one blob."""
+    meta_bytes = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
+    meta_bytes += b" " * _pad(_HEADER.size + len(meta_bytes))
+    digest = hashlib.sha256(meta_bytes)
+    digest.update(payload)
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_bytes), len(payload), digest.digest())
+    return header + meta_bytes + bytes(payload)
+
+
+def decode_blob(blob, where: str = "blob") -> tuple[dict, memoryview]:
+    """Check and split a blob into (meta, payload view).  Raises ArtifactError."""
+    blob = memoryview(blob)
+    if len(blob) < _HEADER.size or bytes(blob[:8]) != MAGIC:
+        raise ArtifactError(f"{where}: the embedded blob does not start with the onnxc magic; "
+                            "the file is corrupted or was not written by onnxc")
+    _, version, _flags, meta_len, payload_len, digest = _HEADER.unpack(blob[:_HEADER.size])
+    if version > FORMAT_VERSION:
+        raise ArtifactError(f"{where}: artifact format version {version} is newer than this "
+                            f"runtime reads (<= {FORMAT_VERSION}); upgrade onnxc or recompile "
+                            "the model with this version")
+    end = _HEADER.size + meta_len + payload_len
+    if end != len(blob):
+        raise ArtifactError(f"{where}: blob length {len(blob)} does not match its header "
+                            f"({end}); the file is truncated or corrupted")
+    h = hashlib.sha256(blob[_HEADER.size:end])
+    if h.digest() != digest:
+        raise ArtifactError(f"{where}: checksum mismatch in the embedded model (graph or params "
+                            "changed after it was written); the file is corrupted, recompile it")
+    try:
+        meta = json.loads(bytes(blob[_HEADER.size:_HEADER.size + meta_len]))
+    except ValueError as e:
+        raise ArtifactError(f"{where}: embedded metadata is not valid JSON ({e})") from None
+    return meta, blob[_HEADER.size + meta_len:end]
+
+
+class _Elf:
+    """Just enough of ELF64 little endian to find a symbol's bytes in the file."""
+
+    def __init__(self, data, path: str):
+        self.data, self.path = data, path
+        if len(data) < 64 or bytes(data[:4]) != b"\x7fELF":
+            raise ArtifactError(f"{path}: not a shared library (no ELF header); pass the .so "
+                                "written by `onnxc compile`")
+        if data[4] != 2 or data[5] != 1:
+            raise ArtifactError(f"{path}: only 64-bit little-endian ELF files are onnxc artifacts")
+        (self.machine,) = struct.unpack_from("<H", data, 18)
+        shoff, = struct.unpack_from("<Q", data, 40)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
+        if shoff == 0 or shoff + shnum * shentsize > len(data) or shentsize < 64:
+            raise ArtifactError(f"{path}: ELF section table lies outside the file "
+                                f"({len(data)} bytes); the file is truncated or corrupted")
+        self.sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+                         for i in range(shnum)]
+        for s in self.sections:
+            if s[1] != 8 and s[4] + s[5] > len(data):  # SHT_NOBITS has no file bytes
+                raise ArtifactError(f"{path}: an ELF section ends past the end of the file; "
+                                    "the file is truncated")
+
+    def symbol(self, name: str):
+        """(file offset, section index) of a defined symbol, or None."""
+        want = name.encode()
+        for sh in self.sections:
+            if sh[1] not in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
+                continue
+            strtab = self.sections[sh[6]]
+            entsize = sh[9] or 24
+            for off in range(sh[4], sh[4] + sh[5], entsize):
+                st_name, _info, _other, shndx, value, _size = struct.unpack_from(
+                    "<IBBHQQ", self.data, off)
+                if shndx == 0 or shndx >= len(self.sections):
+                    continue
+                start = strtab[4] + st_name
+                end = start + len(want)
+                if bytes(self.data[start:end]) == want and self.data[end] == 0:
+                    sec = self.sections[shndx]
+                    return sec[4] + (value - sec[3]), shndx
+        return None
+
+
+def read_artifact(path: str) -> tuple[dict, memoryview, str]:
+    """Find, check and decode the blob embedded in ``path``.
+
+    Returns (meta, params payload, ELF architecture).  The payload is a view of a private
+    read-only mapping of the file; copy what you keep.
+    """
+    try:
+        with open(path, "rb") as f:
+            try:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:  # empty file
+                data = b""
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ArtifactError(f"{path}: is a directory, not an artifact") from None
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot read: {e.strerror}") from None
+    elf = _Elf(memoryview(data), path)
+    begin, end = elf.symbol(BEGIN_SYMBOL), elf.symbol(END_SYMBOL)
+    if begin is None or end is None:
+        raise ArtifactError(f"{path}: not an onnxc artifact (a shared library with no embedded "
+                            "model); compile the model with `onnxc compile MODEL -o OUT.so`")
+    if not 0 <= begin[0] <= end[0] <= len(data):
+        raise ArtifactError(f"{path}: the embedded model lies outside the file; truncated")
+    meta, payload = decode_blob(memoryview(data)[begin[0]:end[0]], where=path)
+    return meta, payload, _ELF_MACHINES.get(elf.machine, f"machine {elf.machine}")

@@ -1,0 +1,98 @@
+"""Default schedule rules for CPU kernels, tried in order; first match wins, fallback last.
+
+Each rule is dlight-shaped: ``apply(func, target) -> tvm.s_tir.Schedule | None``.
+The list is the start the default-schedules work builds on: TVM's dlight CPU rules for
+GEMV and row reductions (softmax, layer norm), then a fallback that inlines elementwise
+producers, parallelises the outer spatial loops over the cores and vectorises the
+innermost spatial loop.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.cpu import GEMV, Reduction
+from tvm.target import codegen
+
+
+class ScheduleRule:
+    """Base: ``name`` and ``apply(func, target) -> Schedule | None``."""
+
+    name = ""
+
+    def apply(self, func, target):
+        raise NotImplementedError
+
+
+class _Dlight(ScheduleRule):
+    """Adapter for a TVM dlight rule (whose apply takes a third ``tunable`` argument)."""
+
+    def __init__(self, name, rule):
+        self.name, self._rule = name, rule
+
+    def apply(self, func, target):
+        sch = self._rule.apply(func, target, False)
+        return sch[0] if isinstance(sch, list) else sch
+
+
+@functools.lru_cache(maxsize=16)
+def _lanes_fp32(target_json: str, target) -> int:
+    feats = codegen.llvm_get_cpu_features(target)
+    return 16 if "avx512f" in feats else 8 if "avx" in feats else 4
+
+
+def _extent(sch, loop):
+    e = sch.get(loop).extent
+    return e.value if isinstance(e, tirx.IntImm) else None
+
+
+class Fallback(ScheduleRule):
+    """Inline elementwise producers; per remaining block, fuse and parallelise the leading
+    spatial loops and vectorise the innermost loop when every loop is spatial."""
+
+    name = "fallback"
+
+    def apply(self, func, target):
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if infos is None:
+            return None
+        lanes = _lanes_fp32(str(target), target)
+        cores = int(target.attrs.get("num-cores", 1) or 1)
+        kept = []
+        for info in reversed(infos):
+            if info is not infos[-1] and info.is_injective():
+                try:
+                    sch.compute_inline(info.block_rv)
+                    continue
+                except Exception:  # e.g. read by a reduction at a non-inlinable index
+                    pass
+            kept.append(info)
+        for info in kept:
+            loops = sch.get_loops(info.block_rv)
+            kinds = info.dom_kind()
+            if len(loops) != len(kinds):  # not in one-loop-per-iter form: leave it
+                continue
+            n_lead = len(kinds) - len(kinds.lstrip("S"))
+            if n_lead == len(kinds) and n_lead:
+                ext = _extent(sch, loops[-1])
+                if ext is not None and ext % lanes == 0 and ext >= lanes:
+                    _, vec = sch.split(loops[-1], [None, lanes])
+                    sch.vectorize(vec)
+                    loops = sch.get_loops(info.block_rv)[:-1]
+                    n_lead = len(loops)
+            if n_lead and cores > 1:
+                fused = sch.fuse(*loops[:n_lead]) if n_lead > 1 else loops[0]
+                ext = _extent(sch, fused)
+                if ext is None or ext >= 2:
+                    sch.parallel(fused)
+        return sch
+
+
+RULES = [
+    _Dlight("dlight.gemv", GEMV()),
+    _Dlight("dlight.reduction", Reduction()),
+    Fallback(),
+]

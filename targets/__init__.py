@@ -1,0 +1,194 @@
+"""Target presets: what a target name means for code generation and for the artifact.
+
+``resolve("host")`` detects this machine (LLVM CPU name, ISA features, core count);
+``x86``, ``x86-avx2`` and ``x86-avx512`` are portable x86-64 levels; a TVM target JSON
+dict is accepted as is.  The result, :class:`TargetInfo`, carries everything later
+stages ask of a target: the TVM target dict, the vector width (lanes per fp32 vector,
+which is also the NCHWc channel block), and the ISA features the generated code may use,
+which the artifact records so that a loader can refuse a host that lacks them.
+
+This package imports nothing of ours (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["TargetInfo", "TargetError", "resolve", "PRESETS"]
+
+
+class TargetError(ValueError):
+    """An unknown or unusable target name."""
+
+
+# ISA extensions that change which instructions LLVM may emit.  Only these are checked
+# against the loading host: LLVM's feature list also holds tuning flags ("fast-bextr")
+# that no CPU advertises.
+X86_ISA = (
+    "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma",
+    "f16c", "bmi", "bmi2", "lzcnt", "movbe", "avxvnni", "avx512f", "avx512cd", "avx512bw",
+    "avx512dq", "avx512vl", "avx512vnni", "avx512bf16", "avx512fp16", "avx512ifma",
+    "avx512vbmi", "avx512vbmi2", "avx512bitalg", "avx512vpopcntdq", "gfni", "vaes",
+    "vpclmulqdq", "amx-tile", "amx-int8", "amx-bf16",
+)
+AARCH64_ISA = ("neon", "dotprod", "i8mm", "sve", "sve2", "fullfp16", "bf16")
+
+# (mcpu, description) of the portable x86-64 levels.
+_X86_LEVELS = {
+    "x86": ("x86-64-v2", "portable x86-64 (SSE4.2)"),
+    "x86-avx2": ("x86-64-v3", "x86-64 with AVX2 and FMA"),
+    "x86-avx512": ("x86-64-v4", "x86-64 with AVX-512 (F, BW, CD, DQ, VL)"),
+}
+PRESETS = {"host": "this machine, detected", **{k: v[1] for k, v in _X86_LEVELS.items()},
+           "arm": "aarch64 Linux with NEON (not available yet)",
+           "cuda": "NVIDIA GPU, arch detected (not available yet)",
+           "cuda:sm_XX": "NVIDIA GPU of the given arch (not available yet)"}
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """A resolved target.
+
+    Attributes
+    ----------
+    name : str
+        The preset or a short label for a JSON target.
+    tvm : dict
+        The TVM target as a JSON dict (``tvm.target.Target(info.tvm)``).
+    arch : str
+        ``"x86_64"``, ``"aarch64"`` or ``"cuda"``.
+    cpu : str
+        LLVM CPU name (``"znver5"``), or the GPU arch.
+    features : tuple of str
+        ISA extensions the generated code may use (LLVM names).
+    cores : int
+        Threads the kernels should use.
+    vector_bits : int
+        Width of the widest fp32 vector unit.
+    """
+
+    name: str
+    tvm: dict
+    arch: str
+    cpu: str
+    features: tuple = field(default_factory=tuple)
+    cores: int = 1
+    vector_bits: int = 128
+
+    @property
+    def lanes_fp32(self) -> int:
+        """fp32 lanes per vector: the NCHWc channel block and the vectorisation factor."""
+        return max(1, self.vector_bits // 32)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.tvm.get("kind") == "llvm"
+
+    def tvm_target(self):
+        """The ``tvm.target.Target`` object (imports TVM)."""
+        import tvm
+
+        return tvm.target.Target(self.tvm)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["features"] = list(self.features)
+        d["lanes_fp32"] = self.lanes_fp32
+        return d
+
+
+def _host_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _llvm_features(tvm_dict: dict) -> tuple:
+    import tvm
+    from tvm.target import codegen
+
+    feats = codegen.llvm_get_cpu_features(tvm.target.Target(tvm_dict))
+    known = X86_ISA if tvm_dict.get("mtriple", "").startswith("x86_64") else AARCH64_ISA
+    return tuple(f for f in known if f in feats)
+
+
+def _vector_bits(arch: str, features) -> int:
+    if arch == "x86_64":
+        if "avx512f" in features:
+            return 512
+        if "avx" in features:
+            return 256
+    return 128
+
+
+def _cpu_target(name: str, mcpu: str, triple: str, arch: str, cores: int) -> TargetInfo:
+    tvm_dict = {"kind": "llvm", "mtriple": triple, "mcpu": mcpu, "num-cores": cores}
+    features = _llvm_features(tvm_dict)
+    return TargetInfo(name=name, tvm=tvm_dict, arch=arch, cpu=mcpu, features=features,
+                      cores=cores, vector_bits=_vector_bits(arch, features))
+
+
+def _host() -> TargetInfo:
+    from tvm.target import codegen
+
+    triple = codegen.llvm_get_system_triple()
+    arch = triple.split("-")[0]
+    if arch not in ("x86_64", "aarch64"):
+        raise TargetError(f"host architecture {arch!r} is not supported (x86_64 or aarch64)")
+    # The build's LLVM reports "x86_64-conda-linux-gnu"; keep the vendor-neutral triple so
+    # the artifact links with the system toolchain.
+    triple = f"{arch}-linux-gnu"
+    # "mcpu": "native" is silently downgraded to "generic" by this LLVM build: ask for the
+    # name of this CPU instead.
+    mcpu = codegen.llvm_get_system_cpu()
+    return _cpu_target("host", mcpu, triple, arch, _host_cores())
+
+
+def resolve(spec="host") -> TargetInfo:
+    """Resolve a target name, JSON dict or JSON string to a :class:`TargetInfo`.
+
+    Raises
+    ------
+    TargetError
+        Unknown preset, or a target this version cannot compile for yet.
+    """
+    if isinstance(spec, TargetInfo):
+        return spec
+    if isinstance(spec, str) and spec.strip().startswith("{"):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise TargetError(f"target {spec!r} is not valid JSON: {e}") from None
+    if isinstance(spec, dict):
+        return _from_dict(spec)
+    if spec == "host":
+        return _host()
+    if spec in _X86_LEVELS:
+        return _cpu_target(spec, _X86_LEVELS[spec][0], "x86_64-linux-gnu", "x86_64", _host_cores())
+    if spec == "arm" or spec == "cuda" or str(spec).startswith("cuda:"):
+        raise TargetError(f"target {spec!r} is not available yet: this build compiles for host, "
+                          "x86, x86-avx2 and x86-avx512")
+    names = ", ".join(k for k in PRESETS if k != "cuda:sm_XX")
+    raise TargetError(f"unknown target {spec!r}: use one of {names}, or a TVM target JSON dict")
+
+
+def _from_dict(d: dict) -> TargetInfo:
+    if d.get("kind") != "llvm":
+        raise TargetError(f"target kind {d.get('kind')!r} is not available yet (only 'llvm')")
+    triple = d.get("mtriple") or "x86_64-linux-gnu"
+    arch = triple.split("-")[0]
+    if arch not in ("x86_64", "aarch64"):
+        raise TargetError(f"target triple {triple!r}: architecture {arch!r} is not supported")
+    tvm_dict = dict(d, mtriple=triple)
+    tvm_dict.setdefault("mcpu", "generic")
+    tvm_dict.setdefault("num-cores", _host_cores())
+    try:
+        features = _llvm_features(tvm_dict)
+    except Exception as e:  # TVM rejects the dict
+        raise TargetError(f"TVM rejects target {json.dumps(d)}: {str(e).splitlines()[-1]}") from None
+    return TargetInfo(name=tvm_dict["mcpu"], tvm=tvm_dict, arch=arch, cpu=tvm_dict["mcpu"],
+                      features=features, cores=int(tvm_dict["num-cores"]),
+                      vector_bits=_vector_bits(arch, features))
