@@ -1,0 +1,272 @@
+"""The ``onnxc`` command line (DESIGN.md): compile, run, memplan, ops.
+
+Exit status: 0 success, 1 a user-facing error (message on stderr, no traceback unless
+``--verbose``), 2 bad arguments (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+
+class UsageError(Exception):
+    """A user mistake the CLI reports with exit status 1."""
+
+
+def _add_compile(sub):
+    p = sub.add_parser("compile", help="compile an ONNX model into one .so")
+    p.add_argument("model", help="the .onnx file")
+    p.add_argument("-o", "--output", required=True, help="the .so to write")
+    p.add_argument("--target", default="host", help="host, x86, x86-avx2, x86-avx512 or a "
+                   "TVM target JSON dict (default: host)")
+    p.add_argument("--opt-level", type=int, default=3, choices=range(4))
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME")
+    p.add_argument("--layout", default="auto", choices=["auto", "NCHW", "NHWC", "NCHWc"])
+    p.add_argument("--tuning-db", default=None, metavar="DIR")
+    p.add_argument("--no-memory-reuse", action="store_true",
+                   help="give every tensor its own buffer (for comparison)")
+    p.add_argument("--dump-ir", default=None, metavar="DIR",
+                   help="write the IR after each pass as DIR/NNN_<pass>.txt")
+    p.add_argument("--report", default=None, metavar="REPORT.json")
+    p.set_defaults(func=cmd_compile)
+
+
+def _add_run(sub):
+    p = sub.add_parser("run", help="run a compiled .so")
+    p.add_argument("artifact", help="the .so written by `onnxc compile`")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    p.add_argument("--random-inputs", action="store_true",
+                   help="feed seeded random data to every input not given with --input")
+    p.add_argument("--output-dir", default=None, metavar="DIR",
+                   help="save each output as DIR/<name>.npy")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run N times and print latency statistics")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_run)
+
+
+def _add_memplan(sub):
+    p = sub.add_parser("memplan", help="print a compiled model's memory plan")
+    p.add_argument("artifact")
+    p.set_defaults(func=cmd_memplan)
+
+
+def _add_bench(sub):
+    p = sub.add_parser("bench", help="compile a model and time it, next to onnxruntime")
+    p.add_argument("model")
+    p.add_argument("--target", default="host")
+    p.add_argument("--tuning-db", default=None, metavar="DIR")
+    p.add_argument("--compare", choices=["onnxruntime", "none"], default="onnxruntime")
+    p.add_argument("--rounds", type=int, default=5, help="alternating worker processes per engine")
+    p.add_argument("--runs", type=int, default=20, help="timed runs per worker")
+    p.set_defaults(func=cmd_bench)
+
+
+def _add_ops(sub):
+    p = sub.add_parser("ops", help="list the supported ONNX operators")
+    p.add_argument("--target", default="host")
+    p.set_defaults(func=cmd_ops)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onnxc", description="ONNX model compiler on TVM")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="log progress, and show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_compile, _add_run, _add_bench, _add_memplan, _add_ops):
+        add(sub)
+    return parser
+
+
+def cmd_compile(args) -> int:
+    import compiler
+
+    cm = compiler.compile(args.model, target=args.target, opt_level=args.opt_level,
+                          disabled_passes=args.disable_pass, layout=args.layout,
+                          tuning_db=args.tuning_db, memory_reuse=not args.no_memory_reuse,
+                          dump_ir=args.dump_ir)
+    cm.export(args.output)
+    r = cm.report
+    mem = r["memory"]
+    print(f"wrote {args.output}: {r['kernels']} kernel calls ({r['distinct_kernels']} kernels), "
+          f"arena {_mib(mem['arena_bytes'])} (lower bound {_mib(mem['lower_bound_bytes'])}, "
+          f"no reuse {_mib(mem['no_reuse_bytes'])}), params {_mib(mem['params_bytes'])}, "
+          f"target {r['target']['name']} ({r['target']['cpu']}), {r['compile_seconds']:.1f}s")
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(r, f, indent=2)
+    return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _parse_inputs(items) -> dict:
+    import numpy as np
+
+    feeds = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--input {item!r}: expected NAME=FILE.npy")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise UsageError(f"--input {name}: no such file {path!r}") from None
+        except (ValueError, OSError) as e:
+            raise UsageError(f"--input {name}: {path!r} is not a readable .npy file ({e})") \
+                from None
+    return feeds
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    import runtime
+
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be >= 1, got {args.repeat}")
+    sess = runtime.load(args.artifact)
+    feeds = _parse_inputs(args.input)
+    rng = np.random.default_rng(args.seed)
+    for inp in sess.get_inputs():
+        if inp.name in feeds:
+            continue
+        if not args.random_inputs:
+            raise UsageError(f"input {inp.name!r} ({inp.type}, shape {inp.shape}) is not given: "
+                             f"pass --input {inp.name}=FILE.npy or --random-inputs")
+        feeds[inp.name] = _random(rng, inp.shape, inp.dtype)
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        outs = sess.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    for meta, out in zip(sess.get_outputs(), outs):
+        print(f"{meta.name}: {out.dtype}{list(out.shape)} {_summary(out)}")
+        if args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+            np.save(os.path.join(args.output_dir, f"{_safe(meta.name)}.npy"), out)
+    times.sort()
+    print(f"latency: median {times[len(times) // 2] * 1e3:.3f} ms, min {times[0] * 1e3:.3f} ms "
+          f"over {len(times)} run(s)")
+    return 0
+
+
+def _random(rng, shape, dtype: str):
+    import numpy as np
+
+    if np.issubdtype(np.dtype(dtype), np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    return rng.integers(0, 8, size=shape).astype(dtype)
+
+
+def _summary(a) -> str:
+    import numpy as np
+
+    if a.size == 0:
+        return "(empty)"
+    if np.issubdtype(a.dtype, np.number):
+        f = a.astype(np.float64)
+        return (f"min {f.min():.6g} max {f.max():.6g} mean {f.mean():.6g} "
+                f"std {f.std():.6g}")
+    return f"{np.count_nonzero(a)} true of {a.size}"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def cmd_bench(args) -> int:
+    import tempfile
+
+    import compiler
+    from compiler.bench import measure
+
+    if args.rounds < 1 or args.runs < 1:
+        raise UsageError("--rounds and --runs must be >= 1")
+    cm = compiler.compile(args.model, target=args.target, tuning_db=args.tuning_db)
+    print(f"compiled {args.model} for {cm.report['target']['name']} "
+          f"({cm.report['target']['cpu']}): {cm.report['kernels']} kernel calls in "
+          f"{cm.report['compile_seconds']:.1f}s")
+    with tempfile.TemporaryDirectory(prefix="onnxc-") as tmp:
+        so = cm.export(os.path.join(tmp, "model.so"))
+        r = measure(args.model, so, rounds=args.rounds, runs=args.runs,
+                    compare=args.compare == "onnxruntime")
+    for meta, out in zip(cm.meta["manifest"]["outputs"], r["onnxc_outputs"]):
+        print(f"output {meta['name']}: {out.dtype}{list(out.shape)} {_summary(out)}")
+    print(f"onnxc       median {r['onnxc']['median_ms']:9.3f} ms  "
+          f"(min {r['onnxc']['min_ms']:.3f}, {r['onnxc']['samples']} runs)")
+    if args.compare == "onnxruntime":
+        o = r["onnxruntime"]
+        print(f"onnxruntime median {o['median_ms']:9.3f} ms  (min {o['min_ms']:.3f}, "
+              f"{o['samples']} runs)")
+        verdict = "match" if r["allclose"] else "DIFFER"
+        print(f"onnxc / onnxruntime latency: {r['ratio']:.2f}x; outputs {verdict} "
+              f"(max abs diff {max(r['max_abs_diff'], default=0):.3g}, rtol 1e-4 atol 1e-5)")
+        return 0 if r["allclose"] else 1
+    return 0
+
+
+def cmd_memplan(args) -> int:
+    import runtime
+    from runtime.artifact import read_artifact
+
+    meta, _, _ = read_artifact(args.artifact)
+    plan = runtime.MemoryPlan.from_dict(meta["memory_plan"])
+    graph = meta["graph"]
+    names = ["" for _ in plan.offsets]
+    for t in graph["tensors"]:
+        if t["storage"] == "arena":
+            names[t["index"]] = (names[t["index"]] + "," if names[t["index"]] else "") + t["name"]
+    print(plan.format(names=names))
+    return 0
+
+
+def cmd_ops(args) -> int:
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    import targets
+
+    t = targets.resolve(args.target)
+    ops = sorted(set(_get_convert_map()) | {"Constant"})
+    print(f"{'op':<32} {'domain':<10} {'targets':<10} implementation")
+    for op in ops:
+        print(f"{op:<32} {'ai.onnx':<10} {t.arch:<10} TVM relax ONNX frontend")
+    print(f"{len(ops)} operators")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(name)s: %(message)s")
+    import passes
+    import runtime
+    import targets
+    from compiler.errors import CompileError
+
+    user_errors = (UsageError, CompileError, runtime.ArtifactError, targets.TargetError,
+                   passes.PassConfigError, ValueError, OSError)
+    try:
+        return args.func(args)
+    except user_errors as e:
+        if args.verbose:
+            raise
+        print(f"onnxc {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"onnxc {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

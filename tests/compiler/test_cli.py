@@ -1,0 +1,117 @@
+"""The onnxc command line: compile, run, memplan, bench; exit codes and error style."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, assert_close, ort_run, zoo, zoo_model
+
+EXAMPLE = str(REPO / "examples" / "cnn.onnx")
+
+
+def onnxc(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "compiler.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def compiled_cli(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    r = onnxc("compile", EXAMPLE, "-o", d / "cnn.so", "--report", d / "r.json")
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def test_compile_writes_so_and_report(compiled_cli):
+    assert (compiled_cli / "cnn.so").stat().st_size > 0
+    report = json.loads((compiled_cli / "r.json").read_text())
+    for key in ("kernels", "passes", "memory", "compile_seconds", "target", "tuned_kernels",
+                "untuned_kernels"):
+        assert key in report
+    assert report["memory"]["arena_bytes"] >= report["memory"]["lower_bound_bytes"] > 0
+
+
+def test_run_with_input_files_matches_onnxruntime(compiled_cli, tmp_path):
+    feeds = zoo.random_inputs(zoo_model("cnn"), seed=4)
+    np.save(tmp_path / "x.npy", feeds["input"])
+    r = onnxc("run", compiled_cli / "cnn.so", "--input", f"input={tmp_path / 'x.npy'}",
+              "--output-dir", tmp_path / "out", "--repeat", "3")
+    assert r.returncode == 0, r.stderr
+    assert "logits: float32[1, 10]" in r.stdout and "latency: median" in r.stdout
+    assert_close([np.load(tmp_path / "out" / "logits.npy")], ort_run(zoo_model("cnn"), feeds))
+
+
+def test_run_random_inputs(compiled_cli):
+    r = onnxc("run", compiled_cli / "cnn.so", "--random-inputs")
+    assert r.returncode == 0 and "logits" in r.stdout
+
+
+def test_no_memory_reuse_flag(tmp_path):
+    r = onnxc("compile", EXAMPLE, "-o", tmp_path / "m.so", "--no-memory-reuse",
+              "--report", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads((tmp_path / "r.json").read_text())["memory"]
+    assert mem["arena_bytes"] == mem["no_reuse_bytes"] and not mem["memory_reuse"]
+
+
+def test_dump_ir_writes_one_file_per_pass(tmp_path):
+    r = onnxc("compile", EXAMPLE, "-o", tmp_path / "m.so", "--dump-ir", tmp_path / "ir")
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "ir").iterdir())
+    assert names == ["000_import.txt", "001_fold_constants.txt", "002_eliminate_dead_code.txt",
+                     "003_lowered.txt"]
+    assert "R.nn.conv2d" in (tmp_path / "ir" / "000_import.txt").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("run", "missing.so"), "missing.so: no such file"),
+    (("compile", "missing.onnx", "-o", "x.so"), "missing.onnx: no such file"),
+    (("compile", EXAMPLE, "-o", "x.so", "--target", "sparc"), "unknown target 'sparc'"),
+    (("compile", EXAMPLE, "-o", "x.so", "--disable-pass", "nosuch"), "unknown pass 'nosuch'"),
+    (("compile", EXAMPLE, "-o", "/no/such/dir/x.so"), "does not exist"),
+])
+def test_user_errors_exit_1_without_traceback(tmp_path, args, message):
+    r = onnxc(*args, cwd=tmp_path)
+    assert r.returncode == 1
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_run_missing_input_says_what_to_do(compiled_cli):
+    r = onnxc("run", compiled_cli / "cnn.so")
+    assert r.returncode == 1
+    assert "input 'input'" in r.stderr and "--random-inputs" in r.stderr
+
+
+def test_bad_input_file(compiled_cli, tmp_path):
+    (tmp_path / "bad.npy").write_text("nope")
+    r = onnxc("run", compiled_cli / "cnn.so", "--input", f"input={tmp_path / 'bad.npy'}")
+    assert r.returncode == 1 and "not a readable .npy file" in r.stderr
+
+
+def test_wrong_shape_input_file(compiled_cli, tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
+    r = onnxc("run", compiled_cli / "cnn.so", "--input", f"input={tmp_path / 'x.npy'}")
+    assert r.returncode == 1 and "expected shape [1, 3, 32, 32], got [1, 3, 8, 8]" in r.stderr
+
+
+def test_bad_arguments_exit_2():
+    assert onnxc("compile").returncode == 2
+    assert onnxc("frobnicate").returncode == 2
+
+
+def test_memplan(compiled_cli):
+    r = onnxc("memplan", compiled_cli / "cnn.so")
+    assert r.returncode == 0, r.stderr
+    assert "arena:" in r.stdout and "lower bound:" in r.stdout and "no reuse:" in r.stdout
+
+
+def test_bench_compares_with_onnxruntime():
+    r = onnxc("bench", EXAMPLE, "--rounds", "1", "--runs", "2")
+    assert r.returncode == 0, r.stderr
+    assert "onnxc / onnxruntime latency" in r.stdout and "outputs match" in r.stdout

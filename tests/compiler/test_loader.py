@@ -1,0 +1,101 @@
+"""Bad models fail at load with a message naming the file, node or tensor."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import compiler
+from compiler.errors import ModelError, UnsupportedError
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _relu(shape=(2, 3), opset=17):
+    return _model([helper.make_node("Relu", ["x"], ["y"], name="relu0")],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+                  opset=opset)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelError, match="nope.onnx: no such file"):
+        compiler.compile(str(tmp_path / "nope.onnx"))
+
+
+def test_garbage_file(tmp_path):
+    p = tmp_path / "junk.onnx"
+    p.write_bytes(b"\xff\x00garbage" * 10)
+    with pytest.raises(ModelError, match="not a readable ONNX model"):
+        compiler.compile(str(p))
+
+
+def test_truncated_file(tmp_path):
+    data = _relu().SerializeToString()
+    p = tmp_path / "cut.onnx"
+    p.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ModelError, match="cut.onnx"):
+        compiler.compile(str(p))
+
+
+def test_dangling_input_names_the_tensor():
+    m = _model([helper.make_node("Add", ["x", "ghost"], ["y"], name="add0")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    with pytest.raises(ModelError, match="ghost"):
+        compiler.compile(m)
+
+
+def test_opset_out_of_range():
+    with pytest.raises(UnsupportedError, match="opset 99 is outside the supported range"):
+        compiler.compile(_relu(opset=99))
+
+
+def test_symbolic_dimension_is_refused_by_name():
+    m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu0")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])])
+    with pytest.raises(UnsupportedError, match="input 'x' has a symbolic dimension 'batch'"):
+        compiler.compile(m)
+
+
+def test_unsupported_ops_all_reported_at_once():
+    m = _model([helper.make_node("FancyOp", ["x"], ["t"], name="fancy1", domain="com.acme"),
+                helper.make_node("Relu", ["t"], ["u"], name="relu0"),
+                helper.make_node("OtherOp", ["u"], ["y"], name="other2", domain="com.acme")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m.opset_import.append(helper.make_opsetid("com.acme", 1))
+    with pytest.raises(UnsupportedError) as e:
+        compiler.compile(m)
+    msg = str(e.value)
+    assert "2 node(s)" in msg and "'fancy1': FancyOp (domain com.acme)" in msg
+    assert "'other2': OtherOp" in msg and "onnxc ops" in msg
+
+
+def test_wrong_initializer_type():
+    w = numpy_helper.from_array(np.ones((2,), np.int64), "w")
+    m = _model([helper.make_node("Add", ["x", "w"], ["y"], name="add0")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [w])
+    with pytest.raises(ModelError, match="add0|Add"):
+        compiler.compile(m)
+
+
+def test_not_a_model():
+    with pytest.raises(ModelError, match="expected a path or onnx.ModelProto, got int"):
+        compiler.compile(42)
+
+
+def test_accepts_model_proto_and_path(tmp_path):
+    p = tmp_path / "relu.onnx"
+    onnx.save(_relu(), str(p))
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    for m in (_relu(), str(p)):
+        (y,) = compiler.compile(m).session().run(None, {"x": x})
+        np.testing.assert_array_equal(y, np.maximum(x, 0))

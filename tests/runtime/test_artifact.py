@@ -1,0 +1,165 @@
+"""Loading refuses what it cannot run, with a message saying why, before running it."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+import runtime
+from runtime.artifact import MAGIC, ArtifactError, decode_blob, encode_blob, read_artifact
+from tests.conftest import zoo, zoo_model
+
+
+def test_load_runs_and_manifest(cnn_so):
+    sess = runtime.load(str(cnn_so))
+    m = sess.get_modelmeta()
+    assert m["format_version"] == runtime.FORMAT_VERSION
+    assert {"onnxc_version", "tvm_version", "target", "inputs", "outputs", "params_sha256",
+            "model", "built_at", "built_by"} <= set(m)
+    assert m["inputs"] == [{"name": "input", "shape": [1, 3, 32, 32], "dtype": "float32"}]
+    assert m["target"]["features"] and m["target"]["cpu"]
+    sess.run(None, zoo.random_inputs(zoo_model("cnn")))
+
+
+def test_runtime_does_not_import_compiler(cnn_so, tmp_path):
+    import sys
+
+    code = ("import sys, runtime, numpy as np\n"
+            f"s = runtime.load({str(cnn_so)!r})\n"
+            "s.run(None, {'input': np.zeros((1, 3, 32, 32), np.float32)})\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('compiler', 'passes', "
+            "'schedules', 'onnx')]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ArtifactError, match="no such file"):
+        runtime.load(str(tmp_path / "nope.so"))
+
+
+def test_not_elf(tmp_path):
+    p = tmp_path / "model.so"
+    p.write_text("hello, not a library")
+    with pytest.raises(ArtifactError, match="not a shared library"):
+        runtime.load(str(p))
+
+
+def test_empty_file(tmp_path):
+    p = tmp_path / "empty.so"
+    p.write_bytes(b"")
+    with pytest.raises(ArtifactError, match="not a shared library"):
+        runtime.load(str(p))
+
+
+def test_shared_library_that_is_not_ours(tmp_path):
+    src = tmp_path / "other.c"
+    src.write_text("int answer(void) { return 42; }\n")
+    so = tmp_path / "other.so"
+    subprocess.run(["cc", "-shared", "-fPIC", str(src), "-o", str(so)], check=True)
+    with pytest.raises(ArtifactError, match="not an onnxc artifact"):
+        runtime.load(str(so))
+
+
+@pytest.mark.parametrize("keep", [0.9, 0.5, 0.1])
+def test_truncated(cnn_so, tmp_path, keep):
+    data = cnn_so.read_bytes()
+    p = tmp_path / "cut.so"
+    p.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(ArtifactError, match="truncated"):
+        runtime.load(str(p))
+
+
+def _blob_offset(data: bytes) -> int:
+    off = data.find(MAGIC)
+    assert off > 0
+    return off
+
+
+def test_corrupted_params(cnn_so, tmp_path):
+    data = bytearray(cnn_so.read_bytes())
+    off = _blob_offset(bytes(data))
+    data[off + 4096] ^= 0x40  # a bit in the graph/params region
+    p = tmp_path / "flip.so"
+    p.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="checksum mismatch.*corrupted"):
+        runtime.load(str(p))
+
+
+def test_newer_format(cnn_so, tmp_path):
+    data = bytearray(cnn_so.read_bytes())
+    off = _blob_offset(bytes(data))
+    struct.pack_into("<I", data, off + 8, runtime.FORMAT_VERSION + 1)
+    p = tmp_path / "newer.so"
+    p.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=r"format version 2 is newer than this runtime "
+                                            r"reads \(<= 1\)"):
+        runtime.load(str(p))
+
+
+def test_cpu_features_this_host_lacks(tmp_path):
+    """Code for a CPU feature the host lacks would die of SIGILL: refuse it at load."""
+    import compiler
+    from runtime.cpu_features import host_flags
+
+    flags = host_flags() or set()
+    feature = next(f for f in ("avx512fp16", "amx-tile", "avx512f")
+                   if f.replace("-", "") not in flags)
+    target = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "sapphirerapids"}
+    cm = compiler.compile(zoo_model("mlp"), target=target)
+    assert feature in cm.report["target"]["features"]
+    path = tmp_path / "spr.so"
+    cm.export(str(path))
+    with pytest.raises(ArtifactError, match=rf"features .*{feature}.* this host lacks.*SIGILL"):
+        runtime.load(str(path))
+    with pytest.raises(ArtifactError, match="SIGILL"):
+        cm.session()
+
+
+def test_other_architecture():
+    manifest = {"target": {"arch": "aarch64", "name": "arm", "features": ["neon"]},
+                "tvm_version": "0.27.0"}
+    with pytest.raises(ArtifactError, match="built for aarch64.*this host is x86_64"):
+        runtime.check_compatible(manifest, "m.so")
+
+
+def test_other_tvm_version():
+    import tvm
+
+    manifest = {"target": {"arch": "x86_64", "features": []}, "tvm_version": "0.19.0"}
+    with pytest.raises(ArtifactError, match=f"built with TVM 0.19.0.*TVM {tvm.__version__}"):
+        runtime.check_compatible(manifest, "m.so")
+
+
+def test_blob_round_trip_and_refusals():
+    meta = {"graph": {"x": [1, 2]}, "manifest": {}}
+    payload = np.arange(100, dtype=np.float32).tobytes()
+    blob = encode_blob(meta, payload)
+    got, view = decode_blob(blob)
+    assert got == meta and bytes(view) == payload
+    with pytest.raises(ArtifactError, match="truncated or corrupted"):
+        decode_blob(blob[:-1])
+    with pytest.raises(ArtifactError, match="onnxc magic"):
+        decode_blob(b"X" + blob[1:])
+
+
+def test_read_artifact_without_loading(cnn_so):
+    meta, payload, arch = read_artifact(str(cnn_so))
+    assert arch == "x86_64"
+    assert set(meta) == {"manifest", "graph", "memory_plan"}
+    import hashlib
+
+    assert hashlib.sha256(payload).hexdigest() == meta["manifest"]["params_sha256"]
+
+
+def test_copy_deploys_one_file(cnn_so, tmp_path):
+    """The .so alone is the deployment: copy it elsewhere and load it."""
+    dst = tmp_path / "elsewhere" / "m.so"
+    dst.parent.mkdir()
+    shutil.copy(cnn_so, dst)
+    sess = runtime.load(str(dst))
+    sess.run(None, zoo.random_inputs(zoo_model("cnn")))
