@@ -67,6 +67,13 @@ def _add_bench(sub):
     p.set_defaults(func=cmd_bench)
 
 
+def _add_inspect(sub):
+    p = sub.add_parser("inspect", help="list the ops a model uses and whether each is supported")
+    p.add_argument("model")
+    p.add_argument("--target", default="host")
+    p.set_defaults(func=cmd_inspect)
+
+
 def _add_ops(sub):
     p = sub.add_parser("ops", help="list the supported ONNX operators")
     p.add_argument("--target", default="host")
@@ -78,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="log progress, and show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_compile, _add_run, _add_bench, _add_memplan, _add_ops):
+    for add in (_add_compile, _add_run, _add_bench, _add_inspect, _add_memplan, _add_ops):
         add(sub)
     return parser
 
@@ -228,6 +235,27 @@ def cmd_memplan(args) -> int:
             names[t["index"]] = (names[t["index"]] + "," if names[t["index"]] else "") + t["name"]
     print(plan.format(names=names))
     return 0
+
+
+def cmd_inspect(args) -> int:
+    """Every node's op, domain, opset and status; exit 1 if any is unsupported."""
+    import targets
+    from compiler.importer import unsupported_nodes
+    from compiler.loader import load_model
+
+    targets.resolve(args.target)
+    model = load_model(args.model)
+    opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    bad = {name for name, _, _ in unsupported_nodes(model)}
+    print(f"{'node':<40} {'op':<24} {'domain':<12} {'opset':>5}  status")
+    for i, node in enumerate(model.graph.node):
+        name = node.name or f"#{i}"
+        domain = node.domain or "ai.onnx"
+        status = "UNSUPPORTED" if name in bad else "supported"
+        print(f"{name:<40} {node.op_type:<24} {domain:<12} {opsets.get(domain, '?'):>5}  {status}")
+    n = len(model.graph.node)
+    print(f"{n - len(bad)} of {n} nodes supported")
+    return 1 if bad else 0
 
 
 def cmd_ops(args) -> int:

@@ -115,3 +115,29 @@ def test_bench_compares_with_onnxruntime():
     r = onnxc("bench", EXAMPLE, "--rounds", "1", "--runs", "2")
     assert r.returncode == 0, r.stderr
     assert "onnxc / onnxruntime latency" in r.stdout and "outputs match" in r.stdout
+
+
+def test_inspect_supported_model():
+    r = onnxc("inspect", EXAMPLE)
+    assert r.returncode == 0, r.stderr
+    assert "stem.conv" in r.stdout or "Conv" in r.stdout
+    assert "25 of 25 nodes supported" in r.stdout
+
+
+def test_inspect_unsupported_exits_1(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="ok_relu"),
+                           helper.make_node("Frob", ["t"], ["y"], name="bad_frob",
+                                            domain="com.acme")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.acme", 1)])
+    onnx.save(m, tmp_path / "m.onnx")
+    r = onnxc("inspect", tmp_path / "m.onnx")
+    assert r.returncode == 1
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("bad_frob"))
+    assert "Frob" in line and "com.acme" in line and "UNSUPPORTED" in line
+    assert "1 of 2 nodes supported" in r.stdout
