@@ -47,6 +47,10 @@ def _add_run(sub):
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run N times and print latency statistics")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", default=None, metavar="TRACE.json",
+                   help="time every kernel call; write a Chrome trace and print a summary")
+    p.add_argument("--check-nan", action="store_true",
+                   help="check every kernel's outputs for NaN/Inf; name the first offender")
     p.set_defaults(func=cmd_run)
 
 
@@ -139,7 +143,9 @@ def cmd_run(args) -> int:
 
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, got {args.repeat}")
-    sess = runtime.load(args.artifact)
+    options = runtime.SessionOptions(enable_profiling=bool(args.profile),
+                                     check_nan=args.check_nan)
+    sess = runtime.load(args.artifact, options)
     feeds = _parse_inputs(args.input)
     rng = np.random.default_rng(args.seed)
     for inp in sess.get_inputs():
@@ -159,6 +165,12 @@ def cmd_run(args) -> int:
         if args.output_dir:
             os.makedirs(args.output_dir, exist_ok=True)
             np.save(os.path.join(args.output_dir, f"{_safe(meta.name)}.npy"), out)
+    if args.profile:
+        import shutil
+
+        shutil.move(sess.end_profiling(), args.profile)
+        print(sess.profile_summary())
+        print(f"trace written to {args.profile}")
     times.sort()
     print(f"latency: median {times[len(times) // 2] * 1e3:.3f} ms, min {times[0] * 1e3:.3f} ms "
           f"over {len(times)} run(s)")
@@ -282,7 +294,8 @@ def main(argv=None) -> int:
     import targets
     from compiler.errors import CompileError
 
-    user_errors = (UsageError, CompileError, runtime.ArtifactError, targets.TargetError,
+    user_errors = (UsageError, CompileError, runtime.ArtifactError, runtime.NonFiniteError,
+                   targets.TargetError,
                    passes.PassConfigError, ValueError, OSError)
     try:
         return args.func(args)

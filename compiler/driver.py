@@ -58,10 +58,10 @@ class CompiledModel:
         write_artifact(os.fspath(path), self._kernels, self.meta, self._payload)
         return os.fspath(path)
 
-    def session(self) -> runtime.Session:
+    def session(self, options: runtime.SessionOptions | None = None) -> runtime.Session:
         """A session over the in-memory kernels (no export needed)."""
         runtime.check_compatible(self.meta["manifest"], "compiled model")
-        return runtime.Session(self.meta, self._payload, self._kernels)
+        return runtime.Session(self.meta, self._payload, self._kernels, options)
 
 
 def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),

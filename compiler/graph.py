@@ -47,6 +47,7 @@ class KernelGraph:
     inputs: list = field(default_factory=list)     # (name, tensor id)
     outputs: list = field(default_factory=list)    # (name, tensor id)
     prim_funcs: dict = field(default_factory=dict) # kernel symbol -> PrimFunc (unscheduled)
+    flops: dict = field(default_factory=dict)      # kernel symbol -> floating-point ops per call
 
     def add(self, t: Tensor) -> int:
         self.tensors.append(t)
@@ -143,10 +144,22 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
         outs.append(g.add(Tensor(f"{name}.{k}" if len(out_infos) > 1 else name, shape, dtype,
                                  "intermediate")))
     symbol = gv.name_hint
-    g.prim_funcs.setdefault(symbol, mod[gv])
+    if symbol not in g.prim_funcs:
+        g.prim_funcs[symbol] = mod[gv]
+        g.flops[symbol] = _flops(mod[gv])
     g.calls.append({"kernel": symbol, "args": ins + outs, "num_outputs": len(outs),
-                    "ops": symbol, "nodes": []})
+                    "ops": symbol, "nodes": [], "flops": g.flops[symbol]})
     return tuple(outs) if isinstance(sinfo, relax.TupleType) else outs[0]
+
+
+def _flops(func) -> int:
+    """TVM's estimate of a kernel's arithmetic (multiply-adds count 2); 0 if it has none."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return int(estimate_tir_flops(tvm.IRModule({"main": func})))
+    except Exception:  # estimation is best effort: a kernel it cannot read reports 0
+        return 0
 
 
 # -- storage -----------------------------------------------------------------------------

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from .artifact import FORMAT_VERSION, ArtifactError, read_artifact
 from .cpu_features import host_arch, missing_features
+from .instruments import NonFiniteError, SessionOptions
 from .memory_plan import MemoryPlan, MemoryPlanner
 from .session import NodeArg, Session
 
-__all__ = ["load", "Session", "NodeArg", "ArtifactError", "MemoryPlan", "MemoryPlanner",
-           "check_compatible", "FORMAT_VERSION"]
+__all__ = ["load", "Session", "SessionOptions", "NodeArg", "ArtifactError", "NonFiniteError",
+           "MemoryPlan", "MemoryPlanner", "check_compatible", "FORMAT_VERSION"]
 
 
 def check_compatible(manifest: dict, where: str, elf_arch: str | None = None) -> None:
@@ -45,8 +46,10 @@ def check_compatible(manifest: dict, where: str, elf_arch: str | None = None) ->
                             f"{tvm.__version__}; recompile the model with this installation")
 
 
-def load(path: str) -> Session:
+def load(path: str, options: SessionOptions | None = None) -> Session:
     """Load an artifact written by ``onnxc compile`` / ``CompiledModel.export``.
+
+    ``options`` (:class:`SessionOptions`) turns on profiling or NaN/Inf checks.
 
     Raises
     ------
@@ -67,4 +70,4 @@ def load(path: str) -> Session:
     except Exception as e:  # dlopen failure: say what, not where in TVM
         raise ArtifactError(f"{path}: the kernel library cannot be loaded: "
                             f"{str(e).strip().splitlines()[-1]}") from None
-    return Session(meta, params, kernels)
+    return Session(meta, params, kernels, options)

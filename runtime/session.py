@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from .instruments import Profiler, SessionOptions, check_outputs
 from .memory_plan import MemoryPlan
 
 __all__ = ["Session", "NodeArg"]
@@ -64,9 +65,11 @@ class Session:
         The params payload.
     kernels : tvm.runtime.Module
         A module exporting every kernel symbol the graph calls.
+    options : SessionOptions, optional
+        Profiling and NaN/Inf checks (off by default, and then free).
     """
 
-    def __init__(self, meta: dict, params, kernels):
+    def __init__(self, meta: dict, params, kernels, options: SessionOptions | None = None):
         import tvm  # the kernels' runtime; imported here so that tools reading metadata need not
 
         self.manifest = meta["manifest"]
@@ -74,6 +77,10 @@ class Session:
         self.plan = MemoryPlan.from_dict(meta["memory_plan"])
         self._kernels = kernels  # keeps the library loaded while functions are referenced
         self._lock = threading.Lock()
+        self.options = options or SessionOptions()
+        self._profiler = (Profiler(self.options.profile_file_prefix)
+                          if self.options.enable_profiling else None)
+        self._runs = 0
 
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
         self._params = _aligned_bytes(max(len(params), 1))
@@ -144,9 +151,39 @@ class Session:
         with self._lock:
             for name, view in self._inputs:
                 np.copyto(view, arrays[name], casting="no")
-            for fn, args in self._calls:
-                fn(*args)
+            if self._profiler is None and not self.options.check_nan:
+                for fn, args in self._calls:
+                    fn(*args)
+            else:
+                self._run_instrumented()
             return [self._outputs[n].copy() for n in names]
+
+    def _run_instrumented(self) -> None:
+        import time
+
+        calls, tensors, prof = self.graph["calls"], self.graph["tensors"], self._profiler
+        for (fn, args), call in zip(self._calls, calls):
+            start = time.perf_counter_ns()
+            fn(*args)
+            end = time.perf_counter_ns()
+            if prof is not None:
+                prof.record(call, start, end, tensors, self._runs)
+            if self.options.check_nan:
+                check_outputs(call, self._np, tensors)
+        self._runs += 1
+
+    def end_profiling(self) -> str:
+        """Write the Chrome trace of the runs so far; returns its path (as onnxruntime)."""
+        if self._profiler is None:
+            raise RuntimeError("profiling is off: create the session with "
+                               "SessionOptions(enable_profiling=True)")
+        return self._profiler.write()
+
+    def profile_summary(self, top: int = 10) -> str:
+        """Top kernels by time, share and GFLOP/s over the profiled runs."""
+        if self._profiler is None:
+            raise RuntimeError("profiling is off")
+        return self._profiler.summary(top)
 
     def _check_feed(self, feed: dict) -> dict:
         if not isinstance(feed, dict):
