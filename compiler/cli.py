@@ -252,35 +252,40 @@ def cmd_memplan(args) -> int:
 def cmd_inspect(args) -> int:
     """Every node's op, domain, opset and status; exit 1 if any is unsupported."""
     import targets
-    from compiler.importer import unsupported_nodes
     from compiler.loader import load_model
+    from compiler.registry import REGISTRY
 
-    targets.resolve(args.target)
+    arch = targets.resolve(args.target).arch
     model = load_model(args.model)
-    opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
-    bad = {name for name, _, _ in unsupported_nodes(model)}
-    print(f"{'node':<40} {'op':<24} {'domain':<12} {'opset':>5}  status")
+    opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+    bad = {p["node"]: p["why"] for p in REGISTRY.check(model, arch)}
+    print(f"{'node':<36} {'op':<22} {'domain':<12} {'opset':>5}  status")
     for i, node in enumerate(model.graph.node):
-        name = node.name or f"#{i}"
+        name = node.name or f"#{i} ({node.op_type})"
         domain = node.domain or "ai.onnx"
-        status = "UNSUPPORTED" if name in bad else "supported"
-        print(f"{name:<40} {node.op_type:<24} {domain:<12} {opsets.get(domain, '?'):>5}  {status}")
+        if name in bad:
+            status = f"UNSUPPORTED: {bad[name]}"
+        else:
+            entry = REGISTRY.lookup(domain, node.op_type, opsets[domain])
+            status = f"supported ({entry.implementation})"
+        print(f"{name:<36} {node.op_type:<22} {domain:<12} {opsets.get(domain, '?'):>5}  {status}")
     n = len(model.graph.node)
-    print(f"{n - len(bad)} of {n} nodes supported")
+    print(f"{n - len(bad)} of {n} nodes supported for target {args.target}")
     return 1 if bad else 0
 
 
 def cmd_ops(args) -> int:
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
+    """The operator registry as a table."""
     import targets
+    from compiler.registry import REGISTRY
 
-    t = targets.resolve(args.target)
-    ops = sorted(set(_get_convert_map()) | {"Constant"})
-    print(f"{'op':<32} {'domain':<10} {'targets':<10} implementation")
-    for op in ops:
-        print(f"{op:<32} {'ai.onnx':<10} {t.arch:<10} TVM relax ONNX frontend")
-    print(f"{len(ops)} operators")
+    arch = targets.resolve(args.target).arch
+    rows = [e for e in REGISTRY.table() if arch in e.targets]
+    print(f"{'op':<30} {'domain':<16} {'since':>5}  {'targets':<24} implementation")
+    for e in rows:
+        print(f"{e.op_type:<30} {e.domain:<16} {e.opsets():>5}  {','.join(e.targets):<24} "
+              f"{e.implementation}")
+    print(f"{len(rows)} operators for target {args.target} ({arch})")
     return 0
 
 

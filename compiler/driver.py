@@ -29,7 +29,8 @@ from .errors import CompileError
 from .graph import extract, plan_storage
 from .importer import import_onnx, input_signature
 from .loader import load_model
-from .pipeline import graph_passes, lowering
+from .pipeline import FUSE, graph_passes, lowering
+from .provenance import name_fused_calls
 
 log = logging.getLogger("onnxc")
 
@@ -113,8 +114,10 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
     output_names = [o.name for o in proto.graph.output]
     mod = stage("import", import_onnx, proto, where)
     mod = stage("graph_passes", ctx.run, graph_passes(), mod)
-    mod = stage("lower", _lower, mod, ctx)
-    graph = stage("extract", extract, mod, [s["name"] for s in signature], output_names, where)
+    mod, groups = stage("lower", _lower, mod, ctx)
+    nodes = [(n.name or f"#{i}", n.op_type) for i, n in enumerate(proto.graph.node)]
+    graph = stage("extract", extract, mod, [s["name"] for s in signature], output_names, where,
+                  groups, nodes)
     kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo)
     kernels = stage("build", _build, kernels_mod, tinfo, where)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
@@ -145,13 +148,18 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
 
 
 def _lower(mod, ctx):
+    """Run the lowering list; returns (module, {fused kernel name: [ONNX node indices]})."""
     import tvm
 
-    seq = tvm.transform.Sequential(lowering())
+    groups = {}
     with tvm.transform.PassContext(opt_level=3):
-        mod = seq(mod)
+        for p in lowering():
+            before = mod
+            mod = p(mod)
+            if p is FUSE:
+                mod, groups = name_fused_calls(before, mod)
     ctx.dump("lowered", mod)
-    return mod
+    return mod, groups
 
 
 def _schedule(prim_funcs: dict, tinfo):

@@ -19,6 +19,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
 
 from .errors import UnsupportedError
+from .provenance import node_of_binding
 from .inplace import inplace_candidates
 
 PARAM_ALIGN = 64
@@ -48,6 +49,8 @@ class KernelGraph:
     outputs: list = field(default_factory=list)    # (name, tensor id)
     prim_funcs: dict = field(default_factory=dict) # kernel symbol -> PrimFunc (unscheduled)
     flops: dict = field(default_factory=dict)      # kernel symbol -> floating-point ops per call
+    groups: dict = field(default_factory=dict)     # fused call's binding -> [ONNX node index]
+    onnx_nodes: list = field(default_factory=list) # [(node name, op type)] of the model
 
     def add(self, t: Tensor) -> int:
         self.tensors.append(t)
@@ -67,9 +70,15 @@ def _sinfo_tensor(sinfo, name: str, where: str) -> tuple[list, str]:
     return dims, str(sinfo.dtype)
 
 
-def extract(mod, input_names: list, output_names: list, where: str = "model") -> KernelGraph:
-    """Walk ``mod["main"]`` (after kernel grouping) into a :class:`KernelGraph`."""
+def extract(mod, input_names: list, output_names: list, where: str = "model",
+            groups: dict | None = None, nodes: list | None = None) -> KernelGraph:
+    """Walk ``mod["main"]`` (after kernel grouping) into a :class:`KernelGraph`.
+
+    ``groups`` ({fused call's binding name: [node index]}) and ``nodes`` ([(name, op_type)] of the ONNX
+    graph) let every call name the ONNX nodes it computes.
+    """
     g = KernelGraph()
+    g.groups, g.onnx_nodes = groups or {}, nodes or []
     func = mod["main"]
     env: dict = {}          # relax Var -> tensor id or tuple of ids
     consts: dict = {}       # id(Constant handle) -> tensor id
@@ -147,8 +156,15 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
     if symbol not in g.prim_funcs:
         g.prim_funcs[symbol] = mod[gv]
         g.flops[symbol] = _flops(mod[gv])
+    idx = g.groups.get(name)
+    if idx is None:
+        k = node_of_binding(name)
+        idx = [] if k is None else [k]
+    covered = [g.onnx_nodes[k] for k in idx if k < len(g.onnx_nodes)]
+    ops = sorted({op for _, op in covered})
     g.calls.append({"kernel": symbol, "args": ins + outs, "num_outputs": len(outs),
-                    "ops": symbol, "nodes": [], "flops": g.flops[symbol]})
+                    "nodes": [n for n, _ in covered], "ops": "+".join(ops) or symbol,
+                    "flops": g.flops[symbol]})
     return tuple(outs) if isinstance(sinfo, relax.TupleType) else outs[0]
 
 

@@ -1,7 +1,11 @@
-"""ONNX -> Relax: the one import function of onnxc.
+"""ONNX -> Relax: the one import function of onnxc, driven by our operator registry.
 
-TVM 0.27's ONNX frontend converts the nodes for now; what it cannot convert is found
-before conversion starts and reported in one error naming every such node.
+Every node is checked against ``compiler.registry`` before anything is converted (all
+unsupported nodes in one error).  Nodes are then converted in order by their registry
+entry (TVM's frontend converters for the default domain, ours and custom ones on top).
+Each node's output is bound to a Relax variable named after the node's index
+(``n<k>``), and bindings a converter emits on the way get the same tag, so that later
+stages can say which ONNX nodes every kernel computes (``compiler/provenance.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import onnx
 from onnx import helper
 
 from .errors import CompileError, UnsupportedError
-
+from .provenance import node_of_binding, rename_bindings
+from .registry import REGISTRY, ConvertContext
 
 def graph_inputs(model: onnx.ModelProto) -> list:
     """The graph inputs that are not initializers (what the user feeds)."""
@@ -20,56 +25,170 @@ def graph_inputs(model: onnx.ModelProto) -> list:
     return [vi for vi in model.graph.input if vi.name not in inits]
 
 
-def input_signature(model: onnx.ModelProto, where: str = "model") -> list[dict]:
-    """[{name, shape, dtype}] of the user-fed inputs; refuses symbolic dimensions."""
+def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None) -> list[dict]:
+    """[{name, shape, dtype}] of the user-fed inputs.
+
+    ``shapes`` ({name: [dims]}) fixes symbolic dimensions; a symbolic dimension left open
+    is refused with the input's name.
+    """
+    shapes = shapes or {}
     sig = []
     for vi in graph_inputs(model):
         tt = vi.type.tensor_type
         dims = []
         for i, d in enumerate(tt.shape.dim):
+            if vi.name in shapes:
+                dims = [int(x) for x in shapes[vi.name]]
+                break
             if not d.HasField("dim_value"):
-                name = d.dim_param or "?"
                 raise UnsupportedError(
-                    f"{where}: input {vi.name!r} has a symbolic dimension {name!r} at axis {i}; "
-                    "this build compiles static shapes only: fix the dimension, e.g. with "
-                    "onnx.tools.update_model_dims.update_inputs_outputs_dims")
+                    f"{where}: input {vi.name!r} has a symbolic dimension "
+                    f"{d.dim_param or '?'!r} at axis {i}; give its shape at compile time "
+                    f"(input_shapes={{{vi.name!r}: [...]}}) or run it through a session that "
+                    "specialises on the shapes it is fed")
             dims.append(d.dim_value)
         dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name
         sig.append({"name": vi.name, "shape": dims, "dtype": dtype})
     return sig
 
 
-def unsupported_nodes(model: onnx.ModelProto) -> list:
-    """Nodes no converter handles, as (node name, op, domain)."""
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
-    known = set(_get_convert_map()) | {"Constant", "If"}
-    bad = []
-    for i, node in enumerate(model.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in known:
-            bad.append((node.name or f"#{i}", node.op_type, node.domain or "ai.onnx"))
-    return bad
+def unsupported_nodes(model: onnx.ModelProto, target_arch: str | None = None) -> list[dict]:
+    """Nodes no registry entry supports (see ``OperatorRegistry.check``)."""
+    return REGISTRY.check(model, target_arch)
 
 
-def import_onnx(model: onnx.ModelProto, where: str = "model"):
+def _refuse_unsupported(model, where: str, target_arch: str | None) -> None:
+    bad = unsupported_nodes(model, target_arch)
+    if not bad:
+        return
+    lines = "\n".join(
+        f"  node {b['node']!r}: {b['op']} (domain {b['domain']}, model opset {b['opset']}, "
+        f"supported opsets: {', '.join(b['supported']) or 'none'}): {b['why']}" for b in bad)
+    raise UnsupportedError(
+        f"{where}: {len(bad)} node(s) cannot be converted:\n{lines}\n"
+        "run `onnxc ops` for the supported operators; register a converter for a custom "
+        "operator with compiler.registry.register_op(domain, op_type)")
+
+
+def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str | None = None,
+                shapes=None):
     """Convert a validated model to a Relax IRModule whose ``main`` takes the graph inputs
-    (in the model's order) and returns the graph outputs (a tuple when there are several)."""
-    from tvm.relax.frontend.onnx import from_onnx
-
-    bad = unsupported_nodes(model)
-    if bad:
-        lines = "\n".join(f"  node {n!r}: {op} (domain {d})" for n, op, d in bad)
-        raise UnsupportedError(f"{where}: {len(bad)} node(s) use operators onnxc does not "
-                               f"support:\n{lines}\nrun `onnxc ops` for the supported list")
-    sig = input_signature(model, where)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    (in the model's order) and returns the graph outputs (a tuple when there are several).
+    """
+    _refuse_unsupported(model, where, target_arch)
+    sig = input_signature(model, where, shapes)
+    importer = _Importer({s["name"]: s["shape"] for s in sig},
+                         {s["name"]: s["dtype"] for s in sig})
+    importer.where = where
+    importer.domain_opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+    opset = importer.domain_opsets.get("ai.onnx", 1)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return from_onnx(model, shape_dict={s["name"]: s["shape"] for s in sig},
-                             dtype_dict={s["name"]: s["dtype"] for s in sig}, opset=opset,
-                             keep_params_in_input=False)
+            mod = importer.from_onnx(model.graph, opset)
+    except CompileError:
+        raise
     except Exception as e:
         msg = str(e).strip().splitlines()
         raise CompileError(f"{where}: import to Relax failed: "
                            f"{msg[-1] if msg else type(e).__name__}") from e
+    return _tag_bindings(mod)
+
+
+def _importer_base():
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    return ONNXGraphImporter
+
+
+class _Importer(_importer_base()):
+    """TVM's graph importer with the node loop replaced: registry dispatch, per-node
+    error context and per-node binding tags."""
+
+    where = "model"
+    domain_opsets: dict = {}
+
+    def _check_for_unsupported_ops(self, graph):
+        pass  # done by the registry before conversion (import_onnx)
+
+    def _construct_nodes(self, graph):
+        from tvm import relax
+        from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
+
+        for idx, node in enumerate(graph.node):
+            attr = self._parse_attr(node.attribute)
+            inputs = onnx_input()
+            for name in node.input:
+                inputs.append(self._nodes[name] if name else None)
+            attr["tvm_custom"] = {"name": node.name, "num_outputs": len(node.output)}
+            domain = node.domain or "ai.onnx"
+            opset = self.domain_opsets.get(domain, 1)
+            entry = REGISTRY.lookup(domain, node.op_type, opset)
+            label = f"node {node.name or '#' + str(idx)!r} ({node.op_type}, domain {domain}, " \
+                    f"opset {opset})"
+            if entry is None:  # checked before conversion; guard against registry changes
+                raise UnsupportedError(f"{self.where}: {label}: no converter registered")
+            for i, x in enumerate(inputs):
+                if (x is not None and isinstance(x.ty, relax.ShapeType)
+                        and entry.implementation == "tvm" and node.op_type not in _SHAPE_OK):
+                    raise UnsupportedError(f"{self.where}: {label}: input {i} is a shape "
+                                           "value, which this converter cannot take")
+            ctx = ConvertContext(node=node, opset=opset, tensors=self._nodes, params=self._params)
+            try:
+                out = entry.converter(self.bb, inputs, attr, ctx)
+                if isinstance(out, relax.Expr):
+                    out = self.bb.normalize(out)
+            except CompileError:
+                raise
+            except Exception as e:
+                msg = str(e).strip().splitlines()
+                raise CompileError(f"{self.where}: {label}: conversion failed: "
+                                   f"{msg[-1] if msg else type(e).__name__}") from e
+            outs = self._bind_outputs(out, len(node.output), f"n{idx}", label)
+            for name, value in zip(node.output, outs):
+                if name:
+                    self._nodes[name] = value
+
+    def _bind_outputs(self, out, n_outputs: int, tag: str, label: str) -> list:
+        """Bind each output to a variable tagged with the node; return them in order."""
+        from tvm import relax
+
+        if isinstance(out, relax.Tuple):
+            items = list(out.fields)
+        elif isinstance(out.ty, relax.TupleType) and n_outputs > 1:
+            items = [relax.TupleGetItem(out, i) for i in range(len(out.ty.fields))]
+        else:
+            items = [out]
+        if len(items) < n_outputs:
+            raise CompileError(f"{self.where}: {label}: converter returned {len(items)} "
+                               f"output(s), the node has {n_outputs}")
+        bound = []
+        for k, item in enumerate(items):
+            # A Var the converter already bound (e.g. BatchNormalization's tuple items) is
+            # re-bound under the tag, so the bindings before it are attributed to this node.
+            if isinstance(item, (relax.Call, relax.TupleGetItem, relax.Var)):
+                item = self.bb.emit(item, name_hint=tag if len(items) == 1 else f"{tag}_o{k}")
+            bound.append(item)
+        return bound
+
+
+# Ops whose TVM converters accept shape values (as TVM's importer lists them).
+_SHAPE_OK = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand",
+             "Concat", "Equal", "Where", "Cast", "CastLike", "Squeeze"}
+
+
+def _tag_bindings(mod):
+    """Rename every binding of main to its node's tag: an untagged binding (emitted while a
+    converter built its result) takes the tag of the next tagged binding."""
+    names = [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
+    new_names, pending, counts = [None] * len(names), [], {}
+    for i, name in enumerate(names):
+        k = node_of_binding(name)
+        if k is None:
+            pending.append(i)
+            continue
+        for j in pending:
+            counts[k] = counts.get(k, 0) + 1
+            new_names[j] = f"n{k}_{counts[k]}"
+        pending = []
+    return rename_bindings(mod, new_names) if any(new_names) else mod

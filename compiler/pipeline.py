@@ -11,6 +11,8 @@ from tvm import relax
 
 import passes
 
+FUSE = relax.transform.FuseOps()
+
 
 def graph_passes() -> list:
     """Our Relax graph passes, in order (fresh instances per compile)."""
@@ -24,7 +26,11 @@ def graph_passes() -> list:
 
 
 def lowering() -> list:
-    """Relax ops -> TIR kernels, grouped; TVM's passes, always run, not configurable."""
+    """Relax ops -> TIR kernels, grouped; TVM's passes, always run, not configurable.
+
+    The driver records which ONNX nodes each kernel covers across the "fuse" step
+    (compiler/provenance.py), so that step is named.
+    """
     return [
         # every Relax op becomes a call_tir to a TIR PrimFunc
         relax.transform.LegalizeOps(),
@@ -33,7 +39,7 @@ def lowering() -> list:
         # constants that legalization exposed (e.g. reshaped biases)
         relax.transform.FoldConstant(),
         # group producer/consumer kernels by pattern (conv + bias + relu, elementwise chains)
-        relax.transform.FuseOps(),
+        FUSE,
         # merge each group into one PrimFunc: one kernel per group
         relax.transform.FuseTIR(),
         # reshape kernels become views (no copy); the runtime shares their storage

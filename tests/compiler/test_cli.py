@@ -121,7 +121,7 @@ def test_inspect_supported_model():
     r = onnxc("inspect", EXAMPLE)
     assert r.returncode == 0, r.stderr
     assert "stem.conv" in r.stdout or "Conv" in r.stdout
-    assert "25 of 25 nodes supported" in r.stdout
+    assert "25 of 25 nodes supported" in r.stdout and "supported (tvm)" in r.stdout
 
 
 def test_inspect_unsupported_exits_1(tmp_path):
@@ -140,4 +140,5 @@ def test_inspect_unsupported_exits_1(tmp_path):
     assert r.returncode == 1
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("bad_frob"))
     assert "Frob" in line and "com.acme" in line and "UNSUPPORTED" in line
+    assert "no converter is registered" in line
     assert "1 of 2 nodes supported" in r.stdout

@@ -74,8 +74,10 @@ def test_unsupported_ops_all_reported_at_once():
     with pytest.raises(UnsupportedError) as e:
         compiler.compile(m)
     msg = str(e.value)
-    assert "2 node(s)" in msg and "'fancy1': FancyOp (domain com.acme)" in msg
-    assert "'other2': OtherOp" in msg and "onnxc ops" in msg
+    assert "2 node(s)" in msg and "node 'fancy1': FancyOp (domain com.acme, model opset 1" in msg
+    assert "'other2': OtherOp" in msg and "no converter is registered" in msg
+    assert "onnxc ops" in msg and "register_op" in msg
+    assert "relu0" not in msg
 
 
 def test_wrong_initializer_type():
