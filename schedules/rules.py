@@ -16,14 +16,9 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.cpu import GEMV, Reduction
 from tvm.target import codegen
 
-
-class ScheduleRule:
-    """Base: ``name`` and ``apply(func, target) -> Schedule | None``."""
-
-    name = ""
-
-    def apply(self, func, target):
-        raise NotImplementedError
+from .base import ScheduleRule
+from .x86.conv2d import Conv2dNCHW
+from .x86.matmul import MatmulNN
 
 
 class _Dlight(ScheduleRule):
@@ -92,6 +87,8 @@ class Fallback(ScheduleRule):
 
 
 RULES = [
+    Conv2dNCHW(),
+    MatmulNN(),
     _Dlight("dlight.gemv", GEMV()),
     _Dlight("dlight.reduction", Reduction()),
     Fallback(),

@@ -1,0 +1,126 @@
+"""Helpers shared by the x86 rules: target facts, loop extents, tile choices."""
+
+from __future__ import annotations
+
+import functools
+
+from tvm import tirx
+from tvm.target import codegen
+
+
+@functools.lru_cache(maxsize=16)
+def _lanes(target_str: str, target) -> int:
+    feats = codegen.llvm_get_cpu_features(target)
+    return 16 if "avx512f" in feats else 8 if "avx" in feats else 4
+
+
+def lanes_fp32(target) -> int:
+    """fp32 lanes of the widest vector unit of ``target`` (16 AVX-512, 8 AVX2, else 4)."""
+    return _lanes(str(target), target)
+
+
+def cores(target) -> int:
+    return int(target.attrs.get("num-cores", 1) or 1)
+
+
+def const_extent(sch, loop):
+    """Extent of ``loop`` as int, or None when symbolic."""
+    e = sch.get(loop).extent
+    return e.value if isinstance(e, tirx.IntImm) else None
+
+
+def divisors(n: int):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def vector_tile(n: int, lanes: int, vectors: int = 2) -> int:
+    """A divisor of ``n`` to vectorise: ``vectors`` (or fewer) full vectors if that divides
+    ``n``, else the largest divisor of at most one vector.  (Odd lengths above one vector,
+    e.g. 28 or 56 lanes, make LLVM split and spill: 5x slower than 14 lanes measured.)"""
+    for k in range(vectors, 0, -1):
+        if n % (k * lanes) == 0:
+            return k * lanes
+    return max(d for d in divisors(n) if d <= lanes)
+
+
+def reg_rows(n: int, vectors_per_row: int, budget: int = 24, cap: int = 16) -> int:
+    """Largest divisor of ``n`` (<= cap) whose rows x vectors fit ``budget`` registers."""
+    best = 1
+    for d in divisors(n):
+        if d <= cap and d * vectors_per_row <= budget:
+            best = d
+    return best
+
+
+def blocks(sch):
+    """The blocks under the root block, in order."""
+    return sch.get_child_blocks(sch.get_sblock("root"))
+
+
+def iter_kinds(block):
+    """"S"/"R" per block iter var, or None for other iter types (scan, opaque)."""
+    out = ""
+    for iv in block.iter_vars:
+        if iv.iter_type == tirx.IterVar.DataPar:
+            out += "S"
+        elif iv.iter_type == tirx.IterVar.CommReduce:
+            out += "R"
+        else:
+            return None
+    return out
+
+
+def inline_around(sch, main_rv, keep_pads=True):
+    """Inline every spatial block but ``main_rv`` (the conv / matmul) and padding
+    producers (kept when ``keep_pads``: padding inlined into the reduction would put a
+    branch in the inner loop).  Returns (blocks left before main, blocks left after
+    main, the single consumer of main that writes the output or None)."""
+    main = sch.get(main_rv)
+    pads = []
+    for blk in sch.get_producers(main_rv):
+        if keep_pads and "if_then_else" in str(sch.get(blk).body):
+            pads.append(sch.get(blk).name_hint)
+    changed = True
+    while changed:
+        changed = False
+        for blk in blocks(sch):
+            b = sch.get(blk)
+            if b.same_as(main) or b.name_hint in pads:
+                continue
+            try:
+                sch.compute_inline(blk)
+                changed = True
+            except Exception:  # noqa: BLE001 - writes an output, or not inlinable
+                pass
+    order = [sch.get(b).name_hint for b in blocks(sch)]
+    pos = order.index(main.name_hint)
+    before = [sch.get_sblock(n) for n in order[:pos]]
+    after = [sch.get_sblock(n) for n in order[pos + 1:]]
+    cons = sch.get_consumers(main_rv)
+    tail = cons[0] if len(cons) == 1 and len(after) == 1 else None
+    return before, after, tail
+
+
+def schedule_elementwise(sch, blk, lanes, ncores):
+    """Parallel outer loops, vectorised inner loop (when it divides) of a spatial block."""
+    loops = sch.get_loops(blk)
+    inner = const_extent(sch, loops[-1])
+    if inner is not None and inner % lanes == 0:
+        _, v = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(v)
+        loops = sch.get_loops(blk)[:-1]
+    elif inner is not None and inner <= 4 * lanes and len(loops) > 1:
+        sch.vectorize(loops[-1])
+        loops = loops[:-1]
+    if loops and ncores > 1:
+        sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+
+
+def region_vars(region):
+    """The start index of each dimension of a buffer region."""
+    return [r.min for r in region.region]
+
+
+def same_vars(exprs, want) -> bool:
+    """``exprs`` are exactly the variables ``want`` (None in ``want`` matches anything)."""
+    return len(exprs) == len(want) and all(w is None or e.same_as(w) for e, w in zip(exprs, want))

@@ -1,0 +1,138 @@
+"""conv2d NCHW/OIHW on x86: a register-blocked GEMM over (output channels x output width).
+
+``out[n, f, y, x] += data[n, c, y*s + ry, x*s + rx] * w[f, c, ry, rx]`` is, per image, the
+GEMM ``W[F, C*KH*KW] x im2col[C*KH*KW, H*W]``.  With OIHW weights that we may not repack,
+the contiguous dimension of both the output and (for stride 1) the input is the output
+width, so the micro-kernel keeps an ``nf x xt`` tile of outputs in registers
+(``nf`` output channels, ``xt`` output columns as vectors), broadcasts one weight per row
+and does ``nf`` FMAs per input vector.  A 1x1 stride-1 unpadded conv fuses (y, x) into one
+contiguous axis first, which is exactly a GEMM.  Padding stays its own parallel,
+vectorised stage; the elementwise epilogue (bias, relu, residual add) is inlined into the
+write-back of the register tile.  Parallel over (n, output-channel block, y).
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir
+from tvm.sym.analyzer import Analyzer
+
+from ..base import ScheduleRule
+from . import common
+
+
+def _reads_at(region, want, zero) -> bool:
+    """``region`` starts at exactly ``want`` once the vars in ``zero`` are set to 0."""
+    ana = Analyzer()
+    for v, c in zero.items():
+        ana.bind(v, c)
+    idx = common.region_vars(region)
+    return len(idx) == len(want) and all(
+        ana.can_prove(e == w) for e, w in zip(idx, want))
+
+
+def match_conv(sch, kinds: str):
+    """The single conv block (iter kinds ``kinds``) whose output is indexed by its four
+    spatial iters and whose weight read is indexed by (f, reduce iters...), as
+    (block rv, weight buffer); None when the function is not one such conv with only
+    spatial blocks around it."""
+    cands = []
+    for blk in common.blocks(sch):
+        k = common.iter_kinds(sch.get(blk))
+        if k is None:
+            return None
+        if "R" in k:
+            cands.append((blk, k))
+    if len(cands) != 1 or cands[0][1] != kinds:
+        return None
+    rv = cands[0][0]
+    block = sch.get(rv)
+    ivs = [iv.var for iv in block.iter_vars]
+    if len(block.writes) != 1 or len(block.reads) < 2:
+        return None
+    out = block.writes[0]
+    if len(out.source.shape) != 4 or any(
+        not a.same_as(b) for a, b in zip(common.region_vars(out), ivs[:4])
+    ) or out.source.dtype != "float32":
+        return None
+    want_w = [ivs[1]] + ivs[4:]
+    if len(want_w) < 4:  # depthwise: w[f, 0, ry, rx]
+        want_w = [ivs[1], None] + ivs[4:]
+    weights = [
+        r for r in block.reads
+        if r.source != out.source and len(r.region) == 4 and all(
+            w is None or a.same_as(w) for a, w in zip(common.region_vars(r), want_w))
+    ]
+    if len(weights) != 1:
+        return None
+    return rv, weights[0].source
+
+
+class Conv2dNCHW(ScheduleRule):
+    """conv2d NCHW (any stride, padding, dilation; groups == 1) + elementwise epilogue."""
+
+    name = "x86.conv2d_nchw"
+
+    def apply(self, func, target):
+        if target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        m = match_conv(sch, "SSSSRRR")
+        if m is None:
+            return None
+        conv, _ = m
+        lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        pads, after, tail = common.inline_around(sch, conv)
+
+        n, f, y, x, rc, ry, rx = sch.get_loops(conv)
+        ext = [common.const_extent(sch, l) for l in (n, f, y, x, rc, ry, rx)]
+        if any(e is None for e in ext):
+            return None
+        _, nf_, ny, nx, _, kh, kw = ext
+        block = sch.get(conv)
+        ivs = [iv.var for iv in block.iter_vars]
+        data = [r for r in block.reads if r.source != block.writes[0].source]
+        contiguous = kh == kw == 1 and any(
+            _reads_at(r, [ivs[0], ivs[4], ivs[2], ivs[3]], {iv.var: iv.dom.min for iv in block.iter_vars[5:]})
+            and list(r.source.shape)[2:] == list(block.writes[0].source.shape)[2:]
+            for r in data)
+        xt = common.vector_tile(ny * nx, lanes)
+        # a tile must be a box of whole rows or part of one row: the write-back of a tile
+        # crossing a row boundary partially would be computed over its bounding box
+        contiguous = contiguous and (xt % nx == 0 or nx % xt == 0)
+        if contiguous:  # 1x1, stride 1, no padding: (y, x) is one contiguous GEMM axis
+            s = sch.fuse(y, x)
+            so, xi = sch.split(s, [None, xt])
+            outer = [n]
+        else:
+            xt = common.vector_tile(nx, lanes)
+            so, xi = sch.split(x, [None, xt])
+            outer = [n, y]
+        nv = -(-xt // lanes)
+        nr = common.reg_rows(nf_, nv)
+        fo, fi = sch.split(f, [None, nr])
+        if contiguous:
+            sch.reorder(n, fo, so, rc, ry, rx, fi, xi)
+            par = [n, fo]
+        else:
+            sch.reorder(n, fo, y, so, rc, ry, rx, fi, xi)
+            par = [n, fo, y]
+        wb = sch.cache_write(conv, 0, "local")
+        sch.reverse_compute_at(wb, so, preserve_unit_loops=True)
+        if tail is not None:
+            sch.reverse_compute_inline(tail)
+        else:  # several consumers left: schedule them as their own stages
+            pads = pads + after
+        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
+            sch.parallel(sch.fuse(*par))
+        sch.unroll(fi)
+        sch.vectorize(xi)
+        sch.unroll(rx)
+        init = sch.decompose_reduction(conv, rc)
+        for blk in (wb,):
+            *_, wf, wx = sch.get_loops(blk)
+            sch.vectorize(wx)
+        *_, i_f, i_x = sch.get_loops(init)
+        sch.vectorize(i_x)
+        for p in pads:
+            common.schedule_elementwise(sch, p, lanes, ncores)
+        return sch

@@ -1,0 +1,77 @@
+"""x86.conv2d_nchw: structure under a Target, numerics against onnxruntime, negatives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+from tvm import relax
+
+from schedules.x86.conv2d import Conv2dNCHW
+from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
+
+
+def _conv(stride=1, pad=1, groups=1, epilogue=True):
+    def build(bb, x, w, b):
+        y = bb.emit(relax.op.nn.conv2d(x, w, strides=stride, padding=pad, groups=groups))
+        if epilogue:
+            y = bb.emit(relax.op.nn.relu(relax.op.add(y, b)))
+        return y
+    return build
+
+
+def test_structure_3x3_with_epilogue_inlined():
+    f = fused_primfunc(_conv(), [(1, 16, 14, 14), (32, 16, 3, 3), (1, 32, 1, 1)], "conv2d")
+    sch = Conv2dNCHW().apply(f, TARGET)
+    assert sch is not None
+    text = sch.mod["main"].script()
+    assert "T.parallel" in text and "T.vectorized" in text and "T.unroll" in text
+    assert "_local" in text  # register tile
+    # bias + relu applied in the tile's write-back: no separate epilogue blocks left
+    assert 'T.sblock("T_add")' not in text and 'T.sblock("compute")' not in text
+
+
+def test_structure_1x1_is_one_gemm_axis():
+    f = fused_primfunc(_conv(pad=0, epilogue=False), [(1, 32, 8, 8), (64, 32, 1, 1), (1,)],
+                       "conv2d")
+    text = Conv2dNCHW().apply(f, TARGET).mod["main"].script()
+    assert "T.vectorized(T.int64(32))" in text  # 8x8 fused, two 16-lane vectors
+
+
+def test_rejects_pool_and_matmul():
+    pool = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, (3, 3))),
+                          [(1, 16, 8, 8)], "pool")
+    assert Conv2dNCHW().apply(pool, TARGET) is None
+    mm = fused_primfunc(lambda bb, a, b: bb.emit(relax.op.matmul(a, b)),
+                        [(8, 16), (16, 32)], "matmul")
+    assert Conv2dNCHW().apply(mm, TARGET) is None
+
+
+@pytest.mark.parametrize("k,stride,pad,shape,f,g", [
+    (3, 1, 1, (1, 8, 13, 11), 24, 1),   # odd widths, channels not a multiple of 16
+    (1, 1, 0, (1, 16, 7, 7), 32, 1),    # 1x1 GEMM form, 49 columns
+    (1, 1, 0, (1, 8, 12, 12), 16, 1),   # 1x1: a 16-wide tile would cross rows of 12
+    (1, 1, 0, (1, 8, 4, 8), 16, 1),     # 1x1: tiles of whole rows
+    (3, 2, 1, (1, 4, 15, 15), 16, 1),   # strided
+    (7, 2, 3, (1, 3, 20, 20), 8, 1),    # ResNet stem shape, small
+    (3, 1, 1, (1, 16, 9, 9), 16, 16),   # depthwise (legalized with a unit channel reduction)
+])
+def test_numerics_conv_bias_relu_add(k, stride, pad, shape, f, g):
+    rng = np.random.default_rng(0)
+    c = shape[1]
+    w = rng.standard_normal((f, c // g, k, k)).astype("float32") * 0.3
+    b = rng.standard_normal((f,)).astype("float32")
+    ho = (shape[2] + 2 * pad - k) // stride + 1
+    wo = (shape[3] + 2 * pad - k) // stride + 1
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[stride] * 2,
+            pads=[pad] * 4, group=g, name="conv"),
+        helper.make_node("Add", ["c", "r"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu"),
+    ]
+    out = (1, f, ho, wo)
+    model = onnx_model(nodes, [("x", shape), ("r", out)], [("y", out)], {"w": w, "b": b})
+    feeds = {"x": rng.standard_normal(shape).astype("float32"),
+             "r": rng.standard_normal(out).astype("float32")}
+    check_against_ort(model, feeds, "x86.conv2d_nchw")
