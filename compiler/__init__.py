@@ -7,6 +7,7 @@
 
 __version__ = "0.1.0"
 
+from . import converters  # noqa: E402,F401  (registers onnxc's converters)
 from .driver import CompiledModel, compile  # noqa: E402
 from .errors import CompileError, ModelError, UnsupportedError  # noqa: E402
 

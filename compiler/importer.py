@@ -92,7 +92,40 @@ def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str |
         msg = str(e).strip().splitlines()
         raise CompileError(f"{where}: import to Relax failed: "
                            f"{msg[-1] if msg else type(e).__name__}") from e
+    _check_outputs(mod, model, where)
     return _tag_bindings(mod)
+
+
+def _check_outputs(mod, model: onnx.ModelProto, where: str) -> None:
+    """Refuse a conversion whose outputs differ in dtype or static shape from what the
+    model declares: better an error than a silently wrong result."""
+    from tvm import relax, tirx
+
+    ret = mod["main"].ret_type if hasattr(mod["main"], "ret_type") else None
+    ret = ret if ret is not None else mod["main"].body.body.ty
+    got = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    declared = list(model.graph.output)
+    if len(got) != len(declared):
+        raise UnsupportedError(f"{where}: the converted graph has {len(got)} outputs, the model "
+                               f"declares {len(declared)}")
+    for vi, t in zip(declared, got):
+        tt = vi.type.tensor_type
+        if not isinstance(t, relax.TensorType):
+            raise UnsupportedError(f"{where}: output {vi.name!r} does not convert to a tensor")
+        if tt.elem_type:
+            want = helper.tensor_dtype_to_np_dtype(tt.elem_type).name
+            if str(t.dtype) != want:
+                raise UnsupportedError(f"{where}: output {vi.name!r} would be {t.dtype}, the "
+                                       f"model declares {want}; refusing a wrong result")
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        shape = getattr(t, "shape", None)
+        values = getattr(shape, "values", None)
+        if tt.HasField("shape") and values is not None and None not in dims and all(
+                isinstance(v, tirx.IntImm) for v in values):
+            ours = [int(v.value) for v in values]
+            if ours != dims:
+                raise UnsupportedError(f"{where}: output {vi.name!r} would have shape {ours}, "
+                                       f"the model declares {dims}; refusing a wrong result")
 
 
 def _importer_base():
@@ -128,11 +161,8 @@ class _Importer(_importer_base()):
                     f"opset {opset})"
             if entry is None:  # checked before conversion; guard against registry changes
                 raise UnsupportedError(f"{self.where}: {label}: no converter registered")
-            for i, x in enumerate(inputs):
-                if (x is not None and isinstance(x.ty, relax.ShapeType)
-                        and entry.implementation == "tvm" and node.op_type not in _SHAPE_OK):
-                    raise UnsupportedError(f"{self.where}: {label}: input {i} is a shape "
-                                           "value, which this converter cannot take")
+            if not (entry.implementation == "tvm" and node.op_type in _SHAPE_OK):
+                inputs = self._shape_values_as_tensors(inputs, label)
             ctx = ConvertContext(node=node, opset=opset, tensors=self._nodes, params=self._params)
             try:
                 out = entry.converter(self.bb, inputs, attr, ctx)
@@ -148,6 +178,24 @@ class _Importer(_importer_base()):
             for name, value in zip(node.output, outs):
                 if name:
                     self._nodes[name] = value
+
+    def _shape_values_as_tensors(self, inputs, label: str):
+        """Shape values (from Shape, or shape arithmetic) fed to ops that take tensors: a
+        static shape becomes an int64 constant, so the arithmetic on it folds at import."""
+        import numpy as np
+        from tvm import relax, tirx
+        from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
+
+        out = onnx_input()
+        for i, x in enumerate(inputs):
+            if x is not None and isinstance(x.ty, relax.ShapeType):
+                values = getattr(x, "values", None)
+                if values is None or not all(isinstance(v, tirx.IntImm) for v in values):
+                    raise UnsupportedError(f"{self.where}: {label}: input {i} is a shape that "
+                                           "is not known at compile time")
+                x = relax.const(np.array([int(v.value) for v in values], np.int64))
+            out.append(x)
+        return out
 
     def _bind_outputs(self, out, n_outputs: int, tag: str, label: str) -> list:
         """Bind each output to a variable tagged with the node; return them in order."""

@@ -10,12 +10,20 @@ from __future__ import annotations
 import os
 
 import onnx
-from onnx import shape_inference
+from onnx import TensorProto, shape_inference
 
 from .errors import ModelError, UnsupportedError
 
-# The default ONNX domain's opsets this importer handles (TVM 0.27's frontend).
-MIN_OPSET, MAX_OPSET = 7, 23
+# The default ONNX domain's opsets this importer handles: TVM 0.27's converters pick the
+# newest implementation <= the model's opset; ops re-versioned after that mostly added
+# element types, which the dtype check below refuses where the runtime cannot hold them.
+MIN_OPSET, MAX_OPSET = 7, onnx.defs.onnx_opset_version()
+
+# Element types the runtime holds (numpy dtypes through DLPack).
+SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
+                   TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+                   TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
+                   TensorProto.UINT64, TensorProto.BOOL}
 
 
 def load_model(model) -> onnx.ModelProto:
@@ -39,6 +47,7 @@ def load_model(model) -> onnx.ModelProto:
     except Exception as e:  # onnx raises InferenceError/ValidationError/RuntimeError
         raise ModelError(f"{where}: shape inference failed: {_first_line(e)}") from None
     _check_inputs(inferred, where)
+    _check_types(inferred, where)
     return inferred
 
 
@@ -76,6 +85,25 @@ def _check_inputs(model: onnx.ModelProto, where: str) -> None:
             if d.HasField("dim_value") and d.dim_value < 0:
                 raise ModelError(f"{where}: input {vi.name!r} has a negative dimension "
                                  f"{d.dim_value}")
+
+
+def _check_types(model: onnx.ModelProto, where: str) -> None:
+    """Refuse element types the runtime cannot hold (bfloat16, float8, int4, string...)."""
+    def check(kind, name, elem_type):
+        if elem_type and elem_type not in SUPPORTED_TYPES:
+            tname = TensorProto.DataType.Name(elem_type).lower()
+            raise UnsupportedError(f"{where}: {kind} {name!r} has element type {tname}, which "
+                                   "onnxc does not support (float, double, float16, bool and "
+                                   "integer types are)")
+
+    for vi in list(model.graph.input) + list(model.graph.output):
+        if vi.type.HasField("tensor_type"):
+            check("graph input/output", vi.name, vi.type.tensor_type.elem_type)
+    for t in model.graph.initializer:
+        check("initializer", t.name, t.data_type)
+    for vi in model.graph.value_info:
+        if vi.type.HasField("tensor_type"):
+            check("tensor", vi.name, vi.type.tensor_type.elem_type)
 
 
 def _first_line(e: Exception) -> str:

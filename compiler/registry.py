@@ -27,7 +27,7 @@ ALL_TARGETS = ("x86_64", "aarch64", "cuda")
 DEFAULT_DOMAIN = "ai.onnx"
 
 
-def _norm_domain(domain: str) -> str:
+def _norm_domain(domain: str) -> str:  # "" and "ai.onnx" are the same domain
     return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
 
 
@@ -147,6 +147,14 @@ def register_te_op(domain: str, op_type: str, compute: Callable, since: int = 1,
     (registry or REGISTRY).add(OpEntry(domain, op_type, since, until, convert, tuple(targets),
                                        "custom (TE)", (compute.__doc__ or "").strip()))
     return compute
+
+
+def tvm_converter(op_type: str) -> Callable:
+    """TVM's converter for a default-domain op (to delegate to from an override)."""
+    for e in REGISTRY.versions(DEFAULT_DOMAIN, op_type):
+        if e.implementation == "tvm":
+            return e.converter
+    raise KeyError(f"TVM has no converter for {op_type}")
 
 
 def _register_tvm_converters(registry: OperatorRegistry) -> None:
