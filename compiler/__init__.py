@@ -8,8 +8,9 @@
 __version__ = "0.1.0"
 
 from . import converters  # noqa: E402,F401  (registers onnxc's converters)
-from .driver import CompiledModel, compile  # noqa: E402
+from .driver import CompiledModel  # noqa: E402
+from .specialize import DynamicModel, compile  # noqa: E402
 from .errors import CompileError, ModelError, UnsupportedError  # noqa: E402
 
-__all__ = ["compile", "CompiledModel", "CompileError", "ModelError", "UnsupportedError",
+__all__ = ["compile", "CompiledModel", "DynamicModel", "CompileError", "ModelError", "UnsupportedError",
            "__version__"]

@@ -15,6 +15,12 @@ from .errors import UnsupportedError
 from .registry import REGISTRY, register_op, tvm_converter
 
 
+def tensor_const(arr: np.ndarray):
+    """A Relax constant of exactly ``arr``'s dtype (``relax.const`` alone turns int64
+    arrays into int32)."""
+    return relax.const(arr, str(arr.dtype))
+
+
 def _const_input(x, what: str, node):
     """The numpy value of a constant input, or refuse naming the node."""
     if x is None:
@@ -38,15 +44,15 @@ def constant(bb, inputs, attrs, ctx):
             if a.t.data_type == 8:  # STRING
                 raise UnsupportedError(f"node {node.name!r} (Constant): string tensors are "
                                        "not supported")
-            return relax.const(numpy_helper.to_array(a.t))
+            return tensor_const(numpy_helper.to_array(a.t))
         if a.name == "value_float":
-            return relax.const(np.array(a.f, np.float32))
+            return tensor_const(np.array(a.f, np.float32))
         if a.name == "value_floats":
-            return relax.const(np.array(list(a.floats), np.float32))
+            return tensor_const(np.array(list(a.floats), np.float32))
         if a.name == "value_int":
-            return relax.const(np.array(a.i, np.int64))
+            return tensor_const(np.array(a.i, np.int64))
         if a.name == "value_ints":
-            return relax.const(np.array(list(a.ints), np.int64))
+            return tensor_const(np.array(list(a.ints), np.int64))
     kinds = ", ".join(a.name for a in node.attribute) or "none"
     raise UnsupportedError(f"node {node.name!r} (Constant): value attribute {kinds} is not "
                            "supported (tensor, float(s) and int(s) are)")
@@ -136,4 +142,62 @@ _refuse_attr("ConvTranspose", "output_shape", lambda v: True)
 _refuse_attr("RoiAlign", "mode", lambda v: (v.decode() if isinstance(v, bytes) else v) != "avg",
              since=10)
 
-__all__ = [n for n in dir() if not n.startswith("_")] + ["REGISTRY"]
+
+
+@_register("BitShift", since=11)
+def bit_shift(bb, inputs, attrs, ctx):
+    """BitShift with ONNX's edge cases: a shift < 0 or >= the bit width gives 0 (LEFT) or
+    the sign fill (RIGHT), where C (and TVM) leave it undefined."""
+    x, s = inputs
+    dtype = x.ty.dtype
+    bits = np.dtype(str(dtype)).itemsize * 8
+    direction = attrs.get("direction", b"LEFT")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    zero, limit = relax.const(0, dtype), relax.const(bits - 1, dtype)
+    safe = relax.op.minimum(relax.op.maximum(s, zero), limit)
+    if direction == "LEFT":
+        shifted, fill = relax.op.left_shift(x, safe), relax.op.zeros_like(x)
+    else:
+        shifted = relax.op.right_shift(x, safe)
+        signed = np.issubdtype(np.dtype(str(dtype)), np.signedinteger)
+        fill = relax.op.right_shift(x, limit) if signed else relax.op.zeros_like(x)
+    out_of_range = relax.op.logical_or(relax.op.greater(s, limit), relax.op.less(s, zero))
+    return relax.op.where(out_of_range, fill, shifted)
+
+
+@_register("SpaceToDepth", since=1)
+def space_to_depth(bb, inputs, attrs, ctx):
+    """SpaceToDepth in DCR and CRD modes."""
+    x = inputs[0]
+    b = int(attrs["blocksize"])
+    n, c, h, w = [int(d) for d in x.ty.shape.values]
+    if h % b or w % b:
+        raise UnsupportedError(f"node {ctx.node.name!r} (SpaceToDepth): {h}x{w} is not a "
+                               f"multiple of blocksize {b}")
+    mode = attrs.get("mode", b"DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    t = relax.op.reshape(x, [n, c, h // b, b, w // b, b])
+    # DCR: channel = (row offset * b + column offset) * C + c; CRD: c * b*b + offsets
+    t = relax.op.permute_dims(t, [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4])
+    return relax.op.reshape(t, [n, c * b * b, h // b, w // b])
+
+
+def _refuse_empty_reduce(op):
+    @_register(op)
+    def convert(bb, inputs, attrs, ctx):
+        shape = getattr(inputs[0].ty, "shape", None)
+        values = getattr(shape, "values", None) or []
+        if any(getattr(v, "value", 1) == 0 for v in values):
+            raise UnsupportedError(f"node {ctx.node.name!r} ({op}): reducing an empty tensor "
+                                   f"(shape {[int(v) for v in values]}) is not supported")
+        return tvm_converter(op)(bb, inputs, attrs, ctx)
+
+    convert.__doc__ = f"{op} (TVM's), refusing empty inputs (TVM returns the wrong identity)"
+    return convert
+
+
+for _op in ("ReduceMin", "ReduceMax", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1",
+            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"):
+    _refuse_empty_reduce(_op)
+
+_refuse_attr("Resize", "antialias", lambda v: bool(v), since=10)

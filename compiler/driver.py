@@ -94,7 +94,14 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
 
     def stage(name, fn, *args):
         s = time.perf_counter()
-        result = fn(*args)
+        try:
+            result = fn(*args)
+        except (CompileError, targets.TargetError, passes.PassConfigError):
+            raise
+        except Exception as e:  # TVM's own checks: say which stage, not a bare traceback
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+            raise CompileError(f"{where}: {name} failed ({type(e).__name__}): "
+                               f"{lines[-1] if lines else 'no message'}") from e
         stages[name] = round(time.perf_counter() - s, 3)
         return result
 
@@ -110,6 +117,7 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
 
     proto = stage("load", load_model, model)
+    ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
     signature = input_signature(proto, where)
     output_names = [o.name for o in proto.graph.output]
     mod = stage("import", import_onnx, proto, where)

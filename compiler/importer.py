@@ -178,6 +178,11 @@ class _Importer(_importer_base()):
             for name, value in zip(node.output, outs):
                 if name:
                     self._nodes[name] = value
+        # a graph output that is a shape value (e.g. Shape's) is returned as an int64 tensor
+        for vi in graph.output:
+            value = self._nodes.get(vi.name)
+            if value is not None and isinstance(value.ty, relax.ShapeType):
+                (self._nodes[vi.name],) = self._shape_values_as_tensors([value], vi.name)
 
     def _shape_values_as_tensors(self, inputs, label: str):
         """Shape values (from Shape, or shape arithmetic) fed to ops that take tensors: a
@@ -193,7 +198,7 @@ class _Importer(_importer_base()):
                 if values is None or not all(isinstance(v, tirx.IntImm) for v in values):
                     raise UnsupportedError(f"{self.where}: {label}: input {i} is a shape that "
                                            "is not known at compile time")
-                x = relax.const(np.array([int(v.value) for v in values], np.int64))
+                x = relax.const(np.array([int(v.value) for v in values], np.int64), "int64")
             out.append(x)
         return out
 

@@ -20,6 +20,31 @@ def graph_passes() -> list:
         # weight reshapes/casts and shape arithmetic on initializers become constants,
         # so no kernel recomputes them on every run
         passes.FoldConstants(),
+        # conv + inference BatchNorm => conv with scaled weights + bias: no BN kernel, the
+        # bias add fuses into the conv (needs the constant weights folded above)
+        passes.FoldBatchNorm(),
+        # E[x^2]-E[x]^2 cancels when |mean| >> std; before fuse_layer_norm, which expects
+        # the two-pass form
+        passes.StableVariance(),
+        # decomposed exp(x)/sum(exp(x)) overflows (TVM's own softmax subtracts the max);
+        # log(softmax) underflows to -inf
+        passes.StableSoftmax(),
+        # log(sum(exp(x))) overflows for x > 88
+        passes.StableLogSumExp(),
+        # softplus via log1p: no overflow, no loss of tiny values
+        passes.StableSoftplus(),
+        # sigmoid's exp(-x) overflows (fp16 sigmoid(-12) = 0)
+        passes.StableSigmoid(),
+        # decomposed LayerNorm (opset < 17 exports): nine ops => one fused kernel
+        passes.FuseLayerNorm(),
+        # Erf/tanh GELU chains => one op
+        passes.FuseGelu(),
+        # fp16 reductions accumulate in fp32; after the fusions, which match fp16 ops bare
+        passes.AccumulateFp32(),
+        # spatial convs' constant weights OIHW -> OIHW[b]o once, here: the x86 conv kernel
+        # vectorises over b output channels whatever the output width; after every pass
+        # that changes conv weights (fold_batchnorm)
+        passes.PackConvWeights(),
         # drop what earlier rewrites left unused
         passes.EliminateDeadCode(),
     ]

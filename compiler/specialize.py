@@ -1,0 +1,220 @@
+"""Dynamic shapes: specialise on the concrete input shapes (and shape-determining values).
+
+Our runtime runs static graphs: every tensor has a planned offset.  A model with symbolic
+input dimensions, or whose small integer inputs determine shapes or axes (``Reshape``'s
+shape, ``ReduceSum``'s axes, ``Resize``'s sizes given as graph inputs), is compiled when
+it is run: the session compiles one variant per distinct key, as XLA and torch.compile
+do, and keeps the most recent ``max_variants`` (LRU).  The key holds every input's shape
+and dtype, plus the values of the small integer inputs only when the shapes alone do not
+compile.  Values are never guessed: a variant is compiled from what was fed.
+
+``compile(..., input_shapes=..., input_values=...)`` fixes them up front instead, which
+is what exporting one artifact needs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from . import driver
+from .errors import CompileError, ModelError, UnsupportedError
+from .importer import graph_inputs, unsupported_nodes
+
+# Integer inputs up to this many elements may be bound as values (shapes, axes, pads).
+MAX_VALUE_ELEMENTS = 64
+
+
+def specialize_model(model: onnx.ModelProto, shapes=None, values=None) -> onnx.ModelProto:
+    """A copy of ``model`` with input dims fixed (``shapes``) and inputs bound to
+    constants (``values``: they become initializers and leave the signature)."""
+    shapes, values = dict(shapes or {}), dict(values or {})
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    known = {vi.name for vi in graph_inputs(m)}
+    for name in list(shapes) + list(values):
+        if name not in known:
+            raise ValueError(f"unknown input {name!r}; the model's inputs are {sorted(known)}")
+    keep = []
+    for vi in m.graph.input:
+        if vi.name in values:
+            arr = np.asarray(values[vi.name])
+            want = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+            m.graph.initializer.append(numpy_helper.from_array(arr.astype(want), vi.name))
+            continue
+        if vi.name in shapes:
+            dims = [int(d) for d in shapes[vi.name]]
+            shape = vi.type.tensor_type.shape
+            if len(shape.dim) != len(dims):
+                raise ValueError(f"input {vi.name!r}: shape {dims} has rank {len(dims)}, the "
+                                 f"model's input has rank {len(shape.dim)}")
+            for d, v in zip(shape.dim, dims):
+                if d.HasField("dim_value") and d.dim_value != v:
+                    raise ValueError(f"input {vi.name!r}: dimension {d.dim_value} is fixed by "
+                                     f"the model, got {v}")
+                d.Clear()
+                d.dim_value = v
+        keep.append(vi)
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    # stale intermediate shapes from the symbolic model would contradict the new ones
+    del m.graph.value_info[:]
+    return m
+
+
+def _declared(vi) -> tuple[list, str]:
+    tt = vi.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in tt.shape.dim]
+    return dims, helper.tensor_dtype_to_np_dtype(tt.elem_type).name
+
+
+def _has_symbolic_or_value_inputs(model) -> bool:
+    for vi in graph_inputs(model):
+        dims, dtype = _declared(vi)
+        if any(not isinstance(d, int) for d in dims):
+            return True
+        if np.issubdtype(np.dtype(dtype), np.integer) and int(np.prod(dims)) <= MAX_VALUE_ELEMENTS:
+            return True
+    return False
+
+
+def compile(model, target="host", *, input_shapes=None, input_values=None,
+            max_variants: int = 8, **kwargs):
+    """Compile ``model``; see ``driver.compile`` for the other keywords.
+
+    Returns a :class:`driver.CompiledModel`, or a :class:`DynamicModel` when the model
+    needs the shapes or values it will be fed (symbolic dimensions, shape-determining
+    inputs) and ``input_shapes`` / ``input_values`` do not fix them.
+    """
+    if input_shapes or input_values:
+        proto = model if isinstance(model, onnx.ModelProto) else _load(model)
+        model = specialize_model(proto, input_shapes, input_values)
+    try:
+        return driver.compile(model, target, **kwargs)
+    except (ModelError, TypeError, ValueError):
+        raise
+    except CompileError as e:
+        proto = model if isinstance(model, onnx.ModelProto) else _load(model)
+        if unsupported_nodes(proto) or not _has_symbolic_or_value_inputs(proto):
+            raise
+        return DynamicModel(proto, target, kwargs, max_variants, reason=str(e))
+
+
+def _load(path) -> onnx.ModelProto:
+    from .loader import _read
+
+    return _read(os.fspath(path))
+
+
+class DynamicModel:
+    """A model compiled per input key when it runs (see the module docstring)."""
+
+    def __init__(self, proto, target, kwargs: dict, max_variants: int, reason: str):
+        if max_variants < 1:
+            raise ValueError(f"max_variants must be >= 1, got {max_variants}")
+        self.proto, self.target, self.kwargs = proto, target, kwargs
+        self.max_variants, self.reason = max_variants, reason
+        self.inputs = [(vi.name, *_declared(vi)) for vi in graph_inputs(proto)]
+        self.report = {"dynamic": True, "why": reason.splitlines()[0],
+                       "inputs": [{"name": n, "shape": s, "dtype": d} for n, s, d in self.inputs],
+                       "max_variants": max_variants}
+
+    def export(self, path):
+        raise CompileError(
+            f"cannot export one artifact: the model needs concrete input shapes or values "
+            f"({self.report['why']}); compile with input_shapes={{...}} and, for inputs that "
+            "determine shapes, input_values={...}")
+
+    def session(self, options=None) -> "SpecializingSession":
+        return SpecializingSession(self, options)
+
+
+class SpecializingSession:
+    """onnxruntime-shaped session that compiles a variant per distinct input key."""
+
+    def __init__(self, model: DynamicModel, options=None):
+        self.model, self.options = model, options
+        self._variants: OrderedDict = OrderedDict()   # key -> (session, bound input names)
+        self._needs_values: dict = {}                 # shape key -> bool
+        self._lock = threading.Lock()
+        self.compiles = 0
+        self.evictions = 0
+
+    def get_inputs(self):
+        from runtime.session import NodeArg
+
+        return [NodeArg(n, s, d) for n, s, d in self.model.inputs]
+
+    def get_outputs(self):
+        from runtime.session import NodeArg
+
+        return [NodeArg(vi.name, *_declared(vi)) for vi in self.model.proto.graph.output]
+
+    def _check(self, feed: dict) -> None:
+        names = [n for n, _, _ in self.model.inputs]
+        for k in feed:
+            if k not in names:
+                raise ValueError(f"unknown input {k!r}; the model's inputs are {names}")
+        for name, dims, dtype in self.model.inputs:
+            if name not in feed:
+                raise ValueError(f"missing input {name!r}; the model's inputs are {names}")
+            a = feed[name]
+            if not isinstance(a, np.ndarray):
+                raise ValueError(f"input {name!r}: expected a numpy array, got "
+                                 f"{type(a).__name__}")
+            if a.dtype != np.dtype(dtype):
+                raise ValueError(f"input {name!r}: expected dtype {dtype}, got {a.dtype}")
+            if a.ndim != len(dims) or any(isinstance(d, int) and d != s
+                                          for d, s in zip(dims, a.shape)):
+                raise ValueError(f"input {name!r}: expected shape {dims}, got {list(a.shape)}")
+
+    def run(self, output_names, input_feed: dict) -> list:
+        self._check(input_feed)
+        shape_key = tuple((n, input_feed[n].shape) for n, _, _ in self.model.inputs)
+        with self._lock:
+            sess, bound = self._variant(shape_key, input_feed)
+        return sess.run(output_names, {k: v for k, v in input_feed.items() if k not in bound})
+
+    def _value_inputs(self, feed) -> list:
+        return [n for n, _, d in self.model.inputs
+                if np.issubdtype(np.dtype(d), np.integer) and feed[n].size <= MAX_VALUE_ELEMENTS]
+
+    def _variant(self, shape_key, feed):
+        needs_values = self._needs_values.get(shape_key)
+        bound = self._value_inputs(feed) if needs_values else []
+        key = shape_key + tuple((n, feed[n].tobytes()) for n in bound)
+        if key in self._variants:
+            self._variants.move_to_end(key)
+            return self._variants[key]
+        shapes = {n: list(s) for n, s in shape_key}
+        cm = None
+        if needs_values is None:  # first time these shapes are seen: do they suffice?
+            try:
+                cm = self._compile(shapes, {})
+                self._needs_values[shape_key] = False
+            except CompileError:
+                bound = self._value_inputs(feed)
+                if not bound:
+                    raise
+                self._needs_values[shape_key] = True
+                key = shape_key + tuple((n, feed[n].tobytes()) for n in bound)
+        if cm is None:
+            cm = self._compile({n: s for n, s in shapes.items() if n not in bound},
+                               {n: feed[n] for n in bound})
+        entry = (cm.session(self.options), set(bound))
+        self._variants[key] = entry
+        if len(self._variants) > self.model.max_variants:
+            self._variants.popitem(last=False)
+            self.evictions += 1
+        return entry
+
+    def _compile(self, shapes, values):
+        self.compiles += 1
+        proto = specialize_model(self.model.proto, shapes, values)
+        return driver.compile(proto, self.model.target, **self.model.kwargs)
