@@ -19,7 +19,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
 
 from .errors import UnsupportedError
-from .provenance import node_of_binding
+from .provenance import nodes_of_binding
 from .inplace import inplace_candidates
 
 PARAM_ALIGN = 64
@@ -158,8 +158,7 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
         g.flops[symbol] = _flops(mod[gv])
     idx = g.groups.get(name)
     if idx is None:
-        k = node_of_binding(name)
-        idx = [] if k is None else [k]
+        idx = nodes_of_binding(name)
     covered = [g.onnx_nodes[k] for k in idx if k < len(g.onnx_nodes)]
     ops = sorted({op for _, op in covered})
     g.calls.append({"kernel": symbol, "args": ins + outs, "num_outputs": len(outs),

@@ -17,13 +17,26 @@ import re
 import tvm
 from tvm import relax
 
-_TAG = re.compile(r"^n(\d+)(?:_o?\d+)?$")
+_TAG = re.compile(r"^n(\d+(?:x\d+)*)(?:_o?\d+)?$")
+
+
+def nodes_of_binding(name: str) -> list[int]:
+    """The ONNX node indices a Relax binding name is tagged with (``n3``, or ``n2x3`` for a
+    binding a pass made from nodes 2 and 3); [] for an untagged name."""
+    m = _TAG.match(name)
+    return [int(k) for k in m.group(1).split("x")] if m else []
 
 
 def node_of_binding(name: str) -> int | None:
-    """The ONNX node index a Relax binding name was tagged with at import, or None."""
-    m = _TAG.match(name)
-    return int(m.group(1)) if m else None
+    """The first ONNX node index of a tagged binding name, or None."""
+    nodes = nodes_of_binding(name)
+    return nodes[0] if nodes else None
+
+
+def tag(nodes, suffix: str = "") -> str:
+    """The binding name for a value computed by ``nodes`` (a pass fusing nodes 2 and 3
+    names its result ``tag([2, 3])`` == ``"n2x3"``)."""
+    return "n" + "x".join(str(k) for k in sorted(set(nodes))) + suffix
 
 
 def rename_bindings(mod, new_names: list):
@@ -106,5 +119,5 @@ def name_fused_calls(pre_fuse, fused):
         new_names.append(name)
         outer[b.var] = name or b.var.name
         if name:
-            groups[name] = sorted({k for k in map(node_of_binding, members) if k is not None})
+            groups[name] = sorted({k for m in members for k in nodes_of_binding(m)})
     return rename_bindings(fused, new_names), groups

@@ -56,12 +56,15 @@ def test_opset_out_of_range():
         compiler.compile(_relu(opset=99))
 
 
-def test_symbolic_dimension_is_refused_by_name():
+def test_symbolic_dimension_export_is_refused_by_name():
     m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu0")],
                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])])
-    with pytest.raises(UnsupportedError, match="input 'x' has a symbolic dimension 'batch'"):
-        compiler.compile(m)
+    cm = compiler.compile(m)
+    assert isinstance(cm, compiler.DynamicModel)
+    assert "input 'x' has a symbolic dimension 'batch'" in cm.report["why"]
+    with pytest.raises(compiler.CompileError, match="input_shapes"):
+        cm.export("x.so")
 
 
 def test_unsupported_ops_all_reported_at_once():

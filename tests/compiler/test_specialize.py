@@ -1,0 +1,104 @@
+"""Dynamic shapes: per-key specialisation with a bounded cache; never a guessed value."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import compiler
+from tests.conftest import assert_close, ort_run
+
+
+def _symbolic_mlp():
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4))
+                                .astype(np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _reshape_by_input():
+    """The target shape is a graph input: it must be known to plan memory."""
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+         helper.make_node("Softmax", ["r"], ["y"], name="softmax", axis=-1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_symbolic_batch_specialises_per_shape_and_caches():
+    m = _symbolic_mlp()
+    cm = compiler.compile(m)
+    assert isinstance(cm, compiler.DynamicModel) and cm.report["dynamic"]
+    sess = cm.session()
+    assert sess.get_inputs()[0].shape == ["batch", 8]
+    rng = np.random.default_rng(1)
+    for batch in (1, 3, 1, 5, 3):
+        feeds = {"x": rng.standard_normal((batch, 8)).astype(np.float32)}
+        assert_close(sess.run(None, feeds), ort_run(m, feeds))
+    assert sess.compiles == 3  # batches 1, 3, 5; the repeats hit the cache
+
+
+def test_cache_is_bounded():
+    cm = compiler.compile(_symbolic_mlp(), max_variants=2)
+    sess = cm.session()
+    for batch in (1, 2, 3, 1):
+        sess.run(None, {"x": np.ones((batch, 8), np.float32)})
+    assert sess.compiles == 4 and sess.evictions == 2
+
+
+def test_shape_input_specialises_on_its_value():
+    m = _reshape_by_input()
+    sess = compiler.compile(m).session()
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for shape in ([3, 4], [4, 3], [3, 4]):
+        feeds = {"x": x, "shape": np.array(shape, np.int64)}
+        (y,) = sess.run(None, feeds)
+        assert y.shape == tuple(shape)
+        assert_close([y], ort_run(m, feeds))
+    assert sess.compiles == 3  # shapes-only attempt fails once, then one per value
+
+
+def test_input_values_fix_it_for_export(tmp_path):
+    cm = compiler.compile(_reshape_by_input(), input_values={"shape": np.array([3, 4])})
+    assert isinstance(cm, compiler.CompiledModel)
+    assert [i["name"] for i in cm.meta["manifest"]["inputs"]] == ["x"]
+    cm.export(str(tmp_path / "m.so"))
+
+
+def test_input_shapes_fix_symbolic_dims():
+    cm = compiler.compile(_symbolic_mlp(), input_shapes={"x": [2, 8]})
+    assert isinstance(cm, compiler.CompiledModel)
+    assert cm.session().get_inputs()[0].shape == [2, 8]
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(input_shapes={"nope": [1, 8]}), "unknown input 'nope'"),
+    (dict(input_shapes={"x": [1, 8, 1]}), "rank 3"),
+])
+def test_bad_specialisation_arguments(kw, message):
+    with pytest.raises(ValueError, match=message):
+        compiler.compile(_symbolic_mlp(), **kw)
+
+
+def test_feed_checked_against_declared_signature():
+    sess = compiler.compile(_symbolic_mlp()).session()
+    with pytest.raises(ValueError, match=r"input 'x': expected shape \['batch', 8\], got \[2, 7\]"):
+        sess.run(None, {"x": np.ones((2, 7), np.float32)})
+    with pytest.raises(ValueError, match="missing input 'x'"):
+        sess.run(None, {})
+
+
+def test_unsupported_ops_are_not_deferred():
+    m = _symbolic_mlp()
+    m.graph.node[1].op_type = "NoSuchOp"
+    m.graph.node[1].domain = "com.acme"
+    m.opset_import.append(helper.make_opsetid("com.acme", 1))
+    with pytest.raises(compiler.UnsupportedError, match="NoSuchOp"):
+        compiler.compile(m)
