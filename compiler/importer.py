@@ -57,7 +57,8 @@ def unsupported_nodes(model: onnx.ModelProto, target_arch: str | None = None) ->
     return REGISTRY.check(model, target_arch)
 
 
-def _refuse_unsupported(model, where: str, target_arch: str | None) -> None:
+def refuse_unsupported(model, where: str, target_arch: str | None = None) -> None:
+    """Raise UnsupportedError listing every node no registry entry supports."""
     bad = unsupported_nodes(model, target_arch)
     if not bad:
         return
@@ -75,7 +76,7 @@ def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str |
     """Convert a validated model to a Relax IRModule whose ``main`` takes the graph inputs
     (in the model's order) and returns the graph outputs (a tuple when there are several).
     """
-    _refuse_unsupported(model, where, target_arch)
+    refuse_unsupported(model, where, target_arch)
     sig = input_signature(model, where, shapes)
     importer = _Importer({s["name"]: s["shape"] for s in sig},
                          {s["name"]: s["dtype"] for s in sig})
@@ -161,13 +162,14 @@ class _Importer(_importer_base()):
                     f"opset {opset})"
             if entry is None:  # checked before conversion; guard against registry changes
                 raise UnsupportedError(f"{self.where}: {label}: no converter registered")
-            if not (entry.implementation == "tvm" and node.op_type in _SHAPE_OK):
+            if not (entry.implementation == "tvm" and node.op_type in _SHAPE_OK) or (
+                    node.op_type == "Concat" and _mixes_shapes_and_tensors(inputs)):
                 inputs = self._shape_values_as_tensors(inputs, label)
             ctx = ConvertContext(node=node, opset=opset, tensors=self._nodes, params=self._params)
             try:
                 out = entry.converter(self.bb, inputs, attr, ctx)
                 if isinstance(out, relax.Expr):
-                    out = self.bb.normalize(out)
+                    out = _fold_shape_arithmetic(self.bb.normalize(out))
             except CompileError:
                 raise
             except Exception as e:
@@ -223,6 +225,58 @@ class _Importer(_importer_base()):
                 item = self.bb.emit(item, name_hint=tag if len(items) == 1 else f"{tag}_o{k}")
             bound.append(item)
         return bound
+
+
+def _mixes_shapes_and_tensors(inputs) -> bool:
+    from tvm import relax
+
+    kinds = {isinstance(x.ty, relax.ShapeType) for x in inputs if x is not None}
+    return len(kinds) == 2
+
+
+# Integer tensors up to this size computed from constants only are evaluated at import.
+_FOLD_MAX_ELEMENTS = 4096
+
+
+def _fold_shape_arithmetic(expr):
+    """Evaluate a small integer/bool result computed from constants only (shape, index and
+    mask arithmetic in exported graphs), so that converters downstream that need constant
+    shapes or axes see constants."""
+    import numpy as np
+    import tvm
+    from tvm import relax, tirx
+    from tvm.ir.expr import GenericConst
+
+    if not isinstance(expr, relax.Call) or not isinstance(expr.ty, relax.TensorType):
+        return expr
+    dtype = str(expr.ty.dtype)
+    if not (dtype.startswith("int") or dtype.startswith("uint") or dtype == "bool"):
+        return expr
+    shape = getattr(expr.ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None or not all(isinstance(v, tirx.IntImm) for v in values) or \
+            int(np.prod([int(v.value) for v in values])) > _FOLD_MAX_ELEMENTS:
+        return expr
+
+    def constant_only(e) -> bool:
+        if isinstance(e, (GenericConst, relax.ShapeExpr, tvm.ir.expr.StringImm)):
+            return True
+        if isinstance(e, relax.Tuple):
+            return all(constant_only(f) for f in e.fields)
+        if isinstance(e, relax.Call):
+            return isinstance(e.op, tvm.ir.Op) and all(constant_only(a) for a in e.args)
+        return False
+
+    if not constant_only(expr):
+        return expr
+    try:
+        mod = tvm.IRModule({"main": relax.Function([], expr)})
+        folded = relax.transform.FoldConstant()(mod)["main"].body
+        while isinstance(folded, relax.SeqExpr):
+            folded = folded.body
+        return folded if isinstance(folded, GenericConst) else expr
+    except Exception:  # not foldable here: leave it to the graph passes
+        return expr
 
 
 # Ops whose TVM converters accept shape values (as TVM's importer lists them).

@@ -39,6 +39,9 @@ def graph_passes() -> list:
         passes.FuseLayerNorm(),
         # Erf/tanh GELU chains => one op
         passes.FuseGelu(),
+        # MatMul, scale, mask Add, Softmax, MatMul => one attention kernel (after
+        # stable_softmax); opt-in: slower than three kernels until attention has a schedule
+        passes.FuseAttention(),
         # fp16 reductions accumulate in fp32; after the fusions, which match fp16 ops bare
         passes.AccumulateFp32(),
         # spatial convs' constant weights OIHW -> OIHW[b]o once, here: the x86 conv kernel

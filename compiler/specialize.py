@@ -24,7 +24,7 @@ from onnx import helper, numpy_helper
 
 from . import driver
 from .errors import CompileError, ModelError, UnsupportedError
-from .importer import graph_inputs, unsupported_nodes
+from .importer import graph_inputs, refuse_unsupported
 
 # Integer inputs up to this many elements may be bound as values (shapes, axes, pads).
 MAX_VALUE_ELEMENTS = 64
@@ -101,7 +101,9 @@ def compile(model, target="host", *, input_shapes=None, input_values=None,
         raise
     except CompileError as e:
         proto = model if isinstance(model, onnx.ModelProto) else _load(model)
-        if unsupported_nodes(proto) or not _has_symbolic_or_value_inputs(proto):
+        where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "model"
+        refuse_unsupported(proto, where)  # unsupported operators are never deferred
+        if not _has_symbolic_or_value_inputs(proto):
             raise
         return DynamicModel(proto, target, kwargs, max_variants, reason=str(e))
 

@@ -6,6 +6,19 @@ The order they run in is the pipeline list in ``compiler/pipeline.py``.
 from .context import GraphPass, PassConfigError, PassContext, PassReport
 from .eliminate_dead_code import EliminateDeadCode
 from .fold_constants import FoldConstants
+from .pack_conv_weights import PackConvWeights
+from .fold_batchnorm import FoldBatchNorm
+from .fuse_attention import FuseAttention
+from .fuse_gelu import FuseGelu
+from .fuse_layer_norm import FuseLayerNorm
+from .stable_logsumexp import StableLogSumExp
+from .stable_sigmoid import StableSigmoid
+from .stable_softmax import StableSoftmax
+from .stable_softplus import StableSoftplus
+from .stable_variance import StableVariance
+from .accumulate_fp32 import AccumulateFp32
 
-__all__ = ["PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
-           "EliminateDeadCode"]
+__all__ = ["PackConvWeights", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
+           "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm",
+           "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
+           "AccumulateFp32"]

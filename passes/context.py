@@ -30,6 +30,9 @@ class PassReport:
     nodes: list = field(default_factory=list)      # ONNX node names touched
     seconds: float = 0.0
     skipped: str = ""                              # why it did not run, if it did not
+    # the model's ONNX node names by index (PassContext.node_names), so a pass can name the
+    # nodes behind the bindings it rewrote (binding tags n<k>: compiler/provenance.py)
+    node_names: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "changed": self.changed, "rewrites": dict(self.rewrites),
@@ -68,10 +71,13 @@ class PassContext:
         ``{pass_name: {option: value}}``, checked against each pass's ``options``.
     dump_ir : str or None
         Directory; the IR after each pass is written there as ``NNN_<pass>.txt``.
+    node_names : list of str
+        The model's ONNX node names by index (set by the compile driver); passes report
+        the nodes they touch by these names.
     """
 
     def __init__(self, opt_level: int = 3, disabled=(), required=(), config=None,
-                 dump_ir: str | None = None):
+                 dump_ir: str | None = None, node_names=()):
         if not 0 <= int(opt_level) <= 3:
             raise PassConfigError(f"opt level must be 0..3, got {opt_level}")
         self.opt_level = int(opt_level)
@@ -79,6 +85,7 @@ class PassContext:
         self.required = set(required)
         self.config = dict(config or {})
         self.dump_ir = dump_ir
+        self.node_names = list(node_names)
         self.reports: list[PassReport] = []
         self._dump_count = 0
         both = self.disabled & self.required
@@ -112,7 +119,7 @@ class PassContext:
         self.validate(passes)
         self.dump("import", mod)
         for p in passes:
-            report = PassReport(p.name)
+            report = PassReport(p.name, node_names=self.node_names)
             report.skipped = self.should_run(p)
             if not report.skipped:
                 options = {**p.options, **self.config.get(p.name, {})}

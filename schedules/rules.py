@@ -18,6 +18,9 @@ from tvm.target import codegen
 
 from .base import ScheduleRule
 from .x86.conv2d import Conv2dNCHW
+from .x86.conv2d_packed import Conv2dPacked
+from .x86.depthwise import DepthwiseConv2dNCHW
+from .x86.pool import Pool2dNCHW
 from .x86.matmul import MatmulNN
 
 
@@ -73,6 +76,13 @@ class Fallback(ScheduleRule):
             n_lead = len(kinds) - len(kinds.lstrip("S"))
             if n_lead == len(kinds) and n_lead:
                 ext = _extent(sch, loops[-1])
+                # odd widths (56, 28, 7): fuse the last two spatial loops when their product
+                # is whole vectors (56x56 = 196 x 16), instead of leaving the loop scalar
+                if (ext is not None and ext % lanes and n_lead >= 2
+                        and (_extent(sch, loops[-2]) or 1) * ext % lanes == 0):
+                    loops = [*loops[:-2], sch.fuse(loops[-2], loops[-1])]
+                    n_lead -= 1
+                    ext = _extent(sch, loops[-1])
                 if ext is not None and ext % lanes == 0 and ext >= lanes:
                     _, vec = sch.split(loops[-1], [None, lanes])
                     sch.vectorize(vec)
@@ -87,7 +97,10 @@ class Fallback(ScheduleRule):
 
 
 RULES = [
+    Conv2dPacked(),  # convs whose weights pack_conv_weights pre-packed OIHW[b]o
+    DepthwiseConv2dNCHW(),  # before conv2d_nchw, which would take it as a 1-channel GEMM
     Conv2dNCHW(),
+    Pool2dNCHW(),
     MatmulNN(),
     _Dlight("dlight.gemv", GEMV()),
     _Dlight("dlight.reduction", Reduction()),

@@ -24,7 +24,10 @@ def test_computing_nodes_are_covered_once(name):
     assert len(covered) == len(set(covered))
     views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Constant"}
     must = {n.name for n in zoo_model(name).graph.node if n.op_type not in views}
-    assert must <= set(covered), sorted(must - set(covered))
+    # a fusion pass that turns several nodes into one op (GELU) names it after the last of
+    # them; the pass's report names them all
+    fused = {n for p in compiled(name).report["passes"] for n in p["nodes"]}
+    assert must - fused <= set(covered), sorted(must - fused - set(covered))
 
 
 def test_fused_kernel_names_all_its_nodes():

@@ -50,12 +50,13 @@ def onnx_model(nodes, inputs, outputs, inits=()):
     return m
 
 
-def check_against_ort(model, feeds, rule_name):
-    """Compile with onnxc, check the rule scheduled a kernel, compare with onnxruntime."""
+def check_against_ort(model, feeds, rule_name, **compile_kw):
+    """Compile with onnxc (``compile_kw`` passed on), check the rule scheduled a kernel,
+    compare with onnxruntime."""
     import compiler
     import onnxruntime as ort
 
-    cm = compiler.compile(model, target="host")
+    cm = compiler.compile(model, target="host", **compile_kw)
     assert cm.report["schedules"].get(rule_name, 0) >= 1, cm.report["schedules"]
     got = cm.session().run(None, feeds)
     ref = ort.InferenceSession(model.SerializeToString(),

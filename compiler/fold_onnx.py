@@ -1,0 +1,102 @@
+"""Fold shape arithmetic in the ONNX graph before import, where shapes are static.
+
+Exported models (PyTorch's TorchScript exporter above all) compute reshape targets,
+attention masks and position ids at run time from ``Shape``, ``Gather``, ``Concat``,
+``ConstantOfShape``, ``Equal``, ``Where``, ``Expand``...  With static input shapes all of
+that is known at compile time.  This step evaluates, in graph order, every node whose
+inputs are all known (initializers, ``Constant`` outputs, ``Shape``/``Size`` of tensors
+whose shape inference gave static shapes) with ``onnx.reference``, and replaces it by an
+initializer.  Converters then see constants where they need them, and no kernel
+recomputes constants on every run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+# Results above this many elements are left to the Relax constant folder (weights).
+MAX_ELEMENTS = 1 << 20
+# Ops whose result is not a function of their inputs, or that hold subgraphs.
+_NEVER = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+          "Bernoulli", "Multinomial", "If", "Loop", "Scan", "SequenceConstruct",
+          "SequenceEmpty", "Optional"}
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict:
+    shapes = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape") and all(
+                d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
+    return shapes
+
+
+def _shape_of(node, shape: list) -> np.ndarray:
+    rank = len(shape)
+    start = next((a.i for a in node.attribute if a.name == "start"), 0)
+    end = next((a.i for a in node.attribute if a.name == "end"), rank)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _evaluate(node, values: list, opsets) -> list | None:
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = [helper.make_tensor_value_info(f"i{k}", helper.np_dtype_to_tensor_dtype(v.dtype),
+                                            list(v.shape)) if v is not None else None
+              for k, v in enumerate(values)]
+    names = [f"i{k}" if v is not None else "" for k, v in enumerate(values)]
+    outs = [f"o{k}" for k in range(len(node.output))]
+    n = helper.make_node(node.op_type, names, outs, domain=node.domain)
+    n.attribute.extend(node.attribute)
+    g = helper.make_graph([n], "fold", [i for i in inputs if i is not None],
+                          [helper.make_empty_tensor_value_info(o) for o in outs])
+    m = helper.make_model(g, opset_imports=opsets)
+    feeds = {f"i{k}": v for k, v in enumerate(values) if v is not None}
+    try:
+        return [np.asarray(r) for r in ReferenceEvaluator(m).run(None, feeds)]
+    except Exception:  # the reference cannot evaluate it: leave the node to the importer
+        return None
+
+
+def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """Return (model with foldable nodes replaced by initializers, nodes folded)."""
+    graph = model.graph
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    shapes = _static_shapes(model)
+    opsets = list(model.opset_import)
+    kept, folded = [], 0
+    for node in graph.node:
+        result = None
+        if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
+            pass
+        elif node.op_type == "Shape" and node.input[0] in shapes:
+            result = [_shape_of(node, shapes[node.input[0]])]
+        elif node.op_type == "Size" and node.input[0] in shapes:
+            result = [np.array(int(np.prod(shapes[node.input[0]])), dtype=np.int64)]
+        elif all(not i or i in known for i in node.input):
+            result = _evaluate(node, [known.get(i) if i else None for i in node.input], opsets)
+        if result is None or len(result) < len(node.output) or any(
+                r.dtype == object or r.size > MAX_ELEMENTS for r in result):
+            kept.append(node)
+            continue
+        for name, value in zip(node.output, result):
+            if name:
+                known[name] = value
+        folded += 1
+    if not folded:
+        return model, 0
+    used = {i for n in kept for i in n.input} | {o.name for o in graph.output}
+    inits = {t.name for t in graph.initializer}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    for name in sorted(used - inits):
+        if name in known:
+            out.graph.initializer.append(numpy_helper.from_array(known[name], name))
+    return out, folded

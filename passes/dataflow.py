@@ -1,0 +1,257 @@
+"""Matching and rewriting ``main``'s bindings, for the fusion and numerics passes.
+
+``Dataflow`` is a read-only view of ``main``: what each variable is bound to (seeing
+through the importer's alias bindings such as ``n1_o0 = n1_2``), which constants feed it,
+and how many *live* uses it has (a binding that nothing reaches, e.g. the unused outputs
+of BatchNormalization, is not a use; the function's result is).
+
+``rewrite`` replaces chosen bindings: each root binding keeps its variable name, and the
+helper bindings a rewrite emits are named ``n<k>_<j>`` (the importer's tags,
+``compiler/provenance.py``) after the ONNX node they stand for, by default the root's, so
+kernels keep naming their nodes.  One op that replaces several nodes (a fused GELU) can
+carry one name, the last node's; the pass report lists them all.  The bindings a rewrite
+made dead are dropped right away: a later pass would otherwise rewrite them too (e.g.
+pack a dead conv's weights).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .relax_util import bindings
+
+# The importer's binding tags (compiler/provenance.py); passes/ may not import compiler/.
+_TAG = re.compile(r"^n(\d+)(?:_o?(\d+))?$")
+
+
+def node_of(name: str) -> int | None:
+    """The ONNX node index a binding name is tagged with, or None."""
+    m = _TAG.match(name)
+    return int(m.group(1)) if m else None
+
+
+def node_label(report, name: str) -> str:
+    """The ONNX node name for a binding name (``report.node_names``), else its tag."""
+    k = node_of(name)
+    names = getattr(report, "node_names", None) or []
+    if k is None:
+        return name
+    return names[k] if k < len(names) else f"n{k}"
+
+
+@dataclass
+class Match:
+    """One place a pattern fired: the binding replaced (``root``), the bindings folded into
+    it (``inner``), the rule name and what the rewrite needs (``info``)."""
+
+    rule: str
+    root: relax.Var
+    inner: list = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+
+class Dataflow:
+    """``main``'s bindings as a graph: values through aliases, constants, live uses."""
+
+    def __init__(self, mod, func: str = "main"):
+        self.bindings = bindings(mod, func)
+        self._value = {b.var: b.value for b in self.bindings}
+        body = mod[func].body
+        result = body.body if isinstance(body, relax.SeqExpr) else body
+        self._users: dict = {}          # var -> [live binding vars using it] (+ None: result)
+        live = set(_free_vars(result))
+        for v in live:
+            self._users.setdefault(v, []).append(None)
+        for b in reversed(self.bindings):
+            if b.var not in live:
+                continue
+            for v in _free_vars(b.value):
+                live.add(v)
+                self._users.setdefault(v, []).append(b.var)
+        self.live = live
+
+    def roots(self) -> list:
+        """The live bindings that compute something (not aliases): where rewrites root."""
+        return [b for b in self.bindings
+                if b.var in self.live and not isinstance(b.value, relax.Var)]
+
+    def source(self, expr):
+        """The expression behind ``expr``: follows variables bound to other variables to
+        the variable bound to a call (or a parameter, or a constant)."""
+        while isinstance(expr, relax.Var) and isinstance(self._value.get(expr), relax.Var):
+            expr = self._value[expr]
+        return expr
+
+    def value(self, expr):
+        """What ``expr`` computes: the bound value of its source variable, or ``expr``."""
+        expr = self.source(expr)
+        return self._value.get(expr, expr) if isinstance(expr, relax.Var) else expr
+
+    def call(self, expr, *ops: str):
+        """The Relax op call behind ``expr`` if its op is one of ``ops`` (names without the
+        ``relax.`` prefix: ``"add"``, ``"nn.conv2d"``), else None."""
+        v = self.value(expr)
+        if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op):
+            if v.op.name.startswith("relax.") and v.op.name[6:] in ops:
+                return v
+        return None
+
+    def const(self, expr) -> np.ndarray | None:
+        """The value of a constant operand, or None."""
+        v = self.value(expr)
+        return v.value.numpy() if isinstance(v, GenericConst) else None
+
+    def scalar(self, expr) -> float | None:
+        """The value of a one-element constant operand, or None."""
+        c = self.const(expr)
+        return float(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
+
+    def uses(self, expr) -> int:
+        """Live uses of ``expr``'s source, counted through aliases (the result is a use)."""
+        return len(self._final_users(self.source(expr)))
+
+    def private(self, inner, root) -> bool:
+        """True when nothing but ``inner`` bindings and ``root`` uses the ``inner`` ones
+        (so replacing ``root`` leaves them dead)."""
+        keep = {self.source(v) for v in inner} | {self.source(root)}
+        for v in inner:
+            for u in self._final_users(self.source(v)):
+                if u is None or self.source(u) not in keep:
+                    return False
+        return True
+
+    def _final_users(self, var) -> list:
+        out = []
+        for u in self._users.get(var, []):
+            if u is not None and isinstance(self._value.get(u), relax.Var):
+                out.extend(self._final_users(u))        # an alias: its users count
+            else:
+                out.append(u)
+        return out
+
+
+def _free_vars(expr) -> list:
+    if isinstance(expr, relax.Var):
+        return [expr]
+    return list(relax.analysis.free_vars(expr))
+
+
+def shape_of(expr) -> list | None:
+    """Static shape of a tensor expression, or None."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    try:
+        return [int(d) for d in ty.shape.values]
+    except (TypeError, ValueError):
+        return None
+
+
+def dtype_of(expr) -> str:
+    """A tensor expression's dtype ('' for tuples and the like)."""
+    return str(getattr(expr.ty, "dtype", ""))
+
+
+def is_float(expr) -> bool:
+    return dtype_of(expr) in ("float16", "bfloat16", "float32", "float64")
+
+
+def axes_of(call, ndim: int) -> list | None:
+    """A reduction's ``axis`` attribute as sorted non-negative ints (None: all axes)."""
+    axis = call.attrs.axis
+    if axis is None:
+        return list(range(ndim))
+    return sorted(int(a) % ndim for a in axis)
+
+
+def select(matches: list) -> list:
+    """Largest matches first, dropping any that shares a binding with one already taken
+    (a LayerNorm without its gamma is also a match, inside the one with it)."""
+    taken, out = set(), []
+    for m in sorted(matches, key=lambda m: -len(m.inner)):
+        vs = {m.root, *m.inner}
+        if vs & taken:
+            continue
+        taken |= vs
+        out.append(m)
+    return out
+
+
+def record(report, df: Dataflow, matches: list) -> None:
+    """Count ``matches`` into ``report.rewrites`` and their ONNX nodes into ``report.nodes``."""
+    for m in matches:
+        report.rewrites[m.rule] = report.rewrites.get(m.rule, 0) + 1
+        names = sorted({df.source(v).name for v in [*m.inner, m.root]},
+                       key=lambda n: (node_of(n) is None, node_of(n) or 0, n))
+        for label in (node_label(report, n) for n in names):
+            if label not in report.nodes:
+                report.nodes.append(label)
+
+
+class Emitter:
+    """What a rewrite callback gets: ``emit`` binds a helper value, named after the root's
+    ONNX node or after the node of the binding ``like`` (the one it stands for, so that its
+    kernel still names that node); ``call_te`` makes a kernel from a TE compute."""
+
+    def __init__(self, mutator, root_name: str):
+        self._m = mutator
+        self._k = node_of(root_name)
+
+    def emit(self, expr, like=None) -> relax.Var:
+        k = node_of(like.name) if isinstance(like, relax.Var) else None
+        expr = self._m.visit_expr(expr)
+        return self._m.builder_.emit(expr, name_hint=self._m.fresh_name(
+            self._k if k is None else k))
+
+    def call_te(self, fn, *args, name: str, **kwargs):
+        args = [self._m.visit_expr(a) if isinstance(a, relax.Expr) else a for a in args]
+        return self._m.builder_.call_te(fn, *args, primfunc_name_hint=name, **kwargs)
+
+
+def rewrite(mod, plans: dict, func: str = "main"):
+    """Replace the value of every root binding in ``plans`` ({root var: fn(Emitter) ->
+    Expr}) by what ``fn`` returns, bound to a variable of the root's name."""
+    if not plans:
+        return mod
+    used = {}
+    for b in bindings(mod, func):
+        m = _TAG.match(b.var.name)
+        if m:
+            k, j = int(m.group(1)), int(m.group(2) or 0)
+            used[k] = max(used.get(k, 0), j)
+
+    @mutator
+    class _Rewriter(PyExprMutator):
+        def fresh_name(self, k):
+            if k is None:
+                return "rw"
+            used[k] = used.get(k, 0) + 1
+            return f"n{k}_{used[k]}"
+
+        def visit_var_binding_(self, binding):
+            plan = plans.get(binding.var)
+            if plan is None:
+                value = self.visit_expr(binding.value)
+            else:
+                value = self.visit_expr(plan(Emitter(self, binding.var.name)))
+            value = self.builder_.normalize(value)
+            cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
+            var = cls(binding.var.name, value.ty)
+            self.builder_.emit_normalized(relax.VarBinding(var, value))
+            self.set_var_remap(binding.var, var)
+
+    # the builder adds kernels (call_te) to the module it is given: give it a copy
+    mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
+                     global_infos=mod.global_infos)
+    rw = _Rewriter(mod)
+    new_func = rw.visit_expr(mod[func])
+    out = rw.builder_.get()
+    out[func] = new_func
+    return relax.transform.DeadCodeElimination([func])(out)

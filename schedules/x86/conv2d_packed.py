@@ -1,0 +1,140 @@
+"""conv2d NCHW with weights pre-packed OIHW[b]o (passes/pack_conv_weights.py) on x86.
+
+``out[n, f, y, x] += pad[n, c, y*s + ry, x*s + rx] * wp[f // b, c, ry, rx, f % b]``.
+The channel block ``b`` (contiguous in ``wp``) is the vector: the micro-kernel keeps a
+``yt x xt`` tile of output pixels x ``b`` channels of accumulators in registers, loads the
+``b / lanes`` weight vectors of a tap once and broadcasts each input value into them, so
+the FMAs per load no longer depend on the output width (NeoCPU's inner kernel with NCHW
+activations).  The accumulator tile is stored [y][x][f] (f contiguous) and transposed to
+NCHW in its write-back, where the elementwise epilogue (bias, ReLU, residual add) is
+applied.  Padding stays its own parallel stage.  Parallel over (n, channel block, row
+block).  Tiles are divisors of the output height and width, so every shape is exact.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+
+from ..base import ScheduleRule
+from . import common
+
+# accumulator vectors per register tile, of 32 zmm: 24 and more spill (measured 2.5x
+# slower on znver5); the rest hold the tap's weight vectors and a broadcast
+_BUDGET = 20
+
+
+def match_packed_conv(sch):
+    """(conv block rv, channel block b) of a conv reading ``wp[f // b, rc, ry, rx, f % b]``
+    and ``data[n, rc, ., .]``, writing ``out[n, f, y, x]``, with only spatial blocks
+    around it; else None."""
+    cands = []
+    for blk in common.blocks(sch):
+        k = common.iter_kinds(sch.get(blk))
+        if k is None:
+            return None
+        if "R" in k:
+            cands.append((blk, k))
+    if len(cands) != 1 or cands[0][1] != "SSSSRRR":
+        return None
+    rv = cands[0][0]
+    block = sch.get(rv)
+    n, f, y, x, rc, ry, rx = [iv.var for iv in block.iter_vars]
+    if len(block.writes) != 1:
+        return None
+    out = block.writes[0]
+    if out.source.dtype != "float32" or len(out.source.shape) != 4 or not common.same_vars(
+            common.region_vars(out), [n, f, y, x]):
+        return None
+    ins = [r for r in block.reads if not r.source.same_as(out.source)]
+    if len(ins) != 2:
+        return None
+    b = data_ok = None
+    for r in ins:
+        idx = common.region_vars(r)
+        if len(idx) == 5:
+            bb = r.source.shape[4]
+            if (isinstance(bb, tirx.IntImm) and _is(idx[0], tirx.FloorDiv, f, bb)
+                    and _is(idx[4], tirx.FloorMod, f, bb)
+                    and common.same_vars(idx[1:4], [rc, ry, rx])):
+                b = int(bb)
+        elif len(idx) == 4 and idx[0].same_as(n) and idx[1].same_as(rc):
+            data_ok = True
+    if b is None or not data_ok:
+        return None
+    return rv, b
+
+
+def _is(e, op, var, const) -> bool:
+    return (isinstance(e, op) and e.a.same_as(var) and isinstance(e.b, tirx.IntImm)
+            and int(e.b) == int(const))
+
+
+def tile(oh: int, ow: int, vectors: int, width: int = 1) -> tuple:
+    """(yt, xt, vt): a ``yt x xt`` pixel tile (divisors of oh, ow) times ``vt`` channel
+    vectors (a divisor of ``vectors``, each ``width`` registers wide: a ragged block is
+    one vector of ceil(b / lanes) registers) within the accumulator budget, with the fewest
+    loads per FMA: each FMA loads 1/vt of a broadcast and 1/(yt*xt) of a weight vector.
+    Ties go to wider rows (contiguous input)."""
+    best, best_cost = (1, 1, 1), None
+    for vt in common.divisors(vectors):
+        for xt in common.divisors(ow):
+            for yt in common.divisors(oh):
+                if xt > 16 or yt * xt * vt * width > _BUDGET:
+                    continue
+                cost = (1 / vt + 1 / (yt * xt), -xt)
+                if best_cost is None or cost < best_cost:
+                    best, best_cost = (yt, xt, vt), cost
+    return best
+
+
+class Conv2dPacked(ScheduleRule):
+    """conv2d NCHW x OIHW[b]o weights (any kernel, stride, padding, dilation) + epilogue."""
+
+    name = "x86.conv2d_packed"
+
+    def apply(self, func, target):
+        if target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        m = match_packed_conv(sch)
+        if m is None:
+            return None
+        conv, b = m
+        lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        pads, after, tail = common.inline_around(sch, conv)
+        loops = sch.get_loops(conv)
+        ext = [common.const_extent(sch, lp) for lp in loops]
+        if any(e is None for e in ext) or ext[1] % b:
+            return None
+        n, f, y, x, rc, ry, rx = loops
+        # whole vectors of the block can be split into register tiles; a ragged block
+        # (b = 24 on 16 lanes) is one tile
+        vectors = b // lanes if b % lanes == 0 else 1
+        yt, xt, vt = tile(ext[2], ext[3], vectors, 1 if b % lanes == 0 else -(-b // lanes))
+        fo, fi = sch.split(f, [None, b])
+        yo, yi = sch.split(y, [None, yt])
+        xo, xi = sch.split(x, [None, xt])
+        fm, fi = sch.split(fi, [None, b // vectors * vt])
+        sch.reorder(n, fo, yo, xo, fm, rc, ry, rx, yi, xi, fi)
+        wb = sch.cache_write(conv, 0, "local")
+        # channels innermost in the register tile: one vector register per (y, x) pixel
+        sch.transform_layout(conv, ("write", 0), lambda a, c, h, w: (a, h, w, c))
+        sch.reverse_compute_at(wb, fm, preserve_unit_loops=True)
+        if tail is not None:
+            sch.reverse_compute_inline(tail)
+        else:  # several consumers left: schedule them as their own stages
+            pads = pads + after
+        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
+            sch.parallel(sch.fuse(n, fo, yo))
+        sch.unroll(rx)
+        sch.unroll(yi)
+        sch.unroll(xi)
+        sch.vectorize(fi)
+        init = sch.decompose_reduction(conv, rc)
+        sch.vectorize(sch.get_loops(init)[-1])
+        *_, w_f, w_y, w_x = sch.get_loops(wb)
+        sch.unroll(w_x)
+        sch.unroll(w_y)
+        for p in pads:
+            common.schedule_elementwise(sch, p, lanes, ncores)
+        return sch

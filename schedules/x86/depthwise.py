@@ -1,0 +1,150 @@
+"""Depthwise conv2d NCHW on x86: per channel, output rows vectorised over the width.
+
+``out[n, c, y, x] += pad[n, c, y*s + ry, x*s + rx] * w[c, 0, ry, rx]`` has no channel
+reduction, so the GEMM micro-kernel of ``conv2d.py`` degenerates (one FMA per loaded
+vector, a 1-wide channel block).  Here each (image, channel) is one parallel task: its
+padded plane is built inside the task (it stays in L1/L2 instead of making one extra pass
+over the whole tensor), then every output row is computed as ``yt`` rows x ``xt`` columns
+of accumulators in registers (``xt`` a divisor of the width of at most two vectors), the
+``KH x KW`` taps unrolled, each weight broadcast once per tap and reused by every row of
+the tile.  The elementwise epilogue (bias, ReLU6, residual add) is applied in the write-back
+of the register tile.  Matches channel multiplier 1 only (``groups == C == F``).
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from ..base import ScheduleRule
+from . import common
+
+
+def match_depthwise(sch):
+    """(conv block rv, pad block rv or None) of a depthwise conv kernel, else None.
+
+    The one reduction block must read its data at channel ``f + rc`` (``rc`` of extent
+    1) and its weight at ``[f, rc, ry, rx]``, and write ``out[n, f, y, x]``; every other
+    block must be spatial."""
+    cands = []
+    for blk in common.blocks(sch):
+        k = common.iter_kinds(sch.get(blk))
+        if k is None:
+            return None
+        if "R" in k:
+            cands.append((blk, k))
+    if len(cands) != 1 or cands[0][1] != "SSSSRRR":
+        return None
+    rv = cands[0][0]
+    block = sch.get(rv)
+    ivs = [iv.var for iv in block.iter_vars]
+    n, f, y, x, rc, ry, rx = ivs
+    rc_dom = block.iter_vars[4].dom
+    if not (_int(rc_dom.extent) == 1 and _int(rc_dom.min) == 0):
+        return None
+    if len(block.writes) != 1:
+        return None
+    out = block.writes[0]
+    if out.source.dtype != "float32" or len(out.source.shape) != 4 or not common.same_vars(
+            common.region_vars(out), [n, f, y, x]):
+        return None
+    ins = [r for r in block.reads if not r.source.same_as(out.source)]
+    if len(ins) != 2:
+        return None
+    weight = data = None
+    for r in ins:
+        idx = common.region_vars(r)
+        if len(idx) != 4:
+            return None
+        if common.same_vars(idx, [f, rc, ry, rx]):
+            weight = r
+        elif idx[0].same_as(n) and _is_sum(idx[1], f, rc):
+            data = r
+    if weight is None or data is None:
+        return None
+    # the data buffer is produced by a padding block in this function, or is the input
+    pad = None
+    for p in sch.get_producers(rv):
+        if sch.get(p).writes[0].source.same_as(data.source):
+            pad = p
+    return rv, pad
+
+
+def _int(e):
+    return getattr(e, "value", None)
+
+
+def _is_sum(e, a, b) -> bool:
+    """``e`` is ``a + b`` (either order)."""
+    from tvm import tirx
+
+    return isinstance(e, tirx.Add) and (
+        (e.a.same_as(a) and e.b.same_as(b)) or (e.a.same_as(b) and e.b.same_as(a)))
+
+
+class DepthwiseConv2dNCHW(ScheduleRule):
+    """Depthwise conv2d NCHW (any kernel, stride, padding, dilation) + elementwise epilogue."""
+
+    name = "x86.depthwise_conv2d_nchw"
+
+    def apply(self, func, target):
+        if target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        m = match_depthwise(sch)
+        if m is None:
+            return None
+        conv, pad = m
+        return schedule_window(sch, conv, pad, target)
+
+
+def schedule_window(sch, conv, pad, target):
+    """Schedule a sliding-window reduction ``out[n, c, y, x] = R over taps`` (depthwise
+    conv, pooling): parallel over (n, c), the padded plane built inside each channel's
+    task, a ``yt x xt`` register tile of outputs (``xt`` vectorised, a divisor of the
+    width) with the taps unrolled, the elementwise epilogue in the tile's write-back.
+    ``pad`` is the block producing the window's input, or None.  Returns ``sch``, or
+    None when a loop extent is symbolic."""
+    lanes, ncores = common.lanes_fp32(target), common.cores(target)
+    pad_name = sch.get(pad).name_hint if pad is not None else None
+    pads, after, tail = common.inline_around(sch, conv)
+    loops = sch.get_loops(conv)
+    ext = [common.const_extent(sch, lp) for lp in loops]
+    if any(e is None for e in ext):
+        return None
+    n, f, y, x, *red = loops
+    ny, nx = ext[2], ext[3]
+    xt = common.vector_tile(nx, lanes)
+    nv = -(-xt // lanes)
+    # rows per register tile: each broadcast weight feeds yt * nv FMAs
+    yt = max(d for d in common.divisors(ny) if d * nv <= 8)
+    yo, yi = sch.split(y, [None, yt])
+    xo, xi = sch.split(x, [None, xt])
+    sch.reorder(n, f, yo, xo, *red, yi, xi)
+    wb = sch.cache_write(conv, 0, "local")
+    sch.reverse_compute_at(wb, xo, preserve_unit_loops=True)
+    if tail is not None:
+        sch.reverse_compute_inline(tail)
+    else:  # several consumers left: schedule them as their own stages
+        pads = pads + after
+    nf = sch.fuse(n, f)
+    if ncores > 1:
+        sch.parallel(nf)
+    for r in red[-2:]:  # the window taps
+        sch.unroll(r)
+    sch.unroll(yi)
+    sch.vectorize(xi)
+    init = sch.decompose_reduction(conv, red[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+    *_, w_y, w_x = sch.get_loops(wb)
+    sch.vectorize(w_x)
+    for p in pads:
+        if sch.get(p).name_hint == pad_name:
+            # one channel's padded plane, built inside the channel's task
+            sch.compute_at(p, nf, preserve_unit_loops=True)
+            pl = sch.get_loops(p)[1:]
+            inner = common.const_extent(sch, pl[-1])
+            if inner is not None and inner <= 4 * lanes:
+                sch.vectorize(pl[-1])
+        else:
+            common.schedule_elementwise(sch, p, lanes, ncores)
+    return sch

@@ -1,0 +1,84 @@
+"""fuse_layer_norm: (x - mean) / sqrt(var + eps) * gamma + beta => layer_norm(x, gamma, beta)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from passes import FuseLayerNorm
+from tests.conftest import assert_close, ort_run
+
+from .helpers import compile_run, model, node, report, run_pass
+
+RULE = "decomposed LayerNorm => layer_norm"
+SHAPE = [2, 5, 16]
+RNG = np.random.default_rng(1)
+
+
+def decomposed_ln(gamma=True, beta=True, square="Pow", gamma_shape=(16,), extra_output=False,
+                  eps=1e-5):
+    """LayerNorm as exported below opset 17: ReduceMean, Sub, Pow 2 (or Mul d d),
+    ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta."""
+    inits = {"two": np.array(2.0, np.float32), "eps": np.array(eps, np.float32),
+             "gamma": RNG.uniform(0.5, 1.5, gamma_shape).astype(np.float32),
+             "beta": RNG.normal(0, 0.1, 16).astype(np.float32)}
+    nodes = [node("ReduceMean", ["x"], "mean", axes=[-1]), node("Sub", ["x", "mean"], "sub"),
+             node("Pow", ["sub", "two"], "sq") if square == "Pow" else
+             node("Mul", ["sub", "sub"], "sq"),
+             node("ReduceMean", ["sq"], "var", axes=[-1]), node("Add", ["var", "eps"], "add_eps"),
+             node("Sqrt", ["add_eps"], "std"), node("Div", ["sub", "std"], "norm")]
+    out = "norm"
+    if gamma:
+        nodes.append(node("Mul", [out, "gamma"], "scale"))
+        out = "scale"
+    if beta:
+        nodes.append(node("Add", ["beta", out], "shift"))  # constant first: either order
+        out = "shift"
+    outputs = {out: SHAPE, **({"sub": SHAPE} if extra_output else {})}
+    return model(nodes, {"x": SHAPE}, outputs, inits)
+
+
+def _feeds():
+    return {"x": (3 + 2 * RNG.standard_normal(SHAPE)).astype(np.float32)}
+
+
+def test_structure_nine_ops_become_one():
+    before, after, r = run_pass(FuseLayerNorm(), decomposed_ln())
+    assert before["relax.mean"] == 2 and before["relax.sqrt"] == 1
+    assert after == {"relax.nn.layer_norm": 1}
+    assert r.rewrites == {RULE: 1}
+    assert r.nodes == ["mean", "sub", "sq", "var", "add_eps", "std", "norm", "scale", "shift"]
+
+
+def test_variants_without_gamma_beta_and_with_mul_square():
+    for kw in ({"gamma": False}, {"beta": False}, {"gamma": False, "beta": False},
+               {"square": "Mul"}):
+        _, after, r = run_pass(FuseLayerNorm(), decomposed_ln(**kw))
+        assert after == {"relax.nn.layer_norm": 1} and r.rewrites == {RULE: 1}, kw
+
+
+def test_numerics_against_onnxruntime_and_disabled():
+    m, feeds = decomposed_ln(), _feeds()
+    outs, cm = compile_run(m, feeds)
+    assert report(cm, "fuse_layer_norm")["rewrites"] == {RULE: 1}
+    assert_close(outs, ort_run(m, feeds))
+    outs_off, cm_off = compile_run(m, feeds, disabled_passes=["fuse_layer_norm"])
+    assert_close(outs_off, ort_run(m, feeds))
+    assert cm.report["kernels"] < cm_off.report["kernels"]
+
+
+def test_not_fused_when_an_intermediate_is_used_elsewhere():
+    m = decomposed_ln(extra_output=True)
+    _, after, r = run_pass(FuseLayerNorm(), m)
+    assert r.rewrites == {} and "relax.nn.layer_norm" not in after
+    feeds = _feeds()
+    assert_close(compile_run(m, feeds)[0], ort_run(m, feeds))
+
+
+def test_not_fused_when_gamma_varies_along_a_kept_axis():
+    # gamma of shape (5, 1) scales rows, not features: not a LayerNorm's gamma
+    _, after, r = run_pass(FuseLayerNorm(), decomposed_ln(gamma_shape=(5, 1)))
+    # the normalisation alone is still a LayerNorm (without gamma); the row scale stays
+    assert r.rewrites == {RULE: 1} and after["relax.multiply"] == 1
+    m = decomposed_ln(gamma_shape=(5, 1), beta=False)
+    feeds = _feeds()
+    assert_close(compile_run(m, feeds)[0], ort_run(m, feeds))

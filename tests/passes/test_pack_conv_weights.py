@@ -1,0 +1,72 @@
+"""pack_conv_weights: structure (counts, names, packed layout), numerics against
+onnxruntime, and convs it must leave alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from onnx import helper
+
+import compiler
+from passes.pack_conv_weights import pack_oihw
+from tests.schedules.util import onnx_model
+
+
+def _model(groups=1, k=3, f=32, c=8):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((f, c // groups, k, k)).astype("float32") * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[k, k],
+                              pads=[k // 2] * 4, group=groups, name="stem.conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="stem.relu")]
+    return onnx_model(nodes, [("x", (1, c, 10, 10))], [("y", (1, f, 10, 10))], {"w": w})
+
+
+def _report(cm):
+    return next(p for p in cm.report["passes"] if p["name"] == "pack_conv_weights")
+
+
+def test_pack_oihw_layout():
+    w = np.arange(32 * 2 * 3 * 3, dtype="float32").reshape(32, 2, 3, 3)
+    p = pack_oihw(w, 16)
+    assert p.shape == (2, 2, 3, 3, 16)
+    assert p[1, 1, 2, 0, 5] == w[16 + 5, 1, 2, 0]
+
+
+def test_rewrites_3x3_names_node_and_matches_ort():
+    model = _model()
+    cm = compiler.compile(model, target="host")
+    rep = _report(cm)
+    assert rep["rewrites"] == {"conv2d(x, W) => conv2d_nchw_packed(x, OIHW[b]o(W))": 1}
+    assert rep["nodes"] == ["stem.conv"]
+    assert cm.report["schedules"].get("x86.conv2d_packed") == 1
+    # the kernel still names the ONNX nodes it computes
+    calls = cm.meta["graph"]["calls"]
+    assert any("stem.conv" in c.get("nodes", []) for c in calls)
+    x = np.random.default_rng(1).standard_normal((1, 8, 10, 10)).astype("float32")
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_leaves_depthwise_and_unblocked_channels_alone():
+    for model in (_model(groups=8, f=8), _model(f=24), _model(f=1000, c=4)):
+        cm = compiler.compile(model, target="host")
+        assert not _report(cm)["rewrites"], _report(cm)
+        assert "x86.conv2d_packed" not in cm.report["schedules"]
+
+
+def test_options_min_taps_and_blocks():
+    cm = compiler.compile(_model(k=1), target="host")   # 1x1 packed by default
+    assert cm.report["schedules"].get("x86.conv2d_packed") == 1
+    cm = compiler.compile(_model(k=1), target="host",
+                          pass_config={"pack_conv_weights": {"min_taps": 2}})
+    assert not _report(cm)["rewrites"]
+    cm = compiler.compile(_model(f=24), target="host",
+                          pass_config={"pack_conv_weights": {"blocks": (24,)}})
+    assert cm.report["schedules"].get("x86.conv2d_packed") == 1
+
+
+def test_disabled_by_pass_name():
+    cm = compiler.compile(_model(), target="host", disabled_passes=["pack_conv_weights"])
+    assert _report(cm)["skipped"] == "disabled"
+    assert "x86.conv2d_packed" not in cm.report["schedules"]

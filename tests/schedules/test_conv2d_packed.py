@@ -1,0 +1,79 @@
+"""x86.conv2d_packed: tile choice, structure under a Target, numerics against onnxruntime
+(through pack_conv_weights), negatives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+from tvm import relax
+
+from passes.pack_conv_weights import PackConvWeights, conv2d_nchw_packed
+from schedules.x86.conv2d_packed import Conv2dPacked, tile
+from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
+
+
+def _packed(c, h, w, f, k, b, stride=1, pad=1):
+    def build(bb, x, wp, bias):
+        y = bb.emit_te(conv2d_nchw_packed, x, wp, [stride] * 2, [pad] * 4, [1, 1],
+                       primfunc_name_hint="conv2d")
+        return bb.emit(relax.op.nn.relu(relax.op.add(y, bias)))
+    return fused_primfunc(build, [(1, c, h, w), (f // b, c, k, k, b), (1, f, 1, 1)], "conv2d")
+
+
+def test_tile_choice():
+    assert tile(56, 56, 2) == (1, 8, 2)    # 16 accumulators, two vectors per broadcast
+    assert tile(13, 13, 2) == (1, 13, 1)   # 13 pixels x one vector beats 1 pixel x two
+    yt, xt, vt = tile(111, 111, 2)
+    assert 111 % yt == 0 and 111 % xt == 0 and yt * xt * vt <= 20
+
+
+def test_structure_register_tile_and_epilogue():
+    text = Conv2dPacked().apply(_packed(16, 14, 14, 64, 3, 32), TARGET).mod["main"].script()
+    assert "T.parallel" in text and "T.vectorized(T.int64(32))" in text
+    assert "_local" in text and "T.unroll" in text
+    assert 'T.sblock("T_add")' not in text and 'T.sblock("compute")' not in text
+
+
+def test_rejects_unpacked_conv_and_depthwise():
+    conv = fused_primfunc(lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, padding=1)),
+                          [(1, 8, 8, 8), (16, 8, 3, 3)], "conv2d")
+    assert Conv2dPacked().apply(conv, TARGET) is None
+    dw = fused_primfunc(lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, padding=1, groups=8)),
+                        [(1, 8, 8, 8), (8, 1, 3, 3)], "conv2d")
+    assert Conv2dPacked().apply(dw, TARGET) is None
+
+
+@pytest.mark.parametrize("k,stride,pad,dil,shape,f", [
+    (3, 1, 1, 1, (1, 8, 13, 11), 32),    # odd widths, 2-vector block
+    (3, 2, 0, 1, (1, 3, 23, 23), 64),    # SqueezeNet stem, small
+    (7, 2, 3, 1, (1, 3, 20, 20), 16),    # ResNet/Inception stem, small
+    (3, 1, 2, 2, (1, 4, 9, 9), 24),      # dilated; ragged block (24 = 1.5 vectors)
+    (3, 1, 1, 1, (1, 6, 7, 7), 40),      # 40 = 2.5 vectors
+    (1, 3, 0, 1, (1, 8, 9, 9), 16),      # 1x3 kernel
+    (1, 2, 0, 1, (1, 32, 14, 14), 64),   # 1x1 strided (ResNet downsampling)
+])
+def test_numerics_conv_bias_relu_add(k, stride, pad, dil, shape, f, monkeypatch):
+    rng = np.random.default_rng(0)
+    c = shape[1]
+    kh, kw = (1, 3) if (k, stride) == (1, 3) else (k, k)
+    stride_ = 1 if (k, stride) == (1, 3) else stride
+    w = rng.standard_normal((f, c, kh, kw)).astype("float32") * 0.3
+    b = rng.standard_normal((f,)).astype("float32")
+    ho = (shape[2] + 2 * pad - dil * (kh - 1) - 1) // stride_ + 1
+    wo = (shape[3] + 2 * pad - dil * (kw - 1) - 1) // stride_ + 1
+    out = (1, f, ho, wo)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kh, kw],
+                         strides=[stride_] * 2, pads=[pad] * 4, dilations=[dil] * 2,
+                         name="conv"),
+        helper.make_node("Add", ["c", "r"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu"),
+    ]
+    model = onnx_model(nodes, [("x", shape), ("r", out)], [("y", out)], {"w": w, "b": b})
+    feeds = {"x": rng.standard_normal(shape).astype("float32"),
+             "r": rng.standard_normal(out).astype("float32")}
+    # ragged blocks (24, 40) are off by default: ask for them
+    monkeypatch.setattr(PackConvWeights, "options",
+                        {"min_taps": 1, "blocks": (32, 16, 48, 24, 40, 8)})
+    check_against_ort(model, feeds, "x86.conv2d_packed")

@@ -1,0 +1,107 @@
+"""x86.depthwise_conv2d_nchw and x86.pool2d_nchw: structure under a Target, numerics
+against onnxruntime, negatives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+from tvm import relax
+
+from schedules.x86.depthwise import DepthwiseConv2dNCHW
+from schedules.x86.pool import Pool2dNCHW
+from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
+
+
+def _dw(c, stride=1, pad=1):
+    def build(bb, x, w, b):
+        y = bb.emit(relax.op.nn.conv2d(x, w, strides=stride, padding=pad, groups=c))
+        return bb.emit(relax.op.clip(relax.op.add(y, b), 0, 6))
+    return build
+
+
+def test_depthwise_structure_per_channel_tasks_epilogue_inlined():
+    f = fused_primfunc(_dw(32), [(1, 32, 28, 28), (32, 1, 3, 3), (1, 32, 1, 1)], "conv2d")
+    sch = DepthwiseConv2dNCHW().apply(f, TARGET)
+    assert sch is not None
+    text = sch.mod["main"].script()
+    assert "T.parallel(T.int64(32))" in text      # one task per (image, channel)
+    assert "T.vectorized(T.int64(14))" in text     # 28 wide: two rows of 14 lanes
+    assert "_local" in text and "T.unroll" in text
+    assert 'T.sblock("T_add")' not in text and 'T.sblock("compute")' not in text
+
+
+def test_depthwise_rejects_dense_and_grouped_conv():
+    dense = fused_primfunc(lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, padding=1)),
+                           [(1, 1, 8, 8), (4, 1, 3, 3)], "conv2d")   # C=1: rc=1 too
+    assert DepthwiseConv2dNCHW().apply(dense, TARGET) is None
+    grouped = fused_primfunc(
+        lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, padding=1, groups=2)),
+        [(1, 8, 8, 8), (8, 4, 3, 3)], "conv2d")
+    assert DepthwiseConv2dNCHW().apply(grouped, TARGET) is None
+    pool = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, (3, 3))),
+                          [(1, 16, 8, 8)], "pool")
+    assert DepthwiseConv2dNCHW().apply(pool, TARGET) is None
+
+
+def test_pool_structure_and_negatives():
+    f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.avg_pool2d(x, (3, 3), strides=2,
+                                                                     padding=1)),
+                       [(1, 16, 28, 28)], "pool")
+    text = Pool2dNCHW().apply(f, TARGET).mod["main"].script()
+    assert "T.parallel(T.int64(16))" in text and "T.vectorized(T.int64(14))" in text
+    assert 'T.sblock("pool_avg")' not in text   # the division is in the write-back
+    gap = fused_primfunc(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)),
+                         [(1, 16, 7, 7)], "mean")
+    assert Pool2dNCHW().apply(gap, TARGET) is None
+    conv = fused_primfunc(_dw(16), [(1, 16, 8, 8), (16, 1, 3, 3), (1, 16, 1, 1)], "conv2d")
+    assert Pool2dNCHW().apply(conv, TARGET) is None
+
+
+@pytest.mark.parametrize("k,stride,pad,shape", [
+    (3, 1, 1, (1, 24, 13, 11)),   # odd sizes
+    (3, 2, 1, (1, 16, 15, 15)),   # strided, MobileNetV2's downsampling
+    (5, 1, 2, (1, 8, 9, 20)),     # 5x5
+    (3, 2, 0, (1, 8, 12, 12)),    # unpadded: no pad block
+])
+def test_depthwise_numerics(k, stride, pad, shape):
+    rng = np.random.default_rng(0)
+    c = shape[1]
+    w = rng.standard_normal((c, 1, k, k)).astype("float32")
+    b = rng.standard_normal((c,)).astype("float32")
+    ho = (shape[2] + 2 * pad - k) // stride + 1
+    wo = (shape[3] + 2 * pad - k) // stride + 1
+    out = (1, c, ho, wo)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
+                         strides=[stride] * 2, pads=[pad] * 4, group=c, name="dw"),
+        helper.make_node("Clip", ["c", "lo", "hi"], ["y"], name="relu6"),
+    ]
+    model = onnx_model(nodes, [("x", shape)], [("y", out)],
+                       {"w": w, "b": b, "lo": np.array(0, "float32"),
+                        "hi": np.array(6, "float32")})
+    check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
+                      "x86.depthwise_conv2d_nchw")
+
+
+@pytest.mark.parametrize("op,attrs,shape", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2]), (1, 8, 111, 111)),   # SqueezeNet
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]), (1, 8, 28, 28)),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), (1, 4, 14, 14)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), (1, 8, 13, 13)),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2]), (1, 8, 28, 28)),
+])
+def test_pool_numerics(op, attrs, shape):
+    rng = np.random.default_rng(1)
+    node = helper.make_node(op, ["x"], ["y"], name="pool", **attrs)
+    import onnx
+    from onnx import TensorProto
+
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    m = onnx.shape_inference.infer_shapes(m)
+    check_against_ort(m, {"x": rng.standard_normal(shape).astype("float32")},
+                      "x86.pool2d_nchw")
