@@ -57,6 +57,8 @@ def _add_run(sub):
 def _add_memplan(sub):
     p = sub.add_parser("memplan", help="print a compiled model's memory plan")
     p.add_argument("artifact")
+    p.add_argument("--png", default=None, metavar="FILE",
+                   help="also draw the plan (offset over time); needs matplotlib")
     p.set_defaults(func=cmd_memplan)
 
 
@@ -78,6 +80,19 @@ def _add_inspect(sub):
     p.set_defaults(func=cmd_inspect)
 
 
+def _add_debug(sub):
+    p = sub.add_parser("debug", help="find the first tensor where onnxc and a reference differ")
+    p.add_argument("model")
+    p.add_argument("--compare", choices=["onnxruntime", "reference"], default="onnxruntime")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME")
+    p.add_argument("--target", default="host")
+    p.add_argument("--rtol", type=float, default=1e-3)
+    p.add_argument("--atol", type=float, default=1e-5)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_debug)
+
+
 def _add_ops(sub):
     p = sub.add_parser("ops", help="list the supported ONNX operators")
     p.add_argument("--target", default="host")
@@ -89,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="log progress, and show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_compile, _add_run, _add_bench, _add_inspect, _add_memplan, _add_ops):
+    for add in (_add_compile, _add_run, _add_bench, _add_inspect, _add_debug, _add_memplan,
+                _add_ops):
         add(sub)
     return parser
 
@@ -234,6 +250,41 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_debug(args) -> int:
+    """Exit 0 when every observable tensor matches, 1 at the first divergence."""
+    import numpy as np
+
+    from compiler.debug import find_divergence
+    from compiler.importer import input_signature
+    from compiler.loader import load_model
+
+    feeds = _parse_inputs(args.input)
+    rng = np.random.default_rng(args.seed)
+    for s in input_signature(load_model(args.model), args.model,
+                             {k: list(v.shape) for k, v in feeds.items()}):
+        if s["name"] not in feeds:
+            feeds[s["name"]] = _random(rng, s["shape"], s["dtype"])
+    r = find_divergence(args.model, feeds, compare=args.compare, target=args.target,
+                        disabled_passes=args.disable_pass, rtol=args.rtol, atol=args.atol)
+    print(f"compared {len(r['checked'])} observable tensors of {r['nodes']} nodes with "
+          f"{r['compare']} (rtol {args.rtol}, atol {args.atol})"
+          + (f", passes disabled: {', '.join(r['disabled_passes'])}" if r["disabled_passes"]
+             else ""))
+    f = r["first"]
+    if f is None:
+        print("no divergence")
+        return 0
+    print(f"first divergence: tensor {f['tensor']!r} = output of node {f['node']!r} ({f['op']})")
+    print(f"  {f['why']}")
+    print(f"  computed by kernel {f['kernel']} (ONNX nodes: {', '.join(f['kernel_nodes'])})")
+    if f["passes"]:
+        print(f"  rewritten by: {', '.join(f['passes'])}; confirm with "
+              + " ".join(f"--disable-pass {p}" for p in f["passes"]))
+    else:
+        print("  no graph pass rewrote these nodes")
+    return 1
+
+
 def cmd_memplan(args) -> int:
     import runtime
     from runtime.artifact import read_artifact
@@ -246,7 +297,35 @@ def cmd_memplan(args) -> int:
         if t["storage"] == "arena":
             names[t["index"]] = (names[t["index"]] + "," if names[t["index"]] else "") + t["name"]
     print(plan.format(names=names))
+    if args.png:
+        _draw_plan(plan, names, args.png)
+        print(f"drawn to {args.png}")
     return 0
+
+
+def _draw_plan(plan, names, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--png needs matplotlib: pip install 'onnxc[plot]'") from None
+    fig, ax = plt.subplots(figsize=(10, 6))
+    for i, off in enumerate(plan.offsets):
+        size = plan.sizes[i]
+        if size:
+            ax.broken_barh([(plan.first_uses[i], plan.last_uses[i] - plan.first_uses[i] + 1)],
+                           (off / 2**20, size / 2**20), alpha=0.7, edgecolor="black", linewidth=0.4)
+    ax.axhline(plan.lower_bound_bytes / 2**20, color="red", ls="--", label="lower bound")
+    ax.set_xlabel("step")
+    ax.set_ylabel("arena offset (MiB)")
+    ax.set_title(f"arena {plan.arena_bytes / 2**20:.2f} MiB, lower bound "
+                 f"{plan.lower_bound_bytes / 2**20:.2f} MiB, no reuse "
+                 f"{plan.no_reuse_bytes / 2**20:.2f} MiB ({plan.algorithm})")
+    ax.legend()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def cmd_inspect(args) -> int:

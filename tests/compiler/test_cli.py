@@ -145,3 +145,10 @@ def test_inspect_unsupported_exits_1(tmp_path):
     assert "Frob" in line and "com.acme" in line and "UNSUPPORTED" in line
     assert "no converter is registered" in line
     assert "1 of 2 nodes supported" in r.stdout
+
+
+def test_memplan_png(compiled_cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    r = onnxc("memplan", compiled_cli / "cnn.so", "--png", tmp_path / "plan.png")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "plan.png").read_bytes()[:4] == b"\x89PNG"
