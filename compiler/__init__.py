@@ -8,6 +8,7 @@
 __version__ = "0.1.0"
 
 from . import converters  # noqa: E402,F401  (registers onnxc's converters)
+from . import converters_nn  # noqa: E402,F401  (Attention, losses, ...)
 from .driver import CompiledModel  # noqa: E402
 from .specialize import DynamicModel, compile  # noqa: E402
 from .errors import CompileError, ModelError, UnsupportedError  # noqa: E402

@@ -28,8 +28,22 @@ _ASM = f"""\
 """
 
 
-def write_artifact(path: str, kernels, meta: dict, payload: bytes, cc: str = "cc") -> None:
-    """Link ``kernels`` (a built TVM module) and the blob into ``path``, atomically."""
+def write_artifact(path: str, kernels, meta: dict, payload: bytes, cc: str = "cc",
+                   toolchain: dict | None = None) -> None:
+    """Link ``kernels`` (a built TVM module) and the blob into ``path``, atomically.
+
+    ``toolchain`` (``targets.TargetInfo.toolchain``: ``cc``, ``cxx``, ``install``) names the
+    cross compilers for another architecture (aarch64): ``cc`` assembles the blob, ``cxx``
+    links the library; None uses this machine's ``cc`` and TVM's default linker.
+    """
+    link_kw = {}
+    if toolchain is not None:  # cross-compiling: the cross gcc assembles, the cross g++ links
+        cc = toolchain["cc"]
+        link_kw = {"cc": toolchain["cxx"]}
+        for tool in (toolchain["cc"], toolchain["cxx"]):
+            if shutil.which(tool) is None:
+                raise CompileError(f"cannot write {path}: the cross compiler {tool!r} is not "
+                                   f"installed ({toolchain.get('install', 'install it')})")
     path = os.path.abspath(path)
     out_dir = os.path.dirname(path)
     if not os.path.isdir(out_dir):
@@ -49,7 +63,7 @@ def write_artifact(path: str, kernels, meta: dict, payload: bytes, cc: str = "cc
             raise CompileError(f"assembling the model blob failed: {r.stderr.strip()}")
         partial = os.path.join(out_dir, f".{os.path.basename(path)}.{os.getpid()}.tmp.so")
         try:
-            kernels.export_library(partial, addons=[obj])
+            kernels.export_library(partial, addons=[obj], **link_kw)
             os.replace(partial, path)
         except Exception as e:
             raise CompileError(f"writing {path} failed: {str(e).strip().splitlines()[-1]}") \

@@ -22,8 +22,9 @@ def _add_compile(sub):
     p = sub.add_parser("compile", help="compile an ONNX model into one .so")
     p.add_argument("model", help="the .onnx file")
     p.add_argument("-o", "--output", required=True, help="the .so to write")
-    p.add_argument("--target", default="host", help="host, x86, x86-avx2, x86-avx512 or a "
-                   "TVM target JSON dict (default: host)")
+    p.add_argument("--target", default="host", help="host, x86, x86-avx2, x86-avx512, arm, "
+                   "arm-dotprod, arm-sve, cuda, cuda:sm_XX or a TVM target JSON dict "
+                   "(default: host)")
     p.add_argument("--opt-level", type=int, default=3, choices=range(4))
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME")
     p.add_argument("--layout", default="auto", choices=["auto", "NCHW", "NHWC", "NCHWc"])
@@ -51,6 +52,9 @@ def _add_run(sub):
                    help="time every kernel call; write a Chrome trace and print a summary")
     p.add_argument("--check-nan", action="store_true",
                    help="check every kernel's outputs for NaN/Inf; name the first offender")
+    p.add_argument("--allow-untrusted-location", action="store_true",
+                   help="load the artifact even from a location other users can write "
+                        "(loading a .so runs its code; see docs/security.md)")
     p.set_defaults(func=cmd_run)
 
 
@@ -105,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log progress, and show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_compile, _add_run, _add_bench, _add_inspect, _add_debug, _add_memplan,
-                _add_ops):
+                _add_ops, _add_tune):
         add(sub)
     return parser
 
@@ -124,6 +128,8 @@ def cmd_compile(args) -> int:
           f"arena {_mib(mem['arena_bytes'])} (lower bound {_mib(mem['lower_bound_bytes'])}, "
           f"no reuse {_mib(mem['no_reuse_bytes'])}), params {_mib(mem['params_bytes'])}, "
           f"target {r['target']['name']} ({r['target']['cpu']}), {r['compile_seconds']:.1f}s")
+    if r.get("tuning"):
+        print(_tuning_line(r))
     if args.report:
         with open(args.report, "w") as f:
             json.dump(r, f, indent=2)
@@ -159,6 +165,8 @@ def cmd_run(args) -> int:
 
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, got {args.repeat}")
+    if not args.allow_untrusted_location:
+        check_trusted_location(args.artifact)
     options = runtime.SessionOptions(enable_profiling=bool(args.profile),
                                      check_nan=args.check_nan)
     sess = runtime.load(args.artifact, options)
@@ -191,6 +199,37 @@ def cmd_run(args) -> int:
     print(f"latency: median {times[len(times) // 2] * 1e3:.3f} ms, min {times[0] * 1e3:.3f} ms "
           f"over {len(times)} run(s)")
     return 0
+
+
+def check_trusted_location(path: str) -> None:
+    """Refuse (UsageError) an artifact other users could have written or swapped.
+
+    Loading a .so runs its code.  Refused, after resolving symlinks: a file writable by
+    everyone; a file in a directory writable by everyone without the sticky bit (anyone
+    could replace it); a file in a sticky world-writable directory such as /tmp that is
+    owned by another user (anyone could have put it there).  See docs/security.md.
+    """
+    import stat
+
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+        dst = os.stat(os.path.dirname(real) or ".")
+    except OSError:
+        return  # missing file: runtime.load says so
+    hint = ("; move it somewhere only you can write, or pass --allow-untrusted-location if "
+            "you trust its contents (loading a .so runs its code)")
+    if st.st_mode & stat.S_IWOTH:
+        raise UsageError(f"refusing to load {path}: the file is writable by every user{hint}")
+    if dst.st_mode & stat.S_IWOTH:
+        where = os.path.dirname(real)
+        if not dst.st_mode & stat.S_ISVTX:
+            raise UsageError(f"refusing to load {path}: its directory {where} is writable by "
+                             f"every user (and has no sticky bit), so anyone could have "
+                             f"replaced it{hint}")
+        if st.st_uid not in (os.getuid(), 0):
+            raise UsageError(f"refusing to load {path}: it lies in the shared directory "
+                             f"{where} and belongs to another user (uid {st.st_uid}){hint}")
 
 
 def _random(rng, shape, dtype: str):
@@ -231,6 +270,8 @@ def cmd_bench(args) -> int:
     print(f"compiled {args.model} for {cm.report['target']['name']} "
           f"({cm.report['target']['cpu']}): {cm.report['kernels']} kernel calls in "
           f"{cm.report['compile_seconds']:.1f}s")
+    if cm.report.get("tuning"):
+        print(_tuning_line(cm.report))
     with tempfile.TemporaryDirectory(prefix="onnxc-") as tmp:
         so = cm.export(os.path.join(tmp, "model.so"))
         r = measure(args.model, so, rounds=args.rounds, runs=args.runs,
@@ -368,6 +409,59 @@ def cmd_ops(args) -> int:
     return 0
 
 
+# -- onnxc tune (compiler/tune.py) -------------------------------------------------------
+
+
+def _add_tune(sub):
+    p = sub.add_parser("tune", help="tune a model's kernels into a tuning database "
+                       "(MetaSchedule + XGBoost; resumable)")
+    p.add_argument("model")
+    p.add_argument("--target", default="host")
+    p.add_argument("--db", required=True, metavar="DIR",
+                   help="the tuning database directory (created if missing; tasks it already "
+                        "has are skipped, so rerunning resumes)")
+    p.add_argument("--trials", type=int, default=None, metavar="N",
+                   help="measured candidates over all tasks (default: 32 per task, or no "
+                        "limit with --time-budget)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock budget, shared among tasks by expected gain")
+    p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
+                   help="measure on the RPC servers registered at this TVM RPC tracker")
+    p.add_argument("--rpc-key", default=None, metavar="KEY")
+    p.add_argument("--opt-level", type=int, default=3, choices=range(4),
+                   help="as for compile: the graph passes decide which kernels exist")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME")
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args) -> int:
+    from compiler.tune import tune
+
+    if args.rpc_tracker and not args.rpc_key:
+        raise UsageError("--rpc-tracker needs --rpc-key (the key the RPC servers registered)")
+    if args.rpc_key and not args.rpc_tracker:
+        raise UsageError("--rpc-key needs --rpc-tracker HOST:PORT")
+    s = tune(args.model, args.target, args.db, trials=args.trials, time_budget=args.time_budget,
+             rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, opt_level=args.opt_level,
+             disabled_passes=args.disable_pass)
+    print(f"{s['tasks']} tasks: {s['already_done']} already in the database, {s['tuned']} "
+          f"tuned, {s['default_kept']} kept the default schedule, {s['not_started']} not "
+          f"started (budget), {s.get('skipped', 0)} skipped; {s['trials']} trials "
+          f"({s['valid_trials']} valid) in {s.get('seconds', 0):.0f}s, measured with "
+          f"{s['measured_with'] or '-'}; records in {os.path.join(s['database'], s['target_file'])}")
+    return 0
+
+
+def _tuning_line(r: dict) -> str:
+    t = r["tuning"]
+    line = (f"tuning db {t['database']}: {r['tuned_kernels']} of {r['distinct_kernels']} kernels "
+            f"tuned ({t['tuned_schedule']} tuned schedules, {t['default_kept']} default kept), "
+            f"{t['no_record']} without a record")
+    if t["replay_failed"]:
+        line += f", {t['replay_failed']} records that did not apply"
+    return line
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -377,9 +471,10 @@ def main(argv=None) -> int:
     import runtime
     import targets
     from compiler.errors import CompileError
+    from schedules.tuning import TuningError
 
     user_errors = (UsageError, CompileError, runtime.ArtifactError, runtime.NonFiniteError,
-                   targets.TargetError,
+                   targets.TargetError, TuningError,
                    passes.PassConfigError, ValueError, OSError)
     try:
         return args.func(args)

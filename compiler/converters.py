@@ -201,3 +201,161 @@ for _op in ("ReduceMin", "ReduceMax", "ReduceSum", "ReduceMean", "ReduceProd", "
     _refuse_empty_reduce(_op)
 
 _refuse_attr("Resize", "antialias", lambda v: bool(v), since=10)
+
+
+# --- Real exports: shape arithmetic of PyTorch's TorchScript exporter (HuggingFace models) --
+#
+# Exported attention masks and position ids are computed from Shape/Gather/Unsqueeze/Concat/
+# Equal/Where/Range/ConstantOfShape/Expand.  Once input shapes are fixed all of it is known
+# at compile time, but TVM 0.27's converters take wrong or dynamic paths on it: the
+# converters below evaluate these ops with numpy when every input is known (a constant, a
+# static shape value, or a constant scalar) and otherwise delegate to TVM's converter.
+
+# Results up to this many elements are computed at import; larger ones stay Relax ops.
+_FOLD_MAX_ELEMENTS = 1 << 16
+
+
+def _static_value(x):
+    """The numpy value of an input known at compile time, or None.
+
+    A Relax constant, a shape value whose dims are all static (int64, as ONNX's Shape
+    gives), or a constant scalar (TVM's Gather of a shape value returns an ``IntImm``)."""
+    from tvm import tirx
+    from tvm.ir.expr import GenericConst
+
+    if isinstance(x, GenericConst):
+        return x.value.numpy()
+    if isinstance(x, relax.ShapeExpr):
+        if all(isinstance(v, tirx.IntImm) for v in x.values):
+            return np.array([int(v.value) for v in x.values], np.int64)
+        return None
+    if isinstance(x, (tirx.IntImm, tirx.FloatImm)):
+        return np.array(x.value, dtype=str(x.ty))
+    return None
+
+
+def _static_inputs(inputs):
+    """numpy values of all (non-omitted) inputs, or None if any is not known."""
+    values = [None if x is None else _static_value(x) for x in inputs]
+    if any(v is None for x, v in zip(inputs, values) if x is not None):
+        return None
+    return values
+
+
+def _fold_result(arr: np.ndarray):
+    arr = np.asarray(arr)
+    return tensor_const(arr) if arr.size <= _FOLD_MAX_ELEMENTS else None
+
+
+@_register("Equal", since=7)
+def equal(bb, inputs, attrs, ctx):
+    """Equal computed at import when both inputs are known.  TVM 0.27 compares a shape
+    value with a constant by ``structural_equal`` of an int64 ``IntImm`` against a Python
+    int, which is never equal: ``Equal(Shape-derived [1, -1, 5, 5], -1)`` gave all False, so
+    the exporter's ``Where(Equal(shape, -1), 1, shape)`` kept the -1 and the following
+    Expand failed ("Cannot use and / or / not operator to Expr").  It also did not
+    broadcast."""
+    values = _static_inputs(inputs)
+    if values is not None:
+        out = _fold_result(np.equal(values[0], values[1]))
+        if out is not None:
+            return out
+    return tvm_converter("Equal")(bb, inputs, attrs, ctx)
+
+
+@_register("Where", since=9)
+def where(bb, inputs, attrs, ctx):
+    """Where computed at import when all inputs are known; else TVM's.  TVM 0.27 folds only
+    all-constant or all-1-D-shape inputs, and hands a constant scalar from shape arithmetic
+    (an ``IntImm``, e.g. ``Where(cond, seq_len, x)``) to ``relax.op.where``, which refuses
+    it ("Operator relax.where ... x1: Tensor")."""
+    values = _static_inputs(inputs)
+    if values is not None:
+        cond, x, y = values
+        out = _fold_result(np.where(cond.astype(bool), x, y).astype(np.result_type(x, y)))
+        if out is not None:
+            return out
+    return tvm_converter("Where")(bb, inputs, attrs, ctx)
+
+
+@_register("Range", since=11)
+def range_(bb, inputs, attrs, ctx):
+    """Range computed at import when start/limit/delta are known.  TVM 0.27 treats a
+    constant scalar that comes from shape arithmetic (an ``IntImm``, e.g. the sequence length
+    from Shape -> Gather) as dynamic and emits a symbolic-length ``arange`` with
+    ``tensor_to_shape``, which the graph runtime cannot run."""
+    values = _static_inputs(inputs)
+    if values is not None:
+        start, limit, delta = (np.asarray(v).reshape(()) for v in values)
+        dtype = np.asarray(values[0]).dtype
+        if delta == 0:
+            raise UnsupportedError(f"node {ctx.node.name!r} (Range): delta is 0")
+        # ONNX: max(ceil((limit - start) / delta), 0) elements start + i * delta
+        count = max(int(np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))), 0)
+        out = _fold_result((start + np.arange(count, dtype=dtype) * delta).astype(dtype))
+        if out is not None:
+            return out
+    return tvm_converter("Range")(bb, inputs, attrs, ctx)
+
+
+@_register("ConstantOfShape", since=9)
+def constant_of_shape(bb, inputs, attrs, ctx):
+    """ConstantOfShape for every output rank.  TVM 0.27 broadcasts the 1-element ``value``
+    tensor (rank 1) to the target shape, which fails for a rank-0 target (``shape`` = [],
+    written by PyTorch's exporter for scalar fills in mask code): "broadcast_to expects the
+    input shape to have the number of ndim at least as the input tensor's"."""
+    value = attrs.get("value")
+    arr = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
+    scalar = np.asarray(arr).reshape(-1)[0]
+    dims = _static_value(inputs[0])
+    if dims is not None:
+        dims = [int(d) for d in np.asarray(dims).reshape(-1)]
+        if any(d < 0 for d in dims):
+            raise UnsupportedError(f"node {ctx.node.name!r} (ConstantOfShape): negative "
+                                   f"dimension in shape {dims}")
+        if int(np.prod(dims)) <= _FOLD_MAX_ELEMENTS:
+            return tensor_const(np.full(dims, scalar, dtype=arr.dtype))
+        return relax.op.broadcast_to(tensor_const(np.array(scalar, dtype=arr.dtype)), dims)
+    shape = inputs[0]
+    if not isinstance(shape, relax.ShapeExpr):
+        shape = relax.op.tensor_to_shape(shape)
+    return relax.op.broadcast_to(tensor_const(np.array(scalar, dtype=arr.dtype)), shape)
+
+
+@_register("Expand", since=8)
+def expand(bb, inputs, attrs, ctx):
+    """Expand with ONNX's bidirectional broadcasting when the target shape is known: the
+    output shape is numpy's broadcast of the input's shape and ``shape`` (computed at import
+    when the input is known too).  TVM 0.27 gives -1 a meaning ONNX does not and keeps an
+    input dim where ``shape`` says 1 only on some paths; a shape it cannot read as constant
+    takes a dynamic path (``vm.builtin.tensor_to_shape``) the graph runtime cannot run."""
+    data, shape = inputs[0], inputs[1]
+    target = _static_value(shape)
+    if target is None:
+        return tvm_converter("Expand")(bb, inputs, attrs, ctx)
+    target = [int(d) for d in np.asarray(target).reshape(-1)]
+    value = _static_value(data)
+    data_shape = list(value.shape) if value is not None else [
+        int(d) for d in _static_dims_of(data, ctx)]
+    try:
+        out_shape = list(np.broadcast_shapes(tuple(data_shape), tuple(target)))
+    except ValueError:
+        raise UnsupportedError(f"node {ctx.node.name!r} (Expand): cannot broadcast input shape "
+                               f"{data_shape} to {target}") from None
+    if value is not None:
+        out = _fold_result(np.broadcast_to(value, out_shape).copy())
+        if out is not None:
+            return out
+    # A same-shape broadcast_to too (as TVM's converter does), not ``data`` itself: the
+    # importer would bind the alias ``n_k = n_j``, across which FuseOps does not fuse.
+    return relax.op.broadcast_to(data, out_shape)
+
+
+def _static_dims_of(x, ctx):
+    from tvm import tirx
+
+    values = getattr(getattr(x.ty, "shape", None), "values", None)
+    if values is None or not all(isinstance(v, tirx.IntImm) for v in values):
+        raise UnsupportedError(f"node {ctx.node.name!r} ({ctx.node.op_type}): input shape "
+                               "is not known at compile time")
+    return [int(v.value) for v in values]

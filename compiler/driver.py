@@ -28,7 +28,7 @@ from .artifact import write_artifact
 from .errors import CompileError
 from .fold_onnx import fold_constants as fold_onnx_constants
 from .graph import extract, plan_storage
-from .importer import import_onnx, input_signature
+from .importer import import_onnx, index_bounds, input_signature
 from .loader import load_model
 from .pipeline import FUSE, graph_passes, lowering
 from .provenance import name_fused_calls
@@ -45,11 +45,12 @@ class CompiledModel:
         What the compilation did (the same dict as ``onnxc compile --report``).
     """
 
-    def __init__(self, kernels, meta: dict, payload: bytes, report: dict):
+    def __init__(self, kernels, meta: dict, payload: bytes, report: dict, toolchain=None):
         self._kernels = kernels
         self.meta = meta
         self._payload = payload
         self.report = report
+        self._toolchain = toolchain  # cross compilers (targets.TargetInfo.toolchain) or None
 
     @property
     def memory_plan(self) -> runtime.MemoryPlan:
@@ -57,18 +58,19 @@ class CompiledModel:
 
     def export(self, path: str) -> str:
         """Write the artifact (kernels, graph, plan, params, manifest) to ``path``."""
-        write_artifact(os.fspath(path), self._kernels, self.meta, self._payload)
+        write_artifact(os.fspath(path), self._kernels, self.meta, self._payload,
+                       toolchain=self._toolchain)
         return os.fspath(path)
 
     def session(self, options: runtime.SessionOptions | None = None) -> runtime.Session:
         """A session over the in-memory kernels (no export needed)."""
         runtime.check_compatible(self.meta["manifest"], "compiled model")
-        return runtime.Session(self.meta, self._payload, self._kernels, options)
+        return runtime.make_session(self.meta, self._payload, self._kernels, options)
 
 
 def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
             required_passes=(), pass_config=None, layout: str = "auto", tuning_db=None,
-            memory_reuse: bool = True, dump_ir=None) -> CompiledModel:
+            memory_reuse: bool = True, dump_ir=None, _lowered_only: bool = False) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) for ``target``.
 
     Parameters
@@ -80,8 +82,9 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
         Graph pass configuration (see ``passes.PassContext``).
     layout : str
         ``auto`` (this build keeps the model's NCHW layout and says so in the report).
-    tuning_db : str or None
-        Not available yet in this build; must be None.
+    tuning_db : str, os.PathLike, schedules.database.TuningDatabase or None
+        A tuning database directory (``onnxc tune``): kernels whose record for this target
+        says tuning won use the tuned schedule; the report counts tuned and untuned kernels.
     memory_reuse : bool
         False gives every tensor its own buffer (no sharing, no in-place), for comparison.
 
@@ -109,8 +112,7 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
     if layout not in ("auto", "NCHW"):
         raise CompileError(f"layout {layout!r} is not available yet in this build "
                            "(auto or NCHW)")
-    if tuning_db is not None:
-        raise CompileError("tuning databases are not available yet in this build")
+    database = _open_tuning_db(tuning_db)
     where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else (
         getattr(getattr(model, "graph", None), "name", "") or "model")
     tinfo = targets.resolve(target)
@@ -128,7 +130,9 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
     nodes = [(n.name or f"#{i}", n.op_type) for i, n in enumerate(proto.graph.node)]
     graph = stage("extract", extract, mod, [s["name"] for s in signature], output_names, where,
                   groups, nodes)
-    kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo)
+    if _lowered_only:  # lower_to_kernels(): the same stages, stopped before scheduling
+        return graph
+    kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo, database)
     kernels = stage("build", _build, kernels_mod, tinfo, where)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
     payload = graph_meta.pop("params_payload")
@@ -152,12 +156,11 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
                           "this build); spatial conv weights are pre-packed OIHW[b]o by "
                           "pack_conv_weights, so conv kernels vectorise over output channels"},
         "schedules": _count(rules.values()),
-        "tuned_kernels": 0,
-        "untuned_kernels": len(graph.prim_funcs),
+        **_tuning_report(database, graph.prim_funcs, tinfo, rules),
     }
     log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
              report["compile_seconds"])
-    return CompiledModel(kernels, meta, payload, report)
+    return CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
 
 
 def _lower(mod, ctx):
@@ -175,12 +178,16 @@ def _lower(mod, ctx):
     return mod, groups
 
 
-def _schedule(prim_funcs: dict, tinfo):
+def _schedule(prim_funcs: dict, tinfo, database=None):
     import tvm
 
     mod = tvm.IRModule({name: f.with_attr("global_symbol", name)
                         for name, f in prim_funcs.items()})
-    return schedules.apply_schedules(mod, tinfo)
+    if tinfo.is_cuda:  # GPU kernels: dlight GPU rules (schedules/cuda), no tuning records yet
+        from schedules.cuda import apply_schedules as apply_gpu_schedules
+
+        return apply_gpu_schedules(mod, tinfo)
+    return schedules.apply_schedules(mod, tinfo, database)
 
 
 def _build(mod, tinfo, where: str):
@@ -216,6 +223,7 @@ def _manifest(proto: onnx.ModelProto, tinfo, graph_meta: dict, payload: bytes) -
         "inputs": sig(graph_meta["inputs"]),
         "outputs": sig(graph_meta["outputs"]),
         "params_sha256": hashlib.sha256(payload).hexdigest(),
+        "index_bounds": index_bounds(proto),
         "model": {"graph_name": proto.graph.name, "producer": proto.producer_name,
                   "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import},
                   "sha256": hashlib.sha256(proto.SerializeToString()).hexdigest()},
@@ -230,3 +238,56 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # no user name in this environment
         return str(os.getuid())
+
+
+# -- tuning hooks (compiler/tune.py, schedules/database.py) ------------------------------
+
+
+def lower_to_kernels(model, target="host", **kwargs):
+    """compile()'s stages up to the kernels, without scheduling or building.
+
+    Returns (graph, prim_funcs): the :class:`compiler.graph.KernelGraph` (``graph.calls``
+    in execution order) and its unscheduled kernels {symbol: PrimFunc}.  Tuning jobs
+    extract their tasks here, so they tune exactly the kernels compile() builds.
+    """
+    graph = compile(model, target, _lowered_only=True, **kwargs)
+    return graph, graph.prim_funcs
+
+
+def _open_tuning_db(tuning_db):
+    from schedules.database import DatabaseError, TuningDatabase
+
+    if tuning_db is None or isinstance(tuning_db, TuningDatabase):
+        return tuning_db
+    try:
+        return TuningDatabase(tuning_db)
+    except DatabaseError as e:
+        raise CompileError(str(e)) from None
+
+
+def _tuning_report(database, prim_funcs: dict, tinfo, rules: dict) -> dict:
+    """The report's tuned_kernels / untuned_kernels / tuning entries.
+
+    A kernel is tuned when a database record decided its schedule: the tuned trace, or
+    our default rule where tuning did not beat it (the record keeps the default).
+    """
+    if database is None:
+        return {"tuned_kernels": 0, "untuned_kernels": len(prim_funcs), "tuning": None}
+    matched = {name: database.lookup(f, tinfo) for name, f in prim_funcs.items()}
+    tuned_schedule = sum(r == "tuned" for r in rules.values())
+    default_kept = sum(1 for r in matched.values() if r and r["winner"] == "default")
+    return {
+        "tuned_kernels": tuned_schedule + default_kept,
+        "untuned_kernels": len(prim_funcs) - tuned_schedule - default_kept,
+        "tuning": {
+            "database": database.path,
+            "target_file": os.path.basename(database.file_for(tinfo)),
+            "records_for_target": len(database.records(tinfo)),
+            "tuned_schedule": tuned_schedule,
+            "default_kept": default_kept,
+            "no_record": sum(1 for r in matched.values() if r is None),
+            "replay_failed": sum(1 for n, r in matched.items()
+                                 if r and r["winner"] == "tuned" and rules.get(n) != "tuned"),
+            "warnings": list(database.warnings),
+        },
+    }

@@ -52,6 +52,28 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None) -
     return sig
 
 
+def index_bounds(model: onnx.ModelProto) -> list[dict]:
+    """Ranges that user-fed inputs used as Gather indices must respect (token ids into an
+    embedding table): the session checks them, because the kernel does not."""
+    from .fold_onnx import _static_shapes
+
+    fed = {vi.name for vi in graph_inputs(model)}
+    shapes = _static_shapes(model)
+    shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
+    bounds = []
+    for i, node in enumerate(model.graph.node):
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in fed:
+            continue
+        data = shapes.get(node.input[0])
+        if not data:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        size = data[axis + len(data) if axis < 0 else axis]
+        bounds.append({"input": node.input[1], "node": node.name or f"#{i}", "op": "Gather",
+                       "size": size, "low": -size, "high": size - 1})
+    return bounds
+
+
 def unsupported_nodes(model: onnx.ModelProto, target_arch: str | None = None) -> list[dict]:
     """Nodes no registry entry supports (see ``OperatorRegistry.check``)."""
     return REGISTRY.check(model, target_arch)

@@ -34,6 +34,7 @@ def load_model(model) -> onnx.ModelProto:
         model = _read(where)
     elif not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected a path or onnx.ModelProto, got {type(model).__name__}")
+    _check_strings(model, where)
     if len(model.graph.node) == 0:
         raise ModelError(f"{where}: the graph has no nodes")
     _check_opsets(model, where)
@@ -41,6 +42,9 @@ def load_model(model) -> onnx.ModelProto:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{where}: invalid ONNX model: {_first_line(e)}") from None
+    except UnicodeDecodeError:  # the checker's message quotes a corrupted (non-UTF-8) name
+        raise ModelError(f"{where}: invalid ONNX model: a name in it is not valid UTF-8; "
+                         "the file is corrupted") from None
     try:
         inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                 data_prop=True)
@@ -48,6 +52,8 @@ def load_model(model) -> onnx.ModelProto:
         raise ModelError(f"{where}: shape inference failed: {_first_line(e)}") from None
     _check_inputs(inferred, where)
     _check_types(inferred, where)
+    _check_attributes(inferred.graph, where)
+    _check_tensors(inferred, where)
     return inferred
 
 
@@ -109,3 +115,134 @@ def _check_types(model: onnx.ModelProto, where: str) -> None:
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+# -- hardening: what onnx.checker lets through but would fail deep inside TVM or numpy ----
+# (the fuzzer, scripts/fuzz_models.py, finds these)
+
+# Largest tensor (elements) we accept anywhere in the graph: past this, shapes overflow
+# TVM's index arithmetic and no host could hold the tensor anyway.
+MAX_TENSOR_ELEMENTS = 2 ** 40
+
+
+def _check_strings(model: onnx.ModelProto, where: str) -> None:
+    """Every text field must be valid UTF-8 (protobuf decodes lazily; a bit flip in a name
+    otherwise surfaces as a UnicodeDecodeError somewhere later)."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    def walk(msg, path):
+        if isinstance(msg, TensorProto):  # do not copy the data out: only its text fields
+            msg.name, msg.doc_string  # noqa: B018  (decoding is the check)
+            for e in msg.external_data:
+                e.key, e.value  # noqa: B018
+            return
+        for field, value in msg.ListFields():
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                items = value if _repeated(field) else [value]
+                for i, item in enumerate(items):
+                    walk(item, f"{path}.{field.name}[{i}]")
+            elif field.type == FieldDescriptor.TYPE_STRING and _repeated(field):
+                list(value)  # elements decode when read; a scalar did in ListFields()
+
+    try:
+        walk(model, "model")
+    except UnicodeDecodeError as e:
+        raise ModelError(f"{where}: a name or text field is not valid UTF-8 ({e.reason} at "
+                         f"byte {e.start}); the file is corrupted") from None
+
+
+def _repeated(field) -> bool:
+    rep = getattr(field, "is_repeated", None)  # protobuf >= 6; older ones have .label
+    return bool(rep) if rep is not None else field.label == field.LABEL_REPEATED
+
+
+# attribute type -> the field that must be present for a single value
+_SCALAR_FIELDS = {onnx.AttributeProto.INT: "i", onnx.AttributeProto.FLOAT: "f",
+                  onnx.AttributeProto.STRING: "s", onnx.AttributeProto.TENSOR: "t",
+                  onnx.AttributeProto.GRAPH: "g",
+                  onnx.AttributeProto.SPARSE_TENSOR: "sparse_tensor",
+                  onnx.AttributeProto.TYPE_PROTO: "tp"}
+
+
+def _check_attributes(graph, where: str) -> None:
+    """Each attribute's value must be present and of its declared type (the checker accepts
+    ``type: INT`` with no ``i``); recursive into subgraphs."""
+    for k, node in enumerate(graph.node):
+        name = node.name or f"#{k}"
+        for a in node.attribute:
+            if a.ref_attr_name:
+                continue
+            want = _SCALAR_FIELDS.get(a.type)
+            if want is not None and not a.HasField(want):
+                raise ModelError(f"{where}: node {name!r} ({node.op_type}): attribute "
+                                 f"{a.name!r} is declared "
+                                 f"{onnx.AttributeProto.AttributeType.Name(a.type)} but has no "
+                                 "value; the model is corrupted")
+            if a.type == onnx.AttributeProto.TENSOR:
+                _check_tensor(a.t, f"node {name!r} ({node.op_type}) attribute {a.name!r}",
+                              where)
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _check_attributes(g, where)
+
+
+# element type -> (typed field holding the values, values per element)
+_TYPED_FIELDS = {
+    TensorProto.FLOAT: ("float_data", 1), TensorProto.DOUBLE: ("double_data", 1),
+    TensorProto.INT64: ("int64_data", 1), TensorProto.UINT32: ("uint64_data", 1),
+    TensorProto.UINT64: ("uint64_data", 1),
+    **{t: ("int32_data", 1) for t in (TensorProto.INT32, TensorProto.INT16, TensorProto.INT8,
+                                      TensorProto.UINT16, TensorProto.UINT8, TensorProto.BOOL,
+                                      TensorProto.FLOAT16)},
+}
+_ITEMSIZE = {TensorProto.FLOAT: 4, TensorProto.DOUBLE: 8, TensorProto.INT64: 8,
+             TensorProto.UINT64: 8, TensorProto.UINT32: 4, TensorProto.INT32: 4,
+             TensorProto.INT16: 2, TensorProto.UINT16: 2, TensorProto.FLOAT16: 2,
+             TensorProto.INT8: 1, TensorProto.UINT8: 1, TensorProto.BOOL: 1}
+
+
+def _check_tensor(t, what: str, where: str) -> None:
+    """A tensor's data must hold exactly prod(dims) elements."""
+    if t.data_location == TensorProto.EXTERNAL or t.data_type not in _ITEMSIZE:
+        return
+    count = 1
+    for d in t.dims:
+        if d < 0:
+            raise ModelError(f"{where}: {what} has a negative dimension {d}")
+        count *= d
+    if count > MAX_TENSOR_ELEMENTS:
+        raise ModelError(f"{where}: {what} declares {count} elements (dims {list(t.dims)}), "
+                         f"more than onnxc handles ({MAX_TENSOR_ELEMENTS})")
+    if t.HasField("raw_data"):
+        have, unit = len(t.raw_data), _ITEMSIZE[t.data_type]
+        if have != count * unit:
+            raise ModelError(f"{where}: {what} has {have} bytes of data, its dims "
+                             f"{list(t.dims)} and type need {count * unit}; the model is "
+                             "corrupted")
+        return
+    field, per = _TYPED_FIELDS[t.data_type]
+    have = len(getattr(t, field))
+    if have != count * per:
+        raise ModelError(f"{where}: {what} has {have} values, its dims {list(t.dims)} need "
+                         f"{count * per}; the model is corrupted")
+
+
+def _check_tensors(model: onnx.ModelProto, where: str) -> None:
+    """Initializer data matches its dims; no tensor of the graph is absurdly large."""
+    for t in model.graph.initializer:
+        _check_tensor(t, f"initializer {t.name!r}", where)
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        count = 1
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    raise ModelError(f"{where}: tensor {vi.name!r} has a negative dimension "
+                                     f"{d.dim_value}")
+                count *= d.dim_value
+        if count > MAX_TENSOR_ELEMENTS:
+            dims = [d.dim_value if d.HasField("dim_value") else d.dim_param
+                    for d in vi.type.tensor_type.shape.dim]
+            raise ModelError(f"{where}: tensor {vi.name!r} has shape {dims} "
+                                   f"({count} elements), more than onnxc handles "
+                                   f"({MAX_TENSOR_ELEMENTS}); check the model's shapes")

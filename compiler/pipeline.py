@@ -20,6 +20,9 @@ def graph_passes() -> list:
         # weight reshapes/casts and shape arithmetic on initializers become constants,
         # so no kernel recomputes them on every run
         passes.FoldConstants(),
+        # the importer's alias bindings (n1_o0 = n1_2) end FuseOps groups: without this
+        # conv + folded BN + Relu are two kernels
+        passes.CanonicalizeBindings(),
         # conv + inference BatchNorm => conv with scaled weights + bias: no BN kernel, the
         # bias add fuses into the conv (needs the constant weights folded above)
         passes.FoldBatchNorm(),

@@ -74,12 +74,28 @@ def _declared(vi) -> tuple[list, str]:
     return dims, helper.tensor_dtype_to_np_dtype(tt.elem_type).name
 
 
+# Float inputs that determine output shapes: (op_type, input index).
+_SHAPE_FLOAT_SLOTS = {("Resize", 2), ("Upsample", 1)}
+
+
+def _shape_float_inputs(model) -> set:
+    """Graph inputs used as Resize/Upsample ``scales``: their values fix output shapes."""
+    return {name for node in model.graph.node if node.domain in ("", "ai.onnx")
+            for k, name in enumerate(node.input) if (node.op_type, k) in _SHAPE_FLOAT_SLOTS}
+
+
+def _is_value_input(dims, dtype, name, shape_floats) -> bool:
+    small = all(isinstance(d, int) for d in dims) and int(np.prod(dims)) <= MAX_VALUE_ELEMENTS
+    return small and (np.issubdtype(np.dtype(dtype), np.integer) or name in shape_floats)
+
+
 def _has_symbolic_or_value_inputs(model) -> bool:
+    floats = _shape_float_inputs(model)
     for vi in graph_inputs(model):
         dims, dtype = _declared(vi)
         if any(not isinstance(d, int) for d in dims):
             return True
-        if np.issubdtype(np.dtype(dtype), np.integer) and int(np.prod(dims)) <= MAX_VALUE_ELEMENTS:
+        if _is_value_input(dims, dtype, vi.name, floats):
             return True
     return False
 
@@ -184,8 +200,10 @@ class SpecializingSession:
         return sess.run(output_names, {k: v for k, v in input_feed.items() if k not in bound})
 
     def _value_inputs(self, feed) -> list:
+        floats = _shape_float_inputs(self.model.proto)
         return [n for n, _, d in self.model.inputs
-                if np.issubdtype(np.dtype(d), np.integer) and feed[n].size <= MAX_VALUE_ELEMENTS]
+                if feed[n].size <= MAX_VALUE_ELEMENTS and (
+                    np.issubdtype(np.dtype(d), np.integer) or n in floats)]
 
     def _variant(self, shape_key, feed):
         needs_values = self._needs_values.get(shape_key)

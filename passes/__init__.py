@@ -7,6 +7,7 @@ from .context import GraphPass, PassConfigError, PassContext, PassReport
 from .eliminate_dead_code import EliminateDeadCode
 from .fold_constants import FoldConstants
 from .pack_conv_weights import PackConvWeights
+from .canonicalize_bindings import CanonicalizeBindings
 from .fold_batchnorm import FoldBatchNorm
 from .fuse_attention import FuseAttention
 from .fuse_gelu import FuseGelu
@@ -21,4 +22,4 @@ from .accumulate_fp32 import AccumulateFp32
 __all__ = ["PackConvWeights", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
-           "AccumulateFp32"]
+           "AccumulateFp32", "CanonicalizeBindings"]

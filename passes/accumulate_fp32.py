@@ -38,7 +38,7 @@ class AccumulateFp32(GraphPass):
                    for m in [_match(df, b.var, b.value)] if m]
         record(report, df, matches)
         casts: dict = {}   # one fp32 copy per fp16 tensor, shared by its reductions
-        return rewrite(mod, {m.root: _plan(df, m, casts) for m in matches})
+        return rewrite(mod, matches, lambda m: _plan(df, m, casts))
 
 
 def _match(df: Dataflow, root, value):

@@ -5,13 +5,11 @@ through the importer's alias bindings such as ``n1_o0 = n1_2``), which constants
 and how many *live* uses it has (a binding that nothing reaches, e.g. the unused outputs
 of BatchNormalization, is not a use; the function's result is).
 
-``rewrite`` replaces chosen bindings: each root binding keeps its variable name, and the
-helper bindings a rewrite emits are named ``n<k>_<j>`` (the importer's tags,
-``compiler/provenance.py``) after the ONNX node they stand for, by default the root's, so
-kernels keep naming their nodes.  One op that replaces several nodes (a fused GELU) can
-carry one name, the last node's; the pass report lists them all.  The bindings a rewrite
-made dead are dropped right away: a later pass would otherwise rewrite them too (e.g.
-pack a dead conv's weights).
+``rewrite`` replaces chosen bindings and names what it emits with provenance tags
+(``compiler/provenance.py``): the root after every ONNX node the match covers
+(``n24x25x26x27x28`` for a fused GELU), helpers after the node they stand for, so kernels
+keep naming all their nodes.  The bindings a rewrite made dead are dropped right away: a
+later pass would otherwise rewrite them too (e.g. pack a dead conv's weights).
 """
 
 from __future__ import annotations
@@ -27,23 +25,20 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .relax_util import bindings
 
-# The importer's binding tags (compiler/provenance.py); passes/ may not import compiler/.
-_TAG = re.compile(r"^n(\d+)(?:_o?(\d+))?$")
+# The binding tags of compiler/provenance.py (passes/ may not import compiler/): ``n3`` for
+# node 3, ``n2x3`` for a value a pass made from nodes 2 and 3, ``_<j>``/``_o<j>`` suffixes.
+_TAG = re.compile(r"^n(\d+(?:x\d+)*)(?:_o?(\d+))?$")
 
 
-def node_of(name: str) -> int | None:
-    """The ONNX node index a binding name is tagged with, or None."""
+def nodes_of(name: str) -> list:
+    """The ONNX node indices a binding name is tagged with ([] if untagged)."""
     m = _TAG.match(name)
-    return int(m.group(1)) if m else None
+    return [int(k) for k in m.group(1).split("x")] if m else []
 
 
-def node_label(report, name: str) -> str:
-    """The ONNX node name for a binding name (``report.node_names``), else its tag."""
-    k = node_of(name)
-    names = getattr(report, "node_names", None) or []
-    if k is None:
-        return name
-    return names[k] if k < len(names) else f"n{k}"
+def tag(nodes) -> str:
+    """The binding name for a value computed by ``nodes`` (``n2x3``)."""
+    return "n" + "x".join(str(k) for k in sorted(set(nodes)))
 
 
 @dataclass
@@ -184,72 +179,87 @@ def select(matches: list) -> list:
     return out
 
 
+def match_nodes(m) -> list:
+    """The ONNX node indices behind a match's bindings, sorted."""
+    return sorted({k for v in [m.root, *m.inner] for k in nodes_of(v.name)})
+
+
 def record(report, df: Dataflow, matches: list) -> None:
     """Count ``matches`` into ``report.rewrites`` and their ONNX nodes into ``report.nodes``."""
     for m in matches:
         report.rewrites[m.rule] = report.rewrites.get(m.rule, 0) + 1
-        names = sorted({df.source(v).name for v in [*m.inner, m.root]},
-                       key=lambda n: (node_of(n) is None, node_of(n) or 0, n))
-        for label in (node_label(report, n) for n in names):
+        names = getattr(report, "node_names", None) or []
+        for k in match_nodes(m):
+            label = names[k] if k < len(names) else f"n{k}"
             if label not in report.nodes:
                 report.nodes.append(label)
 
 
 class Emitter:
-    """What a rewrite callback gets: ``emit`` binds a helper value, named after the root's
-    ONNX node or after the node of the binding ``like`` (the one it stands for, so that its
-    kernel still names that node); ``call_te`` makes a kernel from a TE compute."""
+    """What a rewrite callback gets: ``emit`` binds a helper value, named after the nodes
+    of the match or of the binding ``like`` (the one it stands for, so that its kernel
+    names that node); ``call_te`` makes a kernel from a TE compute."""
 
-    def __init__(self, mutator, root_name: str):
+    def __init__(self, mutator, base: str):
         self._m = mutator
-        self._k = node_of(root_name)
+        self._base = base
 
     def emit(self, expr, like=None) -> relax.Var:
-        k = node_of(like.name) if isinstance(like, relax.Var) else None
+        base = tag(nodes_of(like.name)) if isinstance(like, relax.Var) and \
+            nodes_of(like.name) else self._base
         expr = self._m.visit_expr(expr)
-        return self._m.builder_.emit(expr, name_hint=self._m.fresh_name(
-            self._k if k is None else k))
+        return self._m.builder_.emit(expr, name_hint=self._m.fresh_name(base))
 
     def call_te(self, fn, *args, name: str, **kwargs):
         args = [self._m.visit_expr(a) if isinstance(a, relax.Expr) else a for a in args]
         return self._m.builder_.call_te(fn, *args, primfunc_name_hint=name, **kwargs)
 
 
-def rewrite(mod, plans: dict, func: str = "main"):
-    """Replace the value of every root binding in ``plans`` ({root var: fn(Emitter) ->
-    Expr}) by what ``fn`` returns, bound to a variable of the root's name."""
-    if not plans:
+def rewrite(mod, matches: list, plan, func: str = "main"):
+    """Replace every match's root binding by ``plan(match)(emitter)``.
+
+    The root is renamed after all the nodes of the match (``n24x25x26``: its kernel names
+    them all); helper bindings get that name with a ``_<j>`` suffix, or the tag of the
+    binding they stand for (``Emitter.emit(like=)``).
+    """
+    if not matches:
         return mod
-    used = {}
-    for b in bindings(mod, func):
-        m = _TAG.match(b.var.name)
-        if m:
-            k, j = int(m.group(1)), int(m.group(2) or 0)
-            used[k] = max(used.get(k, 0), j)
+    roots = {m.root: m for m in matches}
+    names = {b.var.name for b in bindings(mod, func)}
+    used: dict = {}
+    for n in names:
+        t = _TAG.match(n)
+        if t:
+            base = "n" + t.group(1)
+            used[base] = max(used.get(base, 0), int(t.group(2) or 0))
 
     @mutator
     class _Rewriter(PyExprMutator):
-        def fresh_name(self, k):
-            if k is None:
-                return "rw"
-            used[k] = used.get(k, 0) + 1
-            return f"n{k}_{used[k]}"
+        def fresh_name(self, base):
+            used[base] = used.get(base, 0) + 1
+            names.add(f"{base}_{used[base]}")
+            return f"{base}_{used[base]}"
 
         def visit_var_binding_(self, binding):
-            plan = plans.get(binding.var)
-            if plan is None:
+            m = roots.get(binding.var)
+            name = binding.var.name
+            if m is None:
                 value = self.visit_expr(binding.value)
             else:
-                value = self.visit_expr(plan(Emitter(self, binding.var.name)))
+                base = tag(match_nodes(m)) if match_nodes(m) else "rw"
+                if sorted(set(nodes_of(name))) != match_nodes(m):
+                    name = base if base not in names else self.fresh_name(base)
+                    names.add(name)
+                value = self.visit_expr(plan(m)(Emitter(self, base)))
             value = self.builder_.normalize(value)
             cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
-            var = cls(binding.var.name, value.ty)
+            var = cls(name, value.ty)
             self.builder_.emit_normalized(relax.VarBinding(var, value))
             self.set_var_remap(binding.var, var)
 
     # the builder adds kernels (call_te) to the module it is given: give it a copy
     mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
-                     global_infos=mod.global_infos)
+                       global_infos=mod.global_infos)
     rw = _Rewriter(mod)
     new_func = rw.visit_expr(mod[func])
     out = rw.builder_.get()

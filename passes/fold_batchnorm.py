@@ -30,7 +30,7 @@ class FoldBatchNorm(GraphPass):
         matches = [m for b in df.roots()
                    for m in [_match(df, b.var, b.value)] if m]
         record(report, df, matches)
-        return rewrite(mod, {m.root: _plan(m) for m in matches})
+        return rewrite(mod, matches, _plan)
 
 
 def _match(df: Dataflow, root, value):

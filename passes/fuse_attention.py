@@ -28,7 +28,7 @@ class FuseAttention(GraphPass):
         matches = [m for b in df.roots()
                    for m in [_match(df, b.var)] if m]
         record(report, df, matches)
-        return rewrite(mod, {m.root: _plan(df, m) for m in matches})
+        return rewrite(mod, matches, lambda m: _plan(df, m))
 
 
 def _match(df: Dataflow, root):

@@ -25,7 +25,7 @@ class StableSigmoid(GraphPass):
         matches = select([m for b in df.roots()
                           for m in [_match(df, b.var)] if m])
         record(report, df, matches)
-        return rewrite(mod, {m.root: _plan(m) for m in matches})
+        return rewrite(mod, matches, _plan)
 
 
 def _match(df: Dataflow, root):

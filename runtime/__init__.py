@@ -19,16 +19,22 @@ from .artifact import FORMAT_VERSION, ArtifactError, read_artifact
 from .cpu_features import host_arch, missing_features
 from .instruments import NonFiniteError, SessionOptions
 from .memory_plan import MemoryPlan, MemoryPlanner
-from .session import NodeArg, Session
+from .session import MemoryLimitError, NodeArg, Session
 
 __all__ = ["load", "Session", "SessionOptions", "NodeArg", "ArtifactError", "NonFiniteError",
-           "MemoryPlan", "MemoryPlanner", "check_compatible", "FORMAT_VERSION"]
+           "MemoryLimitError",
+           "MemoryPlan", "MemoryPlanner", "check_compatible", "make_session", "FORMAT_VERSION"]
 
 
 def check_compatible(manifest: dict, where: str, elf_arch: str | None = None) -> None:
     """Refuse (ArtifactError) an artifact this host cannot run."""
     target = manifest.get("target", {})
     arch = target.get("arch") or elf_arch
+    if arch == "cuda":  # GPU kernels; the ELF's host code must match this host
+        from .device import check_cuda
+
+        check_cuda(target, where)
+        arch = elf_arch
     if arch and arch != host_arch():
         raise ArtifactError(f"{where}: built for {arch} (target {target.get('name')!r}), but "
                             f"this host is {host_arch()}; recompile with --target host")
@@ -55,6 +61,8 @@ def load(path: str, options: SessionOptions | None = None) -> Session:
     ------
     ArtifactError
         The file is not a loadable onnxc artifact for this host; the message says why.
+    MemoryLimitError
+        The model's planned memory (arena + params) exceeds what this host has available.
     """
     path = str(path)
     meta, params, elf_arch = read_artifact(path)
@@ -70,4 +78,13 @@ def load(path: str, options: SessionOptions | None = None) -> Session:
     except Exception as e:  # dlopen failure: say what, not where in TVM
         raise ArtifactError(f"{path}: the kernel library cannot be loaded: "
                             f"{str(e).strip().splitlines()[-1]}") from None
+    return make_session(meta, params, kernels, options)
+
+
+def make_session(meta: dict, params, kernels, options: SessionOptions | None = None):
+    """A :class:`Session` (CPU), or a ``runtime.device.DeviceSession`` for CUDA artifacts."""
+    if meta["manifest"].get("target", {}).get("arch") == "cuda":
+        from .device import DeviceSession
+
+        return DeviceSession(meta, params, kernels, options)
     return Session(meta, params, kernels, options)

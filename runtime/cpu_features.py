@@ -25,8 +25,35 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
 
 
+# aarch64 HWCAP bits (linux/arch/arm64/include/uapi/asm/hwcap.h) -> /proc/cpuinfo names
+_AARCH64_HWCAP = {1: "asimd", 10: "asimdhp", 20: "asimddp", 22: "sve"}
+_AARCH64_HWCAP2 = {1: "sve2", 13: "i8mm", 14: "bf16"}
+
+
+def _aarch64_hwcap_flags() -> set[str] | None:
+    """aarch64 features from the auxiliary vector (what /proc/cpuinfo prints, but also right
+    under user-mode emulation, where /proc/cpuinfo is the x86 host's)."""
+    try:
+        import ctypes
+
+        getauxval = ctypes.CDLL(None).getauxval
+        getauxval.restype = ctypes.c_ulong
+        getauxval.argtypes = [ctypes.c_ulong]
+        hwcap, hwcap2 = getauxval(16), getauxval(26)  # AT_HWCAP, AT_HWCAP2
+    except (OSError, AttributeError):
+        return None
+    if not hwcap:
+        return None
+    flags = {"fp"} | {n for b, n in _AARCH64_HWCAP.items() if hwcap >> b & 1}
+    return flags | {n for b, n in _AARCH64_HWCAP2.items() if hwcap2 >> b & 1}
+
+
 def host_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set[str] | None:
     """Normalised CPU flags of this host, or None where they cannot be read."""
+    if host_arch() == "aarch64" and cpuinfo_path == "/proc/cpuinfo":
+        flags = _aarch64_hwcap_flags()
+        if flags is not None:
+            return flags
     try:
         with open(cpuinfo_path) as f:
             text = f.read()

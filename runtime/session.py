@@ -17,6 +17,7 @@ Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -24,7 +25,51 @@ import numpy as np
 from .instruments import Profiler, SessionOptions, check_outputs
 from .memory_plan import MemoryPlan
 
-__all__ = ["Session", "NodeArg"]
+__all__ = ["Session", "NodeArg", "MemoryLimitError"]
+
+
+class MemoryLimitError(ValueError, MemoryError):
+    """The model's planned memory exceeds what this host has available.
+
+    Raised when a session is created, before the arena is allocated (rather than letting
+    the kernel's OOM killer end the process on first touch).  It is a ``ValueError`` (a bad
+    input size, as the CLI reports it) and a ``MemoryError``.
+    """
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate (psutil; ``ONNXC_MEMORY_LIMIT`` overrides)."""
+    import os
+
+    env = os.environ.get("ONNXC_MEMORY_LIMIT")
+    if env:
+        return int(env)
+    try:
+        import psutil
+    except ImportError:  # psutil is a dependency, but the runtime tolerates its absence
+        return None
+    return int(psutil.virtual_memory().available)
+
+
+def check_memory(graph: dict, arena_bytes: int, params_bytes: int) -> None:
+    """Refuse (MemoryLimitError) a plan that does not fit, naming the inputs and bytes."""
+    need = arena_bytes + params_bytes
+    avail = available_memory()
+    if avail is None or need <= avail:
+        return
+    tensors = graph["tensors"]
+
+    def desc(t):
+        n = int(np.prod(t["shape"], dtype=object)) * np.dtype(t["dtype"]).itemsize
+        return f"{t['name']!r} {t['dtype']}{list(t['shape'])} ({n} bytes)", n
+
+    inputs = [desc(tensors[i["tensor"]])[0] for i in graph["inputs"]]
+    largest = max((desc(t) for t in tensors), key=lambda d: d[1], default=("none", 0))[0]
+    raise MemoryLimitError(
+        f"the model needs {need} bytes ({arena_bytes} of planned arena + {params_bytes} of "
+        f"params), more than the {avail} bytes available on this host; inputs: "
+        f"{', '.join(inputs) or 'none'}; largest tensor: {largest}. Feed smaller shapes "
+        "(batch, sequence length) or free memory")
 
 # numpy dtype name -> ONNX type string as onnxruntime prints it
 _ONNX_TYPE = {"float32": "float", "float64": "double"}
@@ -82,6 +127,7 @@ class Session:
                           if self.options.enable_profiling else None)
         self._runs = 0
 
+        check_memory(graph, self.plan.arena_bytes, len(params))  # before allocating
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
         self._params = _aligned_bytes(max(len(params), 1))
         self._params[:len(params)] = np.frombuffer(params, dtype=np.uint8)
@@ -101,16 +147,73 @@ class Session:
             self._calls.append((fn, args))
 
         self._inputs = [(i["name"], self._np[i["tensor"]]) for i in graph["inputs"]]
+        self._index_bounds: dict = {}
+        for b in self.manifest.get("index_bounds", ()):
+            self._index_bounds.setdefault(b["input"], []).append(b)
         self._input_index = {name: view for name, view in self._inputs}
         self._outputs = {o["name"]: self._np[o["tensor"]] for o in graph["outputs"]}
         self._output_names = [o["name"] for o in graph["outputs"]]
 
-    def _view(self, t: dict) -> np.ndarray:
+        # Concurrent run(): a pool of arenas (this one first), grown on demand up to one per
+        # CPU, never past available memory.  scripts/bench_threads.py: 8 threads on a
+        # 2-CPU host ran 1.1-1.3x faster than one locked arena, while an arena per thread
+        # was slower on the larger models (the kernels' own thread pools oversubscribe).
+        # Profiling / NaN checks read the first arena's views: those sessions keep one.
+        instrumented = self._profiler is not None or self.options.check_nan
+        self.max_arenas = 1 if instrumented else max(1, os.cpu_count() or 1)
+        self._fns = [fn for fn, _ in self._calls]
+        self._free = [(self._inputs, self._calls, self._outputs)]
+        self._arenas = 1
+        self._pool = threading.Condition()
+
+    # -- the arena pool ------------------------------------------------------------------
+    def _new_context(self):
+        """Another arena with its own views and argument tuples (params are shared)."""
+        import tvm
+
+        arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
+        nps = [self._view(t, arena) for t in self.graph["tensors"]]
+        tvm_views = [tvm.runtime.from_dlpack(v) if v.size else None for v in nps]
+        calls = [(fn, tuple(tvm_views[i] if tvm_views[i] is not None else
+                            tvm.runtime.empty(nps[i].shape, nps[i].dtype.name)
+                            for i in call["args"]))
+                 for fn, call in zip(self._fns, self.graph["calls"])]
+        inputs = [(i["name"], nps[i["tensor"]]) for i in self.graph["inputs"]]
+        outputs = {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]}
+        return inputs, calls, outputs
+
+    def _acquire(self):
+        with self._pool:
+            while not self._free:
+                if self._arenas < self.max_arenas and self._can_grow():
+                    self._arenas += 1
+                    break
+                self._pool.wait()
+            else:
+                return self._free.pop()
+        try:
+            return self._new_context()
+        except BaseException:
+            with self._pool:
+                self._arenas -= 1
+                self._pool.notify()
+            raise
+
+    def _release(self, ctx) -> None:
+        with self._pool:
+            self._free.append(ctx)
+            self._pool.notify()
+
+    def _can_grow(self) -> bool:
+        avail = available_memory()
+        return avail is None or 2 * self.plan.arena_bytes < avail
+
+    def _view(self, t: dict, arena=None) -> np.ndarray:
         dtype = np.dtype(t["dtype"])
         nbytes = int(np.prod(t["shape"], dtype=np.int64)) * dtype.itemsize
         if t["storage"] == "arena":
             start = self.plan.offsets[t["index"]]
-            base = self._arena
+            base = self._arena if arena is None else arena
         else:
             start = self.graph["params"][t["index"]]["offset"]
             base = self._params
@@ -148,15 +251,19 @@ class Session:
                 raise ValueError(f"unknown output {n!r}; the model's outputs are "
                                  f"{self._output_names}")
         arrays = self._check_feed(input_feed)
-        with self._lock:
-            for name, view in self._inputs:
+        ctx = self._acquire()  # an arena of the pool; waits when all are busy
+        try:
+            inputs, calls, outputs = ctx
+            for name, view in inputs:
                 np.copyto(view, arrays[name], casting="no")
             if self._profiler is None and not self.options.check_nan:
-                for fn, args in self._calls:
+                for fn, args in calls:
                     fn(*args)
-            else:
+            else:  # max_arenas is 1: ctx is the first arena, which the instruments read
                 self._run_instrumented()
-            return [self._outputs[n].copy() for n in names]
+            return [outputs[n].copy() for n in names]
+        finally:
+            self._release(ctx)
 
     def _run_instrumented(self) -> None:
         import time
@@ -208,5 +315,12 @@ class Session:
             if a.shape != view.shape:
                 raise ValueError(f"input {name!r}: expected shape {list(view.shape)}, got "
                                  f"{list(a.shape)}")
+            for b in self._index_bounds.get(name, ()):
+                # an index out of range would make the gather kernel read outside its table
+                if a.size and (a.min() < b["low"] or a.max() > b["high"]):
+                    bad = a.max() if a.max() > b["high"] else a.min()
+                    raise ValueError(f"input {name!r}: values are indices into node "
+                                     f"{b['node']!r} ({b['op']}, axis of size {b['size']}) and "
+                                     f"must lie in [{b['low']}, {b['high']}]; got {bad}")
             arrays[name] = a
         return arrays

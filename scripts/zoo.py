@@ -640,5 +640,142 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- #
+# bert_torch_style: what PyTorch's TorchScript exporter writes for a BERT
+# --------------------------------------------------------------------------- #
+
+
+def bert_torch_style(batch: int = 2, seq: int = 16, hidden: int = 64, heads: int = 4,
+                     ffn: int = 128, layers: int = 2, vocab: int = 1000, max_positions: int = 128,
+                     mask_value: str = "min", dynamic: bool = False,
+                     seed: int = 0) -> onnx.ModelProto:
+    """BERT encoder as torch.onnx.export (opset 17, dynamo=False) writes it: int64 input_ids and
+    attention_mask, shape arithmetic (Shape/Gather/Unsqueeze/Concat/Range/Slice/ConstantOfShape/
+    Equal/Where/Expand), extended mask (Unsqueeze/Cast/Sub/Mul), Erf GELU, LayerNormalization.
+
+    ``dynamic`` gives the inputs symbolic ``batch`` and ``sequence`` axes (as the exporter's
+    ``dynamic_axes`` do); ``mask_value`` is ``"min"`` (float32 min, transformers >= 4.30) or
+    ``"-10000"`` (older transformers).
+    """
+    if hidden % heads:
+        raise ValueError("hidden must be divisible by heads")
+    if mask_value not in ("min", "-10000"):
+        raise ValueError(f"mask_value must be 'min' or '-10000', got {mask_value!r}")
+    d = hidden // heads
+    b = GraphBuilder("bert_torch_style", seed)
+    dims = ["batch", "sequence"] if dynamic else [batch, seq]
+    for name in ("input_ids", "attention_mask"):
+        b.inputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, dims))
+    i64 = np.int64
+
+    def scalar_dim(x: str, axis: int, name: str) -> str:
+        """Shape -> Gather(axis): a 0-d int64, as the exporter writes ``x.size(axis)``."""
+        shape = b.node("Shape", [x], f"{name}.shape")
+        return b.node("Gather", [shape, b.const(f"dim.{axis}", axis, i64)], f"{name}.gather", axis=0)
+
+    def unsqueeze0(x: str, name: str) -> str:
+        return b.node("Unsqueeze", [x, b.const("axes.0", [0], i64)], name)
+
+    def expand_minus_one(x: str, shape: str, name: str) -> str:
+        """``x.expand(*sizes)`` with -1 entries: Where(Equal(shape, -1), 1, shape), Expand."""
+        with b.scope(name):
+            n = b.node("Shape", [shape], "shape")
+            ones = b.node("ConstantOfShape", [n], "ones",
+                          value=numpy_helper.from_array(np.array([1], i64)))
+            minus = b.node("Mul", [ones, b.const("minus_one", -1, i64)], "minus_one")
+            eq = b.node("Equal", [shape, minus], "equal")
+            fixed = b.node("Where", [eq, ones, shape], "where")
+            return b.node("Expand", [x, fixed], "expand")
+
+    # sizes, from the inputs' shapes
+    batch_n = scalar_dim("input_ids", 0, "batch")
+    seq_n = scalar_dim("input_ids", 1, "seq")
+    seq_1d = unsqueeze0(seq_n, "seq.unsqueeze")
+    batch_1d = unsqueeze0(batch_n, "batch.unsqueeze")
+
+    with b.scope("embeddings"):
+        # position ids: Range(0, seq, 1) -> [1, seq]
+        start = b.const("zero", 0, i64)
+        one = b.const("one", 1, i64)
+        pos = b.node("Range", [start, seq_n, one], "position_ids.range")
+        pos = b.node("Unsqueeze", [pos, b.const("axes.0", [0], i64)], "position_ids")
+        # token type ids: the zero buffer sliced to seq and expanded to (batch, -1)
+        buf = b.const("embeddings.token_type_ids", np.zeros((1, max_positions), i64), i64)
+        tt = b.node("Slice", [buf, b.const("starts.0", [0], i64), seq_1d,
+                              b.const("axes.1", [1], i64)], "token_type_ids.slice")
+        shape = b.node("Concat", [batch_1d, b.const("minus_one.1d", [-1], i64)],
+                       "token_type_ids.sizes", axis=0)
+        tt = expand_minus_one(tt, shape, "token_type_ids")
+        words = b.param("word_embeddings.weight", b.normal((vocab, hidden), 0.5))
+        types = b.param("token_type_embeddings.weight", b.normal((2, hidden), 0.5))
+        positions = b.param("position_embeddings.weight", b.normal((max_positions, hidden), 0.5))
+        x = b.node("Gather", [words, "input_ids"], "word_embeddings", axis=0)
+        x = b.add(x, b.node("Gather", [types, tt], "token_type_embeddings", axis=0), "add")
+        x = b.add(x, b.node("Gather", [positions, pos], "position_embeddings", axis=0), "add_1")
+        x = b.layer_norm(x, hidden, name="LayerNorm", eps=1e-12)
+
+    with b.scope("extended_attention_mask"):  # (1 - mask[:, None, None, :]) * min
+        m = b.node("Unsqueeze", ["attention_mask", b.const("axes.1", [1], i64)], "unsqueeze")
+        m = b.node("Unsqueeze", [m, b.const("axes.2", [2], i64)], "unsqueeze_1")
+        m = b.node("Cast", [m], "cast", to=TensorProto.FLOAT)
+        m = b.node("Sub", [b.const("mask.one", 1.0), m], "sub")
+        fill = np.float32(np.finfo(np.float32).min if mask_value == "min" else -10000.0)
+        # the scalar fill as torch.full((), v) exports it: ConstantOfShape of an empty shape
+        fill = b.node("ConstantOfShape", [b.const("shape.scalar", np.zeros(0, i64), i64)],
+                      "fill", value=numpy_helper.from_array(np.array([fill], np.float32)))
+        mask = b.node("Mul", [m, fill], "mul")
+
+    def split_heads(y: str, name: str, perm) -> str:
+        """Reshape to (batch, seq, heads, d) with the shape built from Shape, then Transpose."""
+        with b.scope(name):
+            bn = unsqueeze0(scalar_dim(y, 0, "batch"), "batch.unsqueeze")
+            sn = unsqueeze0(scalar_dim(y, 1, "seq"), "seq.unsqueeze")
+            shape = b.node("Concat", [bn, sn, b.const("heads.1d", [heads], i64),
+                                      b.const("head_dim.1d", [d], i64)], "shape", axis=0)
+            y = b.node("Reshape", [y, shape], "reshape")
+            return b.node("Transpose", [y], "transpose", perm=perm)
+
+    for i in range(layers):
+        with b.scope(f"encoder.layer.{i}"):
+            with b.scope("attention"):
+                q = split_heads(b.linear(x, hidden, hidden, name="query"), "query", [0, 2, 1, 3])
+                k = split_heads(b.linear(x, hidden, hidden, name="key"), "key", [0, 2, 3, 1])
+                v = split_heads(b.linear(x, hidden, hidden, name="value"), "value", [0, 2, 1, 3])
+                s = b.node("MatMul", [q, k], "scores")
+                s = b.node("Div", [s, b.const("attention.sqrt_d", math.sqrt(d))], "div")
+                s = b.add(s, mask, "add_mask")
+                p = b.node("Softmax", [s], "softmax", axis=-1)
+                y = b.node("MatMul", [p, v], "context")
+                y = b.node("Transpose", [y], "context.transpose", perm=[0, 2, 1, 3])
+                bn = unsqueeze0(scalar_dim(y, 0, "context.batch"), "context.batch.unsqueeze")
+                sn = unsqueeze0(scalar_dim(y, 1, "context.seq"), "context.seq.unsqueeze")
+                shape = b.node("Concat", [bn, sn, b.const("hidden.1d", [hidden], i64)],
+                               "context.shape", axis=0)
+                y = b.node("Reshape", [y, shape], "context.reshape")
+                y = b.linear(y, hidden, hidden, name="output.dense")
+                x = b.layer_norm(b.add(y, x, "output.add"), hidden, name="output.LayerNorm",
+                                 eps=1e-12)
+            y = b.gelu(b.linear(x, hidden, ffn, name="intermediate.dense"),
+                       name="intermediate.gelu")
+            y = b.linear(y, ffn, hidden, name="output.dense")
+            x = b.layer_norm(b.add(y, x, "output.add"), hidden, name="output.LayerNorm", eps=1e-12)
+
+    with b.scope("pooler"):  # tanh(dense(x[:, 0]))
+        first = b.node("Gather", [x, b.const("zero", 0, i64)], "first_token", axis=1)
+        pooled = b.node("Tanh", [b.gemm(first, hidden, hidden, name="dense", gain=1.0)], "tanh")
+    b.output(x, "last_hidden_state")
+    b.output(pooled, "pooler_output")
+    model = b.build(bert_torch_style.__doc__)
+    if dynamic:  # name the outputs' symbolic axes as the exporter does
+        for vi, names in zip(model.graph.output, (("batch", "sequence"), ("batch",))):
+            for dim, name in zip(vi.type.tensor_type.shape.dim, names):
+                dim.Clear()
+                dim.dim_param = name
+    return model
+
+
+ZOO["bert_torch_style"] = bert_torch_style
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,8 +1,10 @@
 """Target presets: what a target name means for code generation and for the artifact.
 
 ``resolve("host")`` detects this machine (LLVM CPU name, ISA features, core count);
-``x86``, ``x86-avx2`` and ``x86-avx512`` are portable x86-64 levels; a TVM target JSON
-dict is accepted as is.  The result, :class:`TargetInfo`, carries everything later
+``x86``, ``x86-avx2`` and ``x86-avx512`` are portable x86-64 levels; ``arm``,
+``arm-dotprod`` and ``arm-sve`` are aarch64 Linux (cross-compiled, ``targets/arm.py``);
+``cuda``, ``cuda:sm_80``, ``cuda:sm_90`` are NVIDIA GPUs (``targets/cuda.py``); a TVM
+target JSON dict is accepted as is.  The result, :class:`TargetInfo`, carries everything later
 stages ask of a target: the TVM target dict, the vector width (lanes per fp32 vector,
 which is also the NCHWc channel block), and the ISA features the generated code may use,
 which the artifact records so that a loader can refuse a host that lacks them.
@@ -15,6 +17,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
+
+from . import arm as _arm
+from . import cuda as _cuda
 
 __all__ = ["TargetInfo", "TargetError", "resolve", "PRESETS"]
 
@@ -42,9 +47,9 @@ _X86_LEVELS = {
     "x86-avx512": ("x86-64-v4", "x86-64 with AVX-512 (F, BW, CD, DQ, VL)"),
 }
 PRESETS = {"host": "this machine, detected", **{k: v[1] for k, v in _X86_LEVELS.items()},
-           "arm": "aarch64 Linux with NEON (not available yet)",
-           "cuda": "NVIDIA GPU, arch detected (not available yet)",
-           "cuda:sm_XX": "NVIDIA GPU of the given arch (not available yet)"}
+           **{k: v[1] for k, v in _arm.ARM_PRESETS.items()},
+           **_cuda.CUDA_PRESETS,
+           "cuda:sm_XX": "NVIDIA GPU of the given arch"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,24 @@ class TargetInfo:
     def is_cpu(self) -> bool:
         return self.tvm.get("kind") == "llvm"
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.tvm.get("kind") == "cuda"
+
+    @property
+    def host_arch(self) -> str:
+        """Architecture of the host code in the artifact (the ELF machine)."""
+        if self.is_cuda:
+            return self.tvm["host"]["mtriple"].split("-")[0]
+        return self.arch
+
+    @property
+    def toolchain(self) -> dict | None:
+        """Cross compilers for the artifact (``cc``, ``cxx``), or None for the system's."""
+        if self.host_arch == _this_arch():
+            return None
+        return _arm.TOOLCHAIN.get(self.host_arch)
+
     def tvm_target(self):
         """The ``tvm.target.Target`` object (imports TVM)."""
         import tvm
@@ -124,8 +147,18 @@ def _vector_bits(arch: str, features) -> int:
     return 128
 
 
-def _cpu_target(name: str, mcpu: str, triple: str, arch: str, cores: int) -> TargetInfo:
+def _this_arch() -> str:
+    import platform
+
+    m = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def _cpu_target(name: str, mcpu: str, triple: str, arch: str, cores: int,
+                mattr=None) -> TargetInfo:
     tvm_dict = {"kind": "llvm", "mtriple": triple, "mcpu": mcpu, "num-cores": cores}
+    if mattr:
+        tvm_dict["mattr"] = list(mattr)
     features = _llvm_features(tvm_dict)
     return TargetInfo(name=name, tvm=tvm_dict, arch=arch, cpu=mcpu, features=features,
                       cores=cores, vector_bits=_vector_bits(arch, features))
@@ -168,16 +201,51 @@ def resolve(spec="host") -> TargetInfo:
         return _host()
     if spec in _X86_LEVELS:
         return _cpu_target(spec, _X86_LEVELS[spec][0], "x86_64-linux-gnu", "x86_64", _host_cores())
-    if spec == "arm" or spec == "cuda" or str(spec).startswith("cuda:"):
-        raise TargetError(f"target {spec!r} is not available yet: this build compiles for host, "
-                          "x86, x86-avx2 and x86-avx512")
+    if spec in _arm.ARM_PRESETS:
+        mattr, _ = _arm.ARM_PRESETS[spec]
+        return _cpu_target(spec, "generic", _arm.TRIPLE, "aarch64", _arm.DEFAULT_CORES, mattr)
+    if spec == "cuda" or str(spec).startswith("cuda:"):
+        return _cuda_target(spec)
     names = ", ".join(k for k in PRESETS if k != "cuda:sm_XX")
     raise TargetError(f"unknown target {spec!r}: use one of {names}, or a TVM target JSON dict")
 
 
+def _cuda_target(spec: str, extra: dict | None = None) -> TargetInfo:
+    if spec == "cuda":
+        arch = _cuda.detect_arch()
+        if arch is None:
+            raise TargetError("target 'cuda': no NVIDIA GPU detected (nvidia-smi is missing or "
+                              "lists no GPU); name the arch, e.g. --target cuda:sm_90")
+    else:
+        arch = _cuda.parse_arch(spec)
+        if arch is None:
+            raise TargetError(f"target {spec!r}: expected cuda:sm_XY, e.g. cuda:sm_80 or "
+                              "cuda:sm_90")
+    host = _this_arch()
+    if host not in ("x86_64", "aarch64"):
+        raise TargetError(f"host architecture {host!r} is not supported (x86_64 or aarch64)")
+    tvm_dict = dict(_cuda.tvm_dict(arch, host), **(extra or {}))
+    try:
+        import tvm
+
+        tvm.target.Target(tvm_dict)
+    except Exception as e:
+        raise TargetError(f"TVM rejects target {json.dumps(tvm_dict)}: "
+                          f"{str(e).splitlines()[-1]}") from None
+    return TargetInfo(name=spec if spec != "cuda" else f"cuda:{arch}", tvm=tvm_dict,
+                      arch="cuda", cpu=arch, features=(), cores=1, vector_bits=128)
+
+
 def _from_dict(d: dict) -> TargetInfo:
+    if d.get("kind") == "cuda":
+        arch = d.get("arch") or _cuda.detect_arch()
+        if arch is None:
+            raise TargetError("CUDA target dict without 'arch' and no GPU detected; add "
+                              "\"arch\": \"sm_90\"")
+        extra = {k: v for k, v in d.items() if k not in ("kind", "arch")}
+        return _cuda_target(f"cuda:{arch}", extra)
     if d.get("kind") != "llvm":
-        raise TargetError(f"target kind {d.get('kind')!r} is not available yet (only 'llvm')")
+        raise TargetError(f"target kind {d.get('kind')!r} is not available (llvm or cuda)")
     triple = d.get("mtriple") or "x86_64-linux-gnu"
     arch = triple.split("-")[0]
     if arch not in ("x86_64", "aarch64"):

@@ -65,6 +65,8 @@ def test_numerics_and_fewer_kernels():
     outs, cm = compile_run(m, feeds)
     assert_close(outs, ort_run(m, feeds))
     assert report(cm, "fold_batchnorm")["rewrites"] == {RULE: 4}
+    conv1 = next(c for c in cm.meta["graph"]["calls"] if "conv1" in c["nodes"])
+    assert conv1["nodes"] == ["conv1", "bn1", "relu1"]      # one kernel names all three
     outs_off, cm_off = compile_run(m, feeds, disabled_passes=["fold_batchnorm"])
     assert report(cm_off, "fold_batchnorm")["skipped"] == "disabled"
     assert_close(outs_off, ort_run(m, feeds))

@@ -61,6 +61,9 @@ def test_numerics_against_onnxruntime_and_disabled():
     outs, cm = compile_run(m, feeds)
     assert report(cm, "fuse_layer_norm")["rewrites"] == {RULE: 1}
     assert_close(outs, ort_run(m, feeds))
+    # one kernel, and it names all nine nodes (the fused binding is tagged with each)
+    (call,) = cm.meta["graph"]["calls"]
+    assert sorted(call["nodes"]) == sorted(n.name for n in m.graph.node)
     outs_off, cm_off = compile_run(m, feeds, disabled_passes=["fuse_layer_norm"])
     assert_close(outs_off, ort_run(m, feeds))
     assert cm.report["kernels"] < cm_off.report["kernels"]

@@ -34,10 +34,10 @@ def test_json_dict_and_string():
 
 @pytest.mark.parametrize("spec, message", [
     ("sparc", "unknown target 'sparc'"),
-    ("arm", "not available yet"),
-    ("cuda:sm_90", "not available yet"),
+    ("arm-v9", "unknown target 'arm-v9'"),
+    ("cuda:90", "expected cuda:sm_XY"),
     ('{"kind": "llvm",', "not valid JSON"),
-    ({"kind": "opencl"}, "not available yet"),
+    ({"kind": "opencl"}, "not available"),
 ])
 def test_refusals(spec, message):
     with pytest.raises(targets.TargetError, match=message):

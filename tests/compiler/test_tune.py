@@ -1,0 +1,281 @@
+"""onnxc tune / compile --tuning-db: tasks from our pipeline, records applied, resume, RPC.
+
+Fast tier: task extraction, applying records (hand-made from our default schedule's own
+trace, so no search is needed), resume, CLI errors.  Slow tier: real searches (local and
+through a loopback RPC tracker), kill -9 of a running ``onnxc tune`` and its resume.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import compiler
+import targets
+from compiler.cli import main as onnxc_main
+from compiler.driver import lower_to_kernels
+from compiler.tune import extract_tasks, tune
+from schedules.database import TuningDatabase, trace_to_json
+from schedules.tuning import ProgressBar, TuningError
+from tests.conftest import REPO, assert_close, ort_run, zoo, zoo_model
+
+HOST = targets.resolve("host")
+
+
+def quiet():
+    return ProgressBar(io.StringIO(), tty=False)
+
+
+def matmul_model(n=64, seed=0):
+    """One MatMul of an input by a constant n x n weight."""
+    from tests.schedules.util import onnx_model
+    from onnx import helper
+
+    w = np.random.default_rng(seed).standard_normal((n, n)).astype("float32")
+    return onnx_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                      [("x", [n, n])], [("y", [n, n])], {"w": w})
+
+
+def _record(task, winner, trace=None, default=10.0, tuned=None):
+    import tvm
+
+    return {"format": 1, "task": task.key, "workload_hash": task.key.split("-")[0],
+            "target": dict(HOST.tvm), "kernel": task.kernel, "kernels": task.kernels,
+            "weight": task.weight, "flops": task.flops, "winner": winner,
+            "default_rule": task.default_rule, "trace": trace,
+            "latency_us": {"default": default, "tuned": tuned}, "trials": 1, "valid_trials": 1,
+            "provenance": {"onnxc": compiler.__version__, "tvm": tvm.__version__,
+                           "time": "test", "host": socket.gethostname()}}
+
+
+def test_tasks_come_from_our_pipeline_weighted_by_calls():
+    model = zoo_model("transformer", layers=2)
+    graph, prim_funcs = lower_to_kernels(model, HOST)
+    calls = Counter(c["kernel"] for c in graph.calls)
+    tasks = extract_tasks(model, HOST)
+    assert sum(t.weight for t in tasks) == len(graph.calls)
+    assert {k for t in tasks for k in t.kernels} == set(calls)
+    assert len({t.key for t in tasks}) == len(tasks)
+    for t in tasks:
+        assert t.weight == sum(calls[k] for k in t.kernels)
+    # two identical layers: every layer kernel is called twice or more
+    assert min(t.weight for t in tasks) >= 2
+    # the same kernels compile() builds
+    assert len(prim_funcs) == compiler.compile(model, HOST).report["distinct_kernels"]
+
+
+def test_compile_applies_tuned_and_default_records(tmp_path):
+    model = zoo_model("mlp")
+    tasks = {t.kernel: t for t in extract_tasks(model, HOST)}
+    db = TuningDatabase(tmp_path / "db", create=True)
+    mm = tasks["fused_matmul_add_relu"]
+    # a tuned record whose trace is our default schedule's own (any valid trace will do)
+    db.append(_record(mm, "tuned", trace_to_json(mm.default_trace), default=10, tuned=9))
+    db.append(_record(tasks["softmax"], "default"))
+    cm = compiler.compile(model, HOST, tuning_db=str(tmp_path / "db"))
+    r = cm.report
+    assert r["tuned_kernels"] == 2 and r["untuned_kernels"] == len(tasks) - 2
+    assert r["tuning"]["tuned_schedule"] == 1 and r["tuning"]["default_kept"] == 1
+    assert r["tuning"]["no_record"] == len(tasks) - 2 and r["tuning"]["replay_failed"] == 0
+    assert r["schedules"]["tuned"] == 1
+    feeds = zoo.random_inputs(model, seed=1)
+    assert_close(cm.session().run(None, feeds), ort_run(model, feeds))
+
+
+def test_record_that_does_not_replay_falls_back_to_the_default(tmp_path, caplog):
+    model = zoo_model("mlp")
+    tasks = {t.kernel: t for t in extract_tasks(model, HOST)}
+    db = TuningDatabase(tmp_path, create=True)
+    wrong = trace_to_json(tasks["softmax"].default_trace)  # another kernel's trace
+    db.append(_record(tasks["fused_matmul_add_relu"], "tuned", trace=wrong))
+    cm = compiler.compile(model, HOST, tuning_db=db)
+    assert cm.report["tuning"]["replay_failed"] == 1 and cm.report["tuned_kernels"] == 0
+    assert any("does not apply" in r.getMessage() for r in caplog.records)
+    feeds = zoo.random_inputs(model, seed=2)
+    assert_close(cm.session().run(None, feeds), ort_run(model, feeds))
+
+
+def test_records_of_another_target_do_not_apply(tmp_path):
+    model = zoo_model("mlp")
+    task = extract_tasks(model, HOST)[0]
+    db = TuningDatabase(tmp_path, create=True)
+    other = dict(HOST.tvm, **{"num-cores": HOST.cores + 1})
+    db.append(dict(_record(task, "default"), target=other))
+    r = compiler.compile(model, HOST, tuning_db=db).report
+    assert r["tuned_kernels"] == 0 and r["tuning"]["records_for_target"] == 0
+
+
+def test_resume_skips_done_tasks(tmp_path):
+    model = zoo_model("mlp")
+    tasks = extract_tasks(model, HOST)
+    db = TuningDatabase(tmp_path, create=True)
+    for t in tasks[1:]:
+        db.append(_record(t, "default"))
+    from tests.schedules.test_tuning import FailingRunner
+
+    runner = FailingRunner()
+    # one task left: only its default gets measured (and fails, loudly)
+    with pytest.raises(TuningError, match=r"every pending task \(1\)"):
+        tune(model, HOST, tmp_path, trials=8, runner=runner, progress=quiet())
+    assert runner.calls == 1
+    db.append(_record(tasks[0], "default"))
+    s = tune(model, HOST, tmp_path, trials=8, runner=runner, progress=quiet())
+    assert s["already_done"] == len(tasks) and s["trials"] == 0 and runner.calls == 1
+
+
+def test_cli_errors(tmp_path, capsys):
+    mlp = tmp_path / "mlp.onnx"
+    import onnx
+
+    onnx.save(zoo_model("mlp"), mlp)
+    assert onnxc_main(["tune", str(mlp), "--db", str(tmp_path / "d"),
+                       "--rpc-tracker", "127.0.0.1:9"]) == 1
+    assert "--rpc-tracker needs --rpc-key" in capsys.readouterr().err
+    assert onnxc_main(["tune", str(mlp), "--db", str(tmp_path / "d"), "--rpc-tracker", "nohost",
+                       "--rpc-key", "k", "--trials", "1"]) == 1
+    assert "expected HOST:PORT" in capsys.readouterr().err
+    assert onnxc_main(["tune", str(mlp), "--db", str(tmp_path / "d"),
+                       "--time-budget", "0"]) == 1
+    assert "--time-budget must be > 0" in capsys.readouterr().err
+    assert onnxc_main(["compile", str(mlp), "-o", str(tmp_path / "m.so"),
+                       "--tuning-db", str(tmp_path / "missing")]) == 1
+    assert "tuning database" in capsys.readouterr().err
+
+
+# -- slow: real searches -------------------------------------------------------------------
+
+
+def _check_never_slower(db, target=HOST):
+    recs = list(db.records(target).values())
+    for rec in recs:
+        lat = rec["latency_us"]
+        chosen = lat["tuned"] if rec["winner"] == "tuned" else lat["default"]
+        assert chosen <= lat["default"], rec
+    return recs
+
+
+@pytest.mark.slow
+def test_tiny_model_tuned_then_compiled(tmp_path):
+    model = matmul_model(64)
+    s = tune(model, HOST, tmp_path, trials=16, progress=quiet())
+    assert s["tuned"] + s["default_kept"] == 1 and s["valid_trials"] >= 1
+    recs = _check_never_slower(TuningDatabase(tmp_path))
+    assert len(recs) == 1 and recs[0]["trials"] >= 1
+    cm = compiler.compile(model, HOST, tuning_db=str(tmp_path))
+    assert cm.report["tuned_kernels"] >= 1 and cm.report["untuned_kernels"] == 0
+    feeds = zoo.random_inputs(model, seed=3)
+    assert_close(cm.session().run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def rpc_tracker():
+    """A TVM RPC tracker and two servers (key "test") on loopback; killed afterwards."""
+    pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado")
+    from tvm.s_tir.meta_schedule.runner import RPCConfig
+
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host",
+                               "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        for _ in range(2):
+            sp = _free_port()
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
+                 "--key", "test", "--host", "127.0.0.1", "--port", str(sp),
+                 "--port-end", str(sp + 1)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        config = RPCConfig(tracker_host="127.0.0.1", tracker_port=port, tracker_key="test",
+                           session_timeout_sec=30)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if config.count_num_servers() >= 2:
+                    break
+            except ValueError:  # the tracker is not listening yet
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("the RPC servers did not register with the tracker in 90 s")
+            time.sleep(1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_tune_through_rpc_tracker(tmp_path, rpc_tracker):
+    model = matmul_model(32)
+    s = tune(model, HOST, tmp_path, trials=8, rpc_tracker=rpc_tracker, rpc_key="test",
+             progress=quiet())
+    assert s["measured_with"] == f"rpc {rpc_tracker} key test"
+    assert s["valid_trials"] >= 1
+    (rec,) = _check_never_slower(TuningDatabase(tmp_path))
+    assert rec["measured_with"].startswith("rpc ")
+    cm = compiler.compile(model, HOST, tuning_db=str(tmp_path))
+    feeds = zoo.random_inputs(model, seed=4)
+    assert_close(cm.session().run(None, feeds), ort_run(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_rpc_key_without_servers_fails_loudly(tmp_path, rpc_tracker):
+    with pytest.raises(TuningError, match="no RPC server registered under key 'nobody'"):
+        tune(matmul_model(16), HOST, tmp_path, trials=4, rpc_tracker=rpc_tracker,
+             rpc_key="nobody", progress=quiet())
+
+
+@pytest.mark.slow
+def test_cli_tune_killed_then_resumed(tmp_path):
+    import onnx
+
+    mlp = tmp_path / "mlp.onnx"
+    onnx.save(zoo_model("mlp"), mlp)
+    db = tmp_path / "db"
+    cmd = [sys.executable, "-m", "compiler.cli", "tune", str(mlp), "--db", str(db),
+           "--trials", "48"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         cwd=REPO)
+    saved = []
+    deadline = time.monotonic() + 400
+    for line in p.stdout:
+        if line.startswith("saved "):
+            saved.append(line.split()[1])
+            break
+        if time.monotonic() > deadline:
+            break
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert saved, "no task was saved before the deadline"
+    recs = TuningDatabase(db).records(HOST)
+    assert set(saved) <= {r["kernel"] for r in recs.values()}
+    r = subprocess.run(cmd[:-1] + ["4"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert f"resuming: {len(recs)} of 4 tasks already in" in r.stderr
+    assert f"4 tasks: {len(recs)} already in the database" in r.stdout
+    report = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "compiler.cli", "compile", str(mlp), "-o",
+                        str(tmp_path / "m.so"), "--tuning-db", str(db), "--report", str(report)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(report.read_text())
+    assert rep["tuned_kernels"] == len(TuningDatabase(db).records(HOST)) >= len(recs)
+    assert "tuning db" in r.stdout
+    _check_never_slower(TuningDatabase(db))

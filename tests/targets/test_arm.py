@@ -1,0 +1,153 @@
+"""The aarch64 targets: presets, cross-compiled artifacts, refusal on x86, emulated numerics.
+
+Default tier: needs the cross toolchain (``apt-get install g++-aarch64-linux-gnu``), no
+emulation.  Slow tier (``-m slow``): runs the artifacts under qemu-aarch64 with the
+emulated Python that ``scripts/setup_arm_emulation.sh`` prepares, against onnxruntime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import compiler
+import runtime
+import targets
+from runtime.artifact import read_artifact
+from runtime.cpu_features import host_arch
+from tests.conftest import REPO, assert_close, ort_run, zoo, zoo_model
+
+HAVE_CROSS = all(shutil.which(t) for t in ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++"))
+needs_cross = pytest.mark.skipif(not HAVE_CROSS, reason="no aarch64 cross toolchain: "
+                                 "apt-get install g++-aarch64-linux-gnu")
+EM_AARCH64 = 183
+
+
+@pytest.mark.parametrize("name, feats", [("arm", {"neon"}), ("arm-dotprod", {"neon", "dotprod"}),
+                                         ("arm-sve", {"neon", "sve"})])
+def test_arm_presets(name, feats):
+    t = targets.resolve(name)
+    assert t.arch == "aarch64" and t.is_cpu and t.lanes_fp32 == 4
+    assert t.tvm["mtriple"] == "aarch64-linux-gnu" and "+neon" in t.tvm["mattr"]
+    assert feats <= set(t.features) and not {"avx2", "sse4.2"} & set(t.features)
+    assert t.toolchain == (None if host_arch() == "aarch64" else
+                           {"cc": "aarch64-linux-gnu-gcc", "cxx": "aarch64-linux-gnu-g++",
+                            "install": "apt-get install g++-aarch64-linux-gnu"})
+    assert "arm" in targets.PRESETS
+
+
+def test_arm_json_dict():
+    t = targets.resolve({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"],
+                         "num-cores": 8})
+    assert t.arch == "aarch64" and t.cores == 8 and t.lanes_fp32 == 4 and "neon" in t.features
+
+
+@pytest.fixture(scope="module")
+def arm_so(tmp_path_factory):
+    if not HAVE_CROSS:
+        pytest.skip("no aarch64 cross toolchain: apt-get install g++-aarch64-linux-gnu")
+    d = tmp_path_factory.mktemp("arm")
+    model = d / "mlp.onnx"
+    model.write_bytes(zoo_model("mlp").SerializeToString())
+    r = subprocess.run([sys.executable, "-m", "compiler.cli", "compile", str(model), "--target",
+                        "arm", "-o", str(d / "mlp.so"), "--report", str(d / "r.json")],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    return d / "mlp.so"
+
+
+def test_compile_arm_writes_aarch64_elf_with_blob(arm_so):
+    data = arm_so.read_bytes()
+    assert data[:4] == b"\x7fELF" and struct.unpack_from("<H", data, 18)[0] == EM_AARCH64
+    meta, params, arch = read_artifact(str(arm_so))
+    assert arch == "aarch64"
+    assert meta["manifest"]["target"]["arch"] == "aarch64"
+    assert meta["manifest"]["target"]["lanes_fp32"] == 4
+    assert len(params) == sum(p["nbytes"] for p in meta["graph"]["params"]) or len(params) > 0
+    report = json.loads((arm_so.parent / "r.json").read_text())
+    assert report["target"]["name"] == "arm" and report["kernels"] > 0
+
+
+def test_arm_kernels_use_neon(arm_so):
+    objdump = shutil.which("aarch64-linux-gnu-objdump")
+    if objdump is None:
+        pytest.skip("aarch64-linux-gnu-objdump not installed")
+    asm = subprocess.run([objdump, "-d", str(arm_so)], capture_output=True, text=True).stdout
+    assert "fmla" in asm and ".4s" in asm  # fp32x4 NEON multiply-adds
+
+
+@pytest.mark.skipif(host_arch() == "aarch64", reason="this host is aarch64: it can load it")
+def test_load_refuses_aarch64_artifact_on_x86(arm_so):
+    with pytest.raises(runtime.ArtifactError, match=r"built for aarch64.*this host is x86_64"):
+        runtime.load(str(arm_so))
+
+
+def test_missing_cross_toolchain_is_a_clear_error(tmp_path, monkeypatch):
+    if host_arch() == "aarch64":
+        pytest.skip("no cross compilation on aarch64")
+    cm = compiler.compile(zoo_model("mlp"), target="arm")
+    monkeypatch.setattr(cm, "_toolchain", {"cc": "no-such-aarch64-gcc", "cxx": "no-such-g++",
+                                           "install": "apt-get install g++-aarch64-linux-gnu"})
+    with pytest.raises(compiler.CompileError, match="cross compiler 'no-such-aarch64-gcc' is "
+                       "not installed.*g\\+\\+-aarch64-linux-gnu"):
+        cm.export(str(tmp_path / "m.so"))
+
+
+# -- slow tier: numerics under emulation ---------------------------------------------------
+
+CACHE = Path(os.environ.get("ONNXC_ARM_CACHE", Path.home() / ".cache" / "onnxc-arm"))
+QEMU = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
+
+
+def _emulation_reason():
+    if host_arch() == "aarch64":
+        return None
+    if not HAVE_CROSS:
+        return "no aarch64 cross toolchain: apt-get install g++-aarch64-linux-gnu"
+    if QEMU is None:
+        return "no qemu-aarch64: apt-get install qemu-user-static"
+    if not (CACHE / "ok").exists():
+        return f"aarch64 emulation not set up in {CACHE}: run scripts/setup_arm_emulation.sh"
+    return None
+
+
+def run_on_arm(so: Path, feeds: dict, tmp: Path) -> dict:
+    """Run ``so`` with scripts/arm_run.py on aarch64 (natively or under qemu)."""
+    np.savez(tmp / "in.npz", **feeds)
+    script = [str(REPO / "scripts" / "arm_run.py"), str(so), str(tmp / "in.npz"),
+              str(tmp / "out.npz")]
+    if host_arch() == "aarch64":
+        cmd = [sys.executable, *script]
+    else:
+        root = CACHE / "root"
+        cmd = [QEMU, "-L", str(root), str(root / "usr/bin/python3.11"), *script,
+               "--site", str(CACHE / "site")]
+    env = dict(os.environ, PYTHONNOUSERSITE="1")
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with np.load(tmp / "out.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cnn", "transformer"])
+def test_arm_emulated_matches_onnxruntime(name, tmp_path):
+    reason = _emulation_reason()
+    if reason:
+        pytest.skip(reason)
+    model = zoo_model(name)
+    so = tmp_path / f"{name}.so"
+    compiler.compile(model, target="arm").export(str(so))
+    feeds = zoo.random_inputs(model, seed=3)
+    out = run_on_arm(so, feeds, tmp_path)
+    names = [o.name for o in model.graph.output]
+    assert_close([out[n] for n in names], ort_run(model, feeds))
