@@ -449,6 +449,15 @@ def cmd_tune(args) -> int:
           f"started (budget), {s.get('skipped', 0)} skipped; {s['trials']} trials "
           f"({s['valid_trials']} valid) in {s.get('seconds', 0):.0f}s, measured with "
           f"{s['measured_with'] or '-'}; records in {os.path.join(s['database'], s['target_file'])}")
+    check = s.get("model_check") or {}
+    if check.get("demoted"):
+        print(f"in-model check demoted {len(check['demoted'])} tuned kernel(s) that were slower "
+              f"inside the model: {', '.join(check['demoted'])}")
+    if "tuned_ms" in check:
+        print(f"in-model kernel time per run: untuned {check['untuned_ms']:.3f} ms, tuned "
+              f"{check['tuned_ms']:.3f} ms")
+    elif check.get("skipped"):
+        print(f"in-model check skipped: {check['skipped']}")
     return 0
 
 
