@@ -53,7 +53,7 @@ SUBSET = [
 # Measured on onnx 1.23.2 (docs/conformance.md): the stride-9 sample of the 1848 tensor
 # cases is 206 cases, of which 67-68 passed (32.5-33.0%); the whole suite 587/1848 (31.8%).
 SAMPLE_STRIDE = 9
-MIN_SAMPLE_PASS_RATE = 0.30
+MIN_SAMPLE_PASS_RATE = 0.65  # measured 0.699 (144/206) on 2026-11-29
 
 
 @pytest.fixture(scope="module")
