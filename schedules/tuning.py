@@ -89,8 +89,13 @@ class TuneOptions:
     rpc_key: str | None = None
     build_workers: int | None = None
     timeout_s: float = 60.0      # per build / per measurement
-    number: int = 3              # runs per measurement (more when under min_repeat_ms)
-    min_repeat_ms: int = 30
+    # Each timed run starts with the kernel's weights flushed from the caches, as in the
+    # model, where the other kernels' data evict them.  Timed hot (MetaSchedule's default,
+    # number=3, min_repeat_ms=100), tuned GEMMs of BERT looked 15 % faster than ours and
+    # were 30-50 % slower inside the model; flushed, the measurement ranks them as the
+    # model does.  Median of `repeat` single runs.
+    cache_flush: bool = True
+    repeat: int = 5
 
 
 @dataclass
@@ -225,8 +230,8 @@ class Measurer:
         workers = options.build_workers or max(1, min(os.cpu_count() or 1, 4))
         self.builder = LocalBuilder(max_workers=workers, timeout_sec=options.timeout_s,
                                     f_build=_build_function())
-        evaluator = EvaluatorConfig(number=options.number, repeat=1,
-                                    min_repeat_ms=options.min_repeat_ms)
+        evaluator = EvaluatorConfig(number=1, repeat=options.repeat, min_repeat_ms=0,
+                                    enable_cpu_cache_flush=options.cache_flush)
         self.where = "local"
         if runner is not None:
             self.runner, self.where = runner, "custom"
@@ -433,6 +438,9 @@ class _Job:
                 r.stop = "not started: budget spent"
                 continue
             self._tune_one(r, i, len(runs), share_trials, share_secs)
+            if r.trials == 0:  # the budget ran out while its first candidates were built
+                r.stop = f"not started: {r.stop or 'budget spent'}"
+                continue
             if r.valid == 0:
                 failures.append(r)
                 self.bar.message(f"task {r.task.kernel}: NOTHING MEASURED in {r.trials} trials "

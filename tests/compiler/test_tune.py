@@ -189,18 +189,21 @@ def rpc_tracker():
     pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado")
     from tvm.s_tir.meta_schedule.runner import RPCConfig
 
+    # Each launcher runs the real tracker/server in a popen_worker child that outlives a
+    # killed launcher: every one gets its own process group, killed whole afterwards.
+    def start(*args):
+        return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host",
-                               "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = [start("tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                   "--port-end", str(port + 1))]
     try:
         for _ in range(2):
             sp = _free_port()
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
-                 "--key", "test", "--host", "127.0.0.1", "--port", str(sp),
-                 "--port-end", str(sp + 1)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(start("tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
+                               "--key", "test", "--host", "127.0.0.1", "--port", str(sp),
+                               "--port-end", str(sp + 1)))
         config = RPCConfig(tracker_host="127.0.0.1", tracker_port=port, tracker_key="test",
                            session_timeout_sec=30)
         deadline = time.monotonic() + 90
@@ -216,7 +219,10 @@ def rpc_tracker():
         yield f"127.0.0.1:{port}"
     finally:
         for p in procs:
-            p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # the launcher and its worker
+            except ProcessLookupError:
+                pass
         for p in procs:
             p.wait(timeout=30)
 
