@@ -10,3 +10,23 @@ class ScheduleRule:
 
     def apply(self, func, target):
         raise NotImplementedError
+
+
+class MatchingCPURule(ScheduleRule):
+    """A CPU rule in two steps: ``match(sch)`` recognises the kernel (None: not ours), then
+    ``schedule(sch, match, target)`` schedules it (None: leave it to the next rule)."""
+
+    def apply(self, func, target):
+        from tvm import s_tir
+
+        if target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        m = self.match(sch)
+        return None if m is None else self.schedule(sch, m, target)
+
+    def match(self, sch):
+        raise NotImplementedError
+
+    def schedule(self, sch, match, target):
+        raise NotImplementedError

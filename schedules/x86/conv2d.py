@@ -13,10 +13,9 @@ write-back of the register tile.  Parallel over (n, output-channel block, y).
 
 from __future__ import annotations
 
-from tvm import s_tir
 from tvm.sym.analyzer import Analyzer
 
-from ..base import ScheduleRule
+from ..base import MatchingCPURule
 from . import common
 
 
@@ -67,18 +66,15 @@ def match_conv(sch, kinds: str):
     return rv, weights[0].source
 
 
-class Conv2dNCHW(ScheduleRule):
+class Conv2dNCHW(MatchingCPURule):
     """conv2d NCHW (any stride, padding, dilation; groups == 1) + elementwise epilogue."""
 
     name = "x86.conv2d_nchw"
 
-    def apply(self, func, target):
-        if target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
-        m = match_conv(sch, "SSSSRRR")
-        if m is None:
-            return None
+    def match(self, sch):
+        return match_conv(sch, "SSSSRRR")
+
+    def schedule(self, sch, m, target):
         conv, _ = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, conv)

@@ -13,9 +13,9 @@ block).  Tiles are divisors of the output height and width, so every shape is ex
 
 from __future__ import annotations
 
-from tvm import s_tir, tirx
+from tvm import tirx
 
-from ..base import ScheduleRule
+from ..base import MatchingCPURule
 from . import common
 
 # accumulator vectors per register tile, of 32 zmm: 24 and more spill (measured 2.5x
@@ -87,18 +87,15 @@ def tile(oh: int, ow: int, vectors: int, width: int = 1) -> tuple:
     return best
 
 
-class Conv2dPacked(ScheduleRule):
+class Conv2dPacked(MatchingCPURule):
     """conv2d NCHW x OIHW[b]o weights (any kernel, stride, padding, dilation) + epilogue."""
 
     name = "x86.conv2d_packed"
 
-    def apply(self, func, target):
-        if target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
-        m = match_packed_conv(sch)
-        if m is None:
-            return None
+    def match(self, sch):
+        return match_packed_conv(sch)
+
+    def schedule(self, sch, m, target):
         conv, b = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, conv)

@@ -13,9 +13,8 @@ of the register tile.  Matches channel multiplier 1 only (``groups == C == F``).
 
 from __future__ import annotations
 
-from tvm import s_tir
 
-from ..base import ScheduleRule
+from ..base import MatchingCPURule
 from . import common
 
 
@@ -81,18 +80,15 @@ def _is_sum(e, a, b) -> bool:
         (e.a.same_as(a) and e.b.same_as(b)) or (e.a.same_as(b) and e.b.same_as(a)))
 
 
-class DepthwiseConv2dNCHW(ScheduleRule):
+class DepthwiseConv2dNCHW(MatchingCPURule):
     """Depthwise conv2d NCHW (any kernel, stride, padding, dilation) + elementwise epilogue."""
 
     name = "x86.depthwise_conv2d_nchw"
 
-    def apply(self, func, target):
-        if target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
-        m = match_depthwise(sch)
-        if m is None:
-            return None
+    def match(self, sch):
+        return match_depthwise(sch)
+
+    def schedule(self, sch, m, target):
         conv, pad = m
         return schedule_window(sch, conv, pad, target)
 

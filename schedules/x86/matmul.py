@@ -12,9 +12,8 @@ vectorising ``j`` would gather.
 
 from __future__ import annotations
 
-from tvm import s_tir
 
-from ..base import ScheduleRule
+from ..base import MatchingCPURule
 from . import common
 
 
@@ -65,18 +64,15 @@ def _b_index(block):
     raise ValueError("no B operand")
 
 
-class MatmulNN(ScheduleRule):
+class MatmulNN(MatchingCPURule):
     """matmul / dense / batch_matmul with B as [.., K, N] + elementwise epilogue."""
 
     name = "x86.matmul"
 
-    def apply(self, func, target):
-        if target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
-        m = match_matmul(sch)
-        if m is None:
-            return None
+    def match(self, sch):
+        return match_matmul(sch)
+
+    def schedule(self, sch, m, target):
         mm, nbat = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, mm, keep_pads=False)

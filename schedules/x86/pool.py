@@ -10,9 +10,8 @@ applied in the write-back.  Global pooling (a whole-plane reduction) is not matc
 
 from __future__ import annotations
 
-from tvm import s_tir
 
-from ..base import ScheduleRule
+from ..base import MatchingCPURule
 from . import common
 from .depthwise import schedule_window
 
@@ -58,16 +57,13 @@ def _extent(iv):
     return getattr(iv.dom.extent, "value", None)
 
 
-class Pool2dNCHW(ScheduleRule):
+class Pool2dNCHW(MatchingCPURule):
     """max_pool2d / avg_pool2d NCHW (any window, stride, padding, ceil mode) + epilogue."""
 
     name = "x86.pool2d_nchw"
 
-    def apply(self, func, target):
-        if target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
-        m = match_pool(sch)
-        if m is None:
-            return None
+    def match(self, sch):
+        return match_pool(sch)
+
+    def schedule(self, sch, m, target):
         return schedule_window(sch, m[0], m[1], target)
