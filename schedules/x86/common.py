@@ -124,3 +124,32 @@ def region_vars(region):
 def same_vars(exprs, want) -> bool:
     """``exprs`` are exactly the variables ``want`` (None in ``want`` matches anything)."""
     return len(exprs) == len(want) and all(w is None or e.same_as(w) for e, w in zip(exprs, want))
+
+
+def single_reduction(sch, kinds: str):
+    """(block rv, block, iter vars) of the function's only reduction block when its iter
+    kinds are ``kinds`` and every other block is spatial; else None."""
+    cands = []
+    for blk in blocks(sch):
+        k = iter_kinds(sch.get(blk))
+        if k is None:
+            return None
+        if "R" in k:
+            cands.append((blk, k))
+    if len(cands) != 1 or cands[0][1] != kinds:
+        return None
+    rv = cands[0][0]
+    block = sch.get(rv)
+    return rv, block, [iv.var for iv in block.iter_vars]
+
+
+def nchw_fp32_output(block, spatial):
+    """(output region, the other reads) when ``block`` writes one float32 4-D buffer indexed
+    exactly by the ``spatial`` vars; else None."""
+    if len(block.writes) != 1:
+        return None
+    out = block.writes[0]
+    if out.source.dtype != "float32" or len(out.source.shape) != 4 or not same_vars(
+            region_vars(out), spatial):
+        return None
+    return out, [r for r in block.reads if not r.source.same_as(out.source)]

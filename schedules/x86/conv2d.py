@@ -34,25 +34,13 @@ def match_conv(sch, kinds: str):
     spatial iters and whose weight read is indexed by (f, reduce iters...), as
     (block rv, weight buffer); None when the function is not one such conv with only
     spatial blocks around it."""
-    cands = []
-    for blk in common.blocks(sch):
-        k = common.iter_kinds(sch.get(blk))
-        if k is None:
-            return None
-        if "R" in k:
-            cands.append((blk, k))
-    if len(cands) != 1 or cands[0][1] != kinds:
+    m = common.single_reduction(sch, kinds)
+    if m is None:
         return None
-    rv = cands[0][0]
-    block = sch.get(rv)
-    ivs = [iv.var for iv in block.iter_vars]
-    if len(block.writes) != 1 or len(block.reads) < 2:
+    rv, block, ivs = m
+    if len(block.reads) < 2 or common.nchw_fp32_output(block, ivs[:4]) is None:
         return None
     out = block.writes[0]
-    if len(out.source.shape) != 4 or any(
-        not a.same_as(b) for a, b in zip(common.region_vars(out), ivs[:4])
-    ) or out.source.dtype != "float32":
-        return None
     want_w = [ivs[1]] + ivs[4:]
     if len(want_w) < 4:  # depthwise: w[f, 0, ry, rx]
         want_w = [ivs[1], None] + ivs[4:]

@@ -27,25 +27,14 @@ def match_packed_conv(sch):
     """(conv block rv, channel block b) of a conv reading ``wp[f // b, rc, ry, rx, f % b]``
     and ``data[n, rc, ., .]``, writing ``out[n, f, y, x]``, with only spatial blocks
     around it; else None."""
-    cands = []
-    for blk in common.blocks(sch):
-        k = common.iter_kinds(sch.get(blk))
-        if k is None:
-            return None
-        if "R" in k:
-            cands.append((blk, k))
-    if len(cands) != 1 or cands[0][1] != "SSSSRRR":
+    m = common.single_reduction(sch, "SSSSRRR")
+    if m is None:
         return None
-    rv = cands[0][0]
-    block = sch.get(rv)
-    n, f, y, x, rc, ry, rx = [iv.var for iv in block.iter_vars]
-    if len(block.writes) != 1:
+    rv, block, (n, f, y, x, rc, ry, rx) = m
+    o = common.nchw_fp32_output(block, [n, f, y, x])
+    if o is None:
         return None
-    out = block.writes[0]
-    if out.source.dtype != "float32" or len(out.source.shape) != 4 or not common.same_vars(
-            common.region_vars(out), [n, f, y, x]):
-        return None
-    ins = [r for r in block.reads if not r.source.same_as(out.source)]
+    out, ins = o
     if len(ins) != 2:
         return None
     b = data_ok = None

@@ -24,29 +24,18 @@ def match_depthwise(sch):
     The one reduction block must read its data at channel ``f + rc`` (``rc`` of extent
     1) and its weight at ``[f, rc, ry, rx]``, and write ``out[n, f, y, x]``; every other
     block must be spatial."""
-    cands = []
-    for blk in common.blocks(sch):
-        k = common.iter_kinds(sch.get(blk))
-        if k is None:
-            return None
-        if "R" in k:
-            cands.append((blk, k))
-    if len(cands) != 1 or cands[0][1] != "SSSSRRR":
+    m = common.single_reduction(sch, "SSSSRRR")
+    if m is None:
         return None
-    rv = cands[0][0]
-    block = sch.get(rv)
-    ivs = [iv.var for iv in block.iter_vars]
+    rv, block, ivs = m
     n, f, y, x, rc, ry, rx = ivs
     rc_dom = block.iter_vars[4].dom
     if not (_int(rc_dom.extent) == 1 and _int(rc_dom.min) == 0):
         return None
-    if len(block.writes) != 1:
+    o = common.nchw_fp32_output(block, [n, f, y, x])
+    if o is None:
         return None
-    out = block.writes[0]
-    if out.source.dtype != "float32" or len(out.source.shape) != 4 or not common.same_vars(
-            common.region_vars(out), [n, f, y, x]):
-        return None
-    ins = [r for r in block.reads if not r.source.same_as(out.source)]
+    out, ins = o
     if len(ins) != 2:
         return None
     weight = data = None

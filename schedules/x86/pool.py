@@ -20,25 +20,14 @@ def match_pool(sch):
     """(pool block rv, pad block rv or None) of a 2-D window pooling kernel, else None:
     one reduction block with iters ``SSSSRR`` writing ``out[n, c, y, x]`` from one
     input read at ``[n, c, ., .]``, every other block spatial."""
-    cands = []
-    for blk in common.blocks(sch):
-        k = common.iter_kinds(sch.get(blk))
-        if k is None:
-            return None
-        if "R" in k:
-            cands.append((blk, k))
-    if len(cands) != 1 or cands[0][1] != "SSSSRR":
+    m = common.single_reduction(sch, "SSSSRR")
+    if m is None:
         return None
-    rv = cands[0][0]
-    block = sch.get(rv)
-    n, c, y, x, ry, rx = [iv.var for iv in block.iter_vars]
-    if len(block.writes) != 1:
+    rv, block, (n, c, y, x, ry, rx) = m
+    o = common.nchw_fp32_output(block, [n, c, y, x])
+    if o is None:
         return None
-    out = block.writes[0]
-    if out.source.dtype != "float32" or len(out.source.shape) != 4 or not common.same_vars(
-            common.region_vars(out), [n, c, y, x]):
-        return None
-    ins = [r for r in block.reads if not r.source.same_as(out.source)]
+    out, ins = o
     if len(ins) != 1 or len(ins[0].region) != 4:
         return None
     idx = common.region_vars(ins[0])
