@@ -70,7 +70,7 @@ class CompiledModel:
 
 def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
             required_passes=(), pass_config=None, layout: str = "auto", tuning_db=None,
-            memory_reuse: bool = True, dump_ir=None, _lowered_only: bool = False) -> CompiledModel:
+            memory_reuse: bool = True, dump_ir=None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) for ``target``.
 
     Parameters
@@ -94,44 +94,16 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
         With a message naming what is wrong.
     """
     t0 = time.perf_counter()
-    stages: dict = {}
-
-    def stage(name, fn, *args):
-        s = time.perf_counter()
-        try:
-            result = fn(*args)
-        except (CompileError, targets.TargetError, passes.PassConfigError):
-            raise
-        except Exception as e:  # TVM's own checks: say which stage, not a bare traceback
-            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-            raise CompileError(f"{where}: {name} failed ({type(e).__name__}): "
-                               f"{lines[-1] if lines else 'no message'}") from e
-        stages[name] = round(time.perf_counter() - s, 3)
-        return result
-
     if layout not in ("auto", "NCHW"):
         raise CompileError(f"layout {layout!r} is not available yet in this build "
                            "(auto or NCHW)")
     database = _open_tuning_db(tuning_db)
-    where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else (
-        getattr(getattr(model, "graph", None), "name", "") or "model")
+    stage = _Stages(_where(model))
+    where = stage.where
     tinfo = targets.resolve(target)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
-
-    proto = stage("load", load_model, model)
-    proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto)
-    ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
-    signature = input_signature(proto, where)
-    output_names = [o.name for o in proto.graph.output]
-    mod = stage("import", import_onnx, proto, where)
-    mod = stage("graph_passes", ctx.run, graph_passes(), mod)
-    mod, groups = stage("lower", _lower, mod, ctx)
-    nodes = [(n.name or f"#{i}", n.op_type) for i, n in enumerate(proto.graph.node)]
-    graph = stage("extract", extract, mod, [s["name"] for s in signature], output_names, where,
-                  groups, nodes)
-    if _lowered_only:  # lower_to_kernels(): the same stages, stopped before scheduling
-        return graph
+    proto, onnx_folded, graph = _front(model, ctx, stage)
     kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo, database)
     kernels = stage("build", _build, kernels_mod, tinfo, where)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
@@ -149,7 +121,7 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
                    "algorithm": plan.algorithm, "memory_reuse": memory_reuse,
                    "inplace_outputs": sum(len(c.get("inplace", [])) for c in graph_meta["calls"])},
         "compile_seconds": round(time.perf_counter() - t0, 3),
-        "stages": stages,
+        "stages": stage.seconds,
         "target": tinfo.to_dict(),
         "layout": {"requested": layout, "chosen": "NCHW",
                    "why": "activations stay NCHW (NCHWc conversion is not available yet in "
@@ -161,6 +133,53 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
     log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
              report["compile_seconds"])
     return CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
+
+
+class _Stages:
+    """Runs compile stages: times each, and turns a failure inside TVM into a CompileError
+    naming the stage instead of a bare traceback."""
+
+    def __init__(self, where: str):
+        self.where, self.seconds = where, {}
+
+    def __call__(self, name, fn, *args):
+        s = time.perf_counter()
+        try:
+            result = fn(*args)
+        except (CompileError, targets.TargetError, passes.PassConfigError):
+            raise
+        except Exception as e:  # TVM's own checks
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+            raise CompileError(f"{self.where}: {name} failed ({type(e).__name__}): "
+                               f"{lines[-1] if lines else 'no message'}") from e
+        self.seconds[name] = round(time.perf_counter() - s, 3)
+        return result
+
+
+def _where(model) -> str:
+    """How errors name the model: its path, else its graph name."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    return getattr(getattr(model, "graph", None), "name", "") or "model"
+
+
+def _front(model, ctx, stage: _Stages):
+    """load -> fold ONNX shape arithmetic -> import -> graph passes -> lower -> extract.
+
+    Returns (checked proto, ONNX nodes folded, KernelGraph with unscheduled kernels).
+    """
+    proto = stage("load", load_model, model)
+    proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto)
+    ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
+    signature = input_signature(proto, stage.where)
+    output_names = [o.name for o in proto.graph.output]
+    mod = stage("import", import_onnx, proto, stage.where)
+    mod = stage("graph_passes", ctx.run, graph_passes(), mod)
+    mod, groups = stage("lower", _lower, mod, ctx)
+    nodes = [(n.name or f"#{i}", n.op_type) for i, n in enumerate(proto.graph.node)]
+    graph = stage("extract", extract, mod, [s["name"] for s in signature], output_names,
+                  stage.where, groups, nodes)
+    return proto, onnx_folded, graph
 
 
 def _lower(mod, ctx):
@@ -243,14 +262,20 @@ def _user() -> str:
 # -- tuning hooks (compiler/tune.py, schedules/database.py) ------------------------------
 
 
-def lower_to_kernels(model, target="host", **kwargs):
+def lower_to_kernels(model, target="host", *, opt_level: int = 3, disabled_passes=(),
+                     required_passes=(), pass_config=None, dump_ir=None, **_build_only):
     """compile()'s stages up to the kernels, without scheduling or building.
 
     Returns (graph, prim_funcs): the :class:`compiler.graph.KernelGraph` (``graph.calls``
     in execution order) and its unscheduled kernels {symbol: PrimFunc}.  Tuning jobs
-    extract their tasks here, so they tune exactly the kernels compile() builds.
+    extract their tasks here, so they tune exactly the kernels compile() builds.  Keywords
+    that only affect scheduling, building or memory (tuning_db, memory_reuse, layout) are
+    accepted and ignored, so callers can pass compile()'s keywords as they are.
     """
-    graph = compile(model, target, _lowered_only=True, **kwargs)
+    targets.resolve(target)  # the same refusals as compile()
+    ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
+                             required=required_passes, config=pass_config, dump_ir=dump_ir)
+    _, _, graph = _front(model, ctx, _Stages(_where(model)))
     return graph, graph.prim_funcs
 
 
