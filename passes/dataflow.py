@@ -215,6 +215,17 @@ class Emitter:
         return self._m.builder_.call_te(fn, *args, primfunc_name_hint=name, **kwargs)
 
 
+def rewrite_matches(mod, report, match, plan, exclusive: bool = False):
+    """The whole of a pattern pass: ``match(df, var)`` at every root binding, ``select`` the
+    non-overlapping ones when ``exclusive``, record them in ``report``, apply ``plan``."""
+    df = Dataflow(mod)
+    matches = [m for b in df.roots() for m in [match(df, b.var)] if m]
+    if exclusive:
+        matches = select(matches)
+    record(report, df, matches)
+    return rewrite(mod, matches, plan)
+
+
 def rewrite(mod, matches: list, plan, func: str = "main"):
     """Replace every match's root binding by ``plan(match)(emitter)``.
 

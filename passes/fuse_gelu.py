@@ -13,7 +13,7 @@ import math
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, Match, record, rewrite, select
+from .dataflow import Dataflow, Match, rewrite_matches
 
 
 class FuseGelu(GraphPass):
@@ -23,11 +23,7 @@ class FuseGelu(GraphPass):
     opt_level = 1
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        df = Dataflow(mod)
-        matches = select([m for b in df.roots()
-                          for m in [_match(df, b.var)] if m])
-        record(report, df, matches)
-        return rewrite(mod, matches, _plan)
+        return rewrite_matches(mod, report, _match, _plan, exclusive=True)
 
 
 def _close(a, b) -> bool:

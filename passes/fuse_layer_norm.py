@@ -13,7 +13,7 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, Match, axes_of, record, rewrite, select, shape_of
+from .dataflow import Dataflow, Match, axes_of, rewrite_matches, shape_of
 
 
 class FuseLayerNorm(GraphPass):
@@ -23,11 +23,7 @@ class FuseLayerNorm(GraphPass):
     opt_level = 1
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        df = Dataflow(mod)
-        matches = select([m for b in df.roots()
-                          for m in [_match(df, b.var)] if m])
-        record(report, df, matches)
-        return rewrite(mod, matches, _plan)
+        return rewrite_matches(mod, report, _match, _plan, exclusive=True)
 
 
 def _match(df: Dataflow, root):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tvm import te, tirx
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, Match, is_float, record, rewrite, select
+from .dataflow import Dataflow, Match, is_float, rewrite_matches
 
 
 class StableSigmoid(GraphPass):
@@ -21,11 +21,7 @@ class StableSigmoid(GraphPass):
     opt_level = 1
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        df = Dataflow(mod)
-        matches = select([m for b in df.roots()
-                          for m in [_match(df, b.var)] if m])
-        record(report, df, matches)
-        return rewrite(mod, matches, _plan)
+        return rewrite_matches(mod, report, _match, _plan, exclusive=True)
 
 
 def _match(df: Dataflow, root):

@@ -12,8 +12,7 @@ from __future__ import annotations
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import (Dataflow, Match, axes_of, is_float, record, rewrite, select,
-                       shape_of)
+from .dataflow import Dataflow, Match, axes_of, is_float, rewrite_matches, shape_of
 
 
 class StableSoftmax(GraphPass):
@@ -23,11 +22,7 @@ class StableSoftmax(GraphPass):
     opt_level = 1
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        df = Dataflow(mod)
-        matches = select([m for b in df.roots()
-                          for m in [_match(df, b.var)] if m])
-        record(report, df, matches)
-        return rewrite(mod, matches, _plan)
+        return rewrite_matches(mod, report, _match, _plan, exclusive=True)
 
 
 def _softmax(df: Dataflow, expr, inner: list):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, Match, axes_of, is_float, record, rewrite, shape_of
+from .dataflow import Dataflow, Match, axes_of, is_float, rewrite_matches, shape_of
 
 
 class StableVariance(GraphPass):
@@ -22,11 +22,7 @@ class StableVariance(GraphPass):
     opt_level = 1
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        df = Dataflow(mod)
-        matches = [m for b in df.roots()
-                   for m in [_match(df, b.var)] if m]
-        record(report, df, matches)
-        return rewrite(mod, matches, _plan)
+        return rewrite_matches(mod, report, _match, _plan)
 
 
 def _square_of(df: Dataflow, expr):
