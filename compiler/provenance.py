@@ -12,31 +12,17 @@ can name its ONNX nodes.
 
 from __future__ import annotations
 
-import re
-
 import tvm
 from tvm import relax
 
-_TAG = re.compile(r"^n(\d+(?:x\d+)*)(?:_o?\d+)?$")
-
-
-def nodes_of_binding(name: str) -> list[int]:
-    """The ONNX node indices a Relax binding name is tagged with (``n3``, or ``n2x3`` for a
-    binding a pass made from nodes 2 and 3); [] for an untagged name."""
-    m = _TAG.match(name)
-    return [int(k) for k in m.group(1).split("x")] if m else []
+# the binding tags (n3, n2x3, n3_1, n3_o0) are defined once, with the passes that write them
+from passes.dataflow import nodes_of as nodes_of_binding
 
 
 def node_of_binding(name: str) -> int | None:
     """The first ONNX node index of a tagged binding name, or None."""
     nodes = nodes_of_binding(name)
     return nodes[0] if nodes else None
-
-
-def tag(nodes, suffix: str = "") -> str:
-    """The binding name for a value computed by ``nodes`` (a pass fusing nodes 2 and 3
-    names its result ``tag([2, 3])`` == ``"n2x3"``)."""
-    return "n" + "x".join(str(k) for k in sorted(set(nodes))) + suffix
 
 
 def rename_bindings(mod, new_names: list):
