@@ -12,7 +12,7 @@ from onnx import numpy_helper
 from tvm import relax
 
 from .errors import UnsupportedError
-from .registry import REGISTRY, register_op, tvm_converter
+from .registry import register_op, tvm_converter
 
 
 def tensor_const(arr: np.ndarray):

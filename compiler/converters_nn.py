@@ -393,7 +393,6 @@ def resize(bb, inputs, attrs, ctx):
 
     from .converters import _static_value
 
-    node = ctx.node
     x = inputs[0]
     if ctx.opset < 11:
         scales, sizes = (inputs[1] if len(inputs) > 1 else None), None

@@ -252,7 +252,7 @@ def plan_storage(g: KernelGraph, reuse: bool = True) -> tuple[dict, MemoryPlan]:
         planner.add(nbytes, f, max(l, f), name=f"buf{k}")
     plan = planner.plan(reuse=reuse)
 
-    params, payload, param_offset = [], bytearray(), 0
+    params, payload = [], bytearray()
     tensors = []
     for t, tt in enumerate(g.tensors):
         if tt.kind == "param":

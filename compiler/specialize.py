@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import driver
-from .errors import CompileError, ModelError, UnsupportedError
+from .errors import CompileError, ModelError
 from .importer import graph_inputs, refuse_unsupported
 
 # Integer inputs up to this many elements may be bound as values (shapes, axes, pads).

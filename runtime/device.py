@@ -116,8 +116,6 @@ class DeviceSession:
     def __init__(self, meta: dict, params, kernels, options=None, device=None):
         import tvm
 
-        from .session import NodeArg, check_memory  # noqa: F401 (NodeArg used below)
-
         if options is not None and (options.enable_profiling or options.check_nan):
             raise ValueError("profiling and NaN/Inf checks are not available for device "
                              "sessions yet")

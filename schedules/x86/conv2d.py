@@ -86,11 +86,9 @@ class Conv2dNCHW(MatchingCPURule):
         if contiguous:  # 1x1, stride 1, no padding: (y, x) is one contiguous GEMM axis
             s = sch.fuse(y, x)
             so, xi = sch.split(s, [None, xt])
-            outer = [n]
         else:
             xt = common.vector_tile(nx, lanes)
             so, xi = sch.split(x, [None, xt])
-            outer = [n, y]
         nv = -(-xt // lanes)
         nr = common.reg_rows(nf_, nv)
         fo, fi = sch.split(f, [None, nr])
