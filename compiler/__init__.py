@@ -11,7 +11,8 @@ from . import converters  # noqa: E402,F401  (registers onnxc's converters)
 from . import converters_nn  # noqa: E402,F401  (Attention, losses, ...)
 from .driver import CompiledModel  # noqa: E402
 from .specialize import DynamicModel, compile  # noqa: E402
-from .errors import CompileError, ModelError, UnsupportedError  # noqa: E402
+from .errors import (CompileCrashError, CompileError, CompileTimeoutError,  # noqa: E402
+                     ModelError, UnsupportedError)
 
 __all__ = ["compile", "CompiledModel", "DynamicModel", "CompileError", "ModelError", "UnsupportedError",
-           "__version__"]
+           "CompileCrashError", "CompileTimeoutError", "__version__"]

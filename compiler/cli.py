@@ -34,6 +34,12 @@ def _add_compile(sub):
     p.add_argument("--dump-ir", default=None, metavar="DIR",
                    help="write the IR after each pass as DIR/NNN_<pass>.txt")
     p.add_argument("--report", default=None, metavar="REPORT.json")
+    p.add_argument("--no-isolate", action="store_true",
+                   help="compile in this process instead of a child process (a crash inside "
+                        "TVM then kills onnxc itself; useful under a debugger)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="kill the compile process after SECONDS and fail (not with "
+                        "--no-isolate)")
     p.set_defaults(func=cmd_compile)
 
 
@@ -117,12 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_compile(args) -> int:
     import compiler
 
-    cm = compiler.compile(args.model, target=args.target, opt_level=args.opt_level,
-                          disabled_passes=args.disable_pass, layout=args.layout,
-                          tuning_db=args.tuning_db, memory_reuse=not args.no_memory_reuse,
-                          dump_ir=args.dump_ir)
-    cm.export(args.output)
-    r = cm.report
+    kwargs = dict(target=args.target, opt_level=args.opt_level,
+                  disabled_passes=args.disable_pass, layout=args.layout,
+                  tuning_db=args.tuning_db, memory_reuse=not args.no_memory_reuse,
+                  dump_ir=args.dump_ir)
+    if args.timeout is not None and (args.no_isolate or args.timeout <= 0):
+        raise UsageError("--timeout needs a positive number of seconds and an isolated "
+                         "compile (not --no-isolate)")
+    if args.no_isolate:
+        cm = compiler.compile(args.model, **kwargs)
+        cm.export(args.output)
+        r = cm.report
+    else:  # a crash inside TVM/LLVM kills the child only (compiler/isolate.py)
+        from compiler.isolate import compile_to_file
+
+        r = compile_to_file(args.model, args.output, timeout=args.timeout, **kwargs)
     mem = r["memory"]
     print(f"wrote {args.output}: {r['kernels']} kernel calls ({r['distinct_kernels']} kernels), "
           f"arena {_mib(mem['arena_bytes'])} (lower bound {_mib(mem['lower_bound_bytes'])}, "

@@ -34,6 +34,8 @@ from .pipeline import FUSE, graph_passes, lowering
 from .provenance import name_fused_calls
 
 log = logging.getLogger("onnxc")
+# "stage <name>" (DEBUG) as each stage starts: compiler.isolate names the stage a crash hit
+stage_log = logging.getLogger("onnxc.stage")
 
 
 class CompiledModel:
@@ -143,6 +145,7 @@ class _Stages:
         self.where, self.seconds = where, {}
 
     def __call__(self, name, fn, *args):
+        stage_log.debug("stage %s", name)
         s = time.perf_counter()
         try:
             result = fn(*args)

@@ -11,3 +11,23 @@ class ModelError(CompileError):
 
 class UnsupportedError(CompileError):
     """The model uses operators, types or shapes this compiler does not support (yet)."""
+
+
+class CompileCrashError(CompileError):
+    """The compile process died of a signal (a crash in TVM, LLVM or a converter).
+
+    Attributes: ``signal`` (name, e.g. ``"SIGSEGV"``), ``stage`` (the compile stage that was
+    running, or None), ``crash_traceback`` (the crashed process's Python frames, or "").
+    """
+
+    def __init__(self, message, signal_name=None, stage=None, crash_traceback=""):
+        super().__init__(message)
+        self.signal, self.stage, self.crash_traceback = signal_name, stage, crash_traceback
+
+
+class CompileTimeoutError(CompileError):
+    """The compile process ran past its timeout and was killed (``stage`` says where)."""
+
+    def __init__(self, message, stage=None):
+        super().__init__(message)
+        self.stage = stage

@@ -101,13 +101,25 @@ def _has_symbolic_or_value_inputs(model) -> bool:
 
 
 def compile(model, target="host", *, input_shapes=None, input_values=None,
-            max_variants: int = 8, **kwargs):
+            max_variants: int = 8, isolate: bool = False, timeout=None, **kwargs):
     """Compile ``model``; see ``driver.compile`` for the other keywords.
 
     Returns a :class:`driver.CompiledModel`, or a :class:`DynamicModel` when the model
     needs the shapes or values it will be fed (symbolic dimensions, shape-determining
     inputs) and ``input_shapes`` / ``input_values`` do not fix them.
+
+    ``isolate=True`` compiles in a child process (``compiler.isolate``): a crash inside
+    TVM becomes a ``CompileCrashError`` naming the signal and stage, and ``timeout``
+    (seconds) bounds the compilation (``CompileTimeoutError``).  Errors keep their type.
     """
+    if isolate:
+        from .isolate import compile_isolated
+
+        return compile_isolated(model, target, timeout=timeout, input_shapes=input_shapes,
+                                input_values=input_values, max_variants=max_variants, **kwargs)
+    if timeout is not None:
+        raise ValueError("timeout= needs isolate=True (an in-process compile cannot be "
+                         "stopped safely)")
     if input_shapes or input_values:
         proto = model if isinstance(model, onnx.ModelProto) else _load(model)
         model = specialize_model(proto, input_shapes, input_values)

@@ -16,11 +16,20 @@ in a crash-isolated worker process with a timeout, and is counted as one of
 * ``unclean:<Type>``    any other exception (a bare TVM error, KeyError, AssertionError,
                         a ValueError raised inside TVM or numpy...).
 
+With ``--isolate`` each case compiles through ``compiler.compile(..., isolate=True,
+timeout=...)`` (compiler/isolate.py, as ``onnxc compile`` does), and two more outcomes
+count what isolation contained: ``isolated-crash:<SIGNAL>`` (the compile process died of
+a signal; the user got a ``CompileCrashError``) and ``isolated-hang`` (it ran past the
+compile timeout and was killed: ``CompileTimeoutError``).  They are still TVM/onnxc bugs,
+so they are listed with the crashes and make the exit status 1.  Each isolated compile
+starts a fresh interpreter (about a second more per case).
+
 Crashes, hangs and unclean errors are printed grouped by their (type, message).  Exit
 status 1 when there is any.
 
     python scripts/fuzz_models.py -n 1000 --jobs 2
     python scripts/fuzz_models.py -n 60 --seed 1 --json out.json
+    python scripts/fuzz_models.py -n 1000 --jobs 2 --isolate
 """
 
 from __future__ import annotations
@@ -504,6 +513,10 @@ def _ours(tb) -> bool:
 def classify(exc: BaseException) -> str:
     import compiler
 
+    if isinstance(exc, compiler.CompileCrashError):
+        return "isolated-crash"
+    if isinstance(exc, compiler.CompileTimeoutError):
+        return "isolated-hang"
     if isinstance(exc, compiler.CompileError):
         return "clean"
     if isinstance(exc, ValueError) and _ours(exc.__traceback__):
@@ -511,7 +524,7 @@ def classify(exc: BaseException) -> str:
     return "unclean"
 
 
-def run_case(case: dict, tmpdir: str) -> dict:
+def run_case(case: dict, tmpdir: str, isolate: bool = False, compile_timeout=None) -> dict:
     import onnx
 
     import compiler
@@ -526,7 +539,8 @@ def run_case(case: dict, tmpdir: str) -> dict:
         else:
             model = onnx.ModelProto()
             model.ParseFromString(case["data"])
-        cm = compiler.compile(model)
+        cm = (compiler.compile(model, isolate=True, timeout=compile_timeout) if isolate
+              else compiler.compile(model))
         sess = cm.session()
         outs = sess.run(None, _feeds(sess))
         assert all(isinstance(o, np.ndarray) for o in outs)
@@ -536,6 +550,11 @@ def run_case(case: dict, tmpdir: str) -> dict:
     except Exception as e:  # noqa: BLE001 -- that is the point
         kind = classify(e)
         msg = str(e).strip().splitlines()
+        if kind.startswith("isolated-"):
+            return {"outcome": kind + (f":{e.signal}" if getattr(e, "signal", None) else ""),
+                    "message": msg[0][:300] if msg else "", "stage": getattr(e, "stage", None),
+                    "traceback": getattr(e, "crash_traceback", "")[-3000:],
+                    "seconds": time.perf_counter() - t0}
         return {"outcome": f"{kind}:{type(e).__module__}.{type(e).__name__}",
                 "message": (msg[-1] if kind == "unclean" and msg else
                             (msg[0] if msg else ""))[:300],
@@ -549,7 +568,7 @@ def run_case(case: dict, tmpdir: str) -> dict:
                 pass
 
 
-def _worker(conn, quiet: bool):
+def _worker(conn, quiet: bool, isolate: bool = False, compile_timeout=None):
     if quiet:  # TVM and onnx write warnings to fd 2
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, 2)
@@ -568,14 +587,16 @@ def _worker(conn, quiet: bool):
             return
         if case is None:
             return
-        conn.send(run_case(case, tmpdir))
+        conn.send(run_case(case, tmpdir, isolate, compile_timeout))
 
 
 class Worker:
-    def __init__(self, quiet=True):
+    def __init__(self, quiet=True, isolate=False, compile_timeout=None):
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, quiet), daemon=True)
+        # not a daemon: an isolated compile starts a child process of its own
+        self.proc = ctx.Process(target=_worker, args=(child, quiet, isolate, compile_timeout),
+                                daemon=not isolate)
         self.proc.start()
         child.close()
         self.case = None
@@ -590,11 +611,20 @@ class Worker:
         self.proc.join()
 
 
-def run_all(cases, jobs: int, timeout: float, quiet: bool = True, progress=None):
-    """Run every case; returns a list of (case without data, result)."""
+def run_all(cases, jobs: int, timeout: float, quiet: bool = True, progress=None,
+            isolate: bool = False):
+    """Run every case; returns a list of (case without data, result).
+
+    ``isolate``: compile through compiler/isolate.py with a compile timeout of 80 % of
+    ``timeout`` (so that the isolation, not this harness, catches a hanging compile).
+    """
     results = []
     pending = list(cases)[::-1]
-    workers = [Worker(quiet) for _ in range(max(1, jobs))]
+
+    def new_worker():
+        return Worker(quiet, isolate, 0.8 * timeout if isolate else None)
+
+    workers = [new_worker() for _ in range(max(1, jobs))]
     idle = list(workers)
     busy = []
     try:
@@ -630,7 +660,7 @@ def run_all(cases, jobs: int, timeout: float, quiet: bool = True, progress=None)
                 if res["outcome"] in ("crash", "hang"):
                     w.kill()
                     workers.remove(w)
-                    w = Worker(quiet)
+                    w = new_worker()
                     workers.append(w)
                 idle.append(w)
     finally:
@@ -651,7 +681,7 @@ def summarise(results) -> dict:
     groups = defaultdict(list)
     for meta, r in results:
         o = r["outcome"]
-        if o in ("crash", "hang") or o.startswith("unclean"):
+        if o in ("crash", "hang") or o.startswith(("unclean", "isolated-")):
             key = (o, re.sub(r"\d+", "N", r.get("message", ""))[:160])
             groups[key].append((meta, r))
     return {"counts": dict(counts), "groups": groups}
@@ -666,6 +696,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write every case's outcome here")
     p.add_argument("--show", type=int, default=3, help="examples printed per unclean group")
     p.add_argument("--verbose", action="store_true", help="one line per case; keep worker stderr")
+    p.add_argument("--isolate", action="store_true",
+                   help="compile each case in its own compile process (compiler/isolate.py, as "
+                        "`onnxc compile` does); count crashes and hangs it contained")
     args = p.parse_args(argv)
 
     t0 = time.time()
@@ -679,13 +712,14 @@ def main(argv=None) -> int:
         elif k % 50 == 0:
             print(f"  {k}/{args.n} cases, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
 
-    results = run_all(cases, args.jobs, args.timeout, quiet=not args.verbose, progress=progress)
+    results = run_all(cases, args.jobs, args.timeout, quiet=not args.verbose, progress=progress,
+                      isolate=args.isolate)
     s = summarise(results)
     bad = 0
     print(f"{args.n} cases (seed {args.seed}) in {time.time() - t0:.0f} s:")
     for outcome, c in sorted(s["counts"].items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {c:5d}  {outcome}")
-        if outcome in ("crash", "hang") or outcome.startswith("unclean"):
+        if outcome in ("crash", "hang") or outcome.startswith(("unclean", "isolated-")):
             bad += c
     per_mut = Counter((m["mutation"], r["outcome"].split(":")[0]) for m, r in results)
     print("by mutation: " + ", ".join(f"{k[0]}/{k[1]}={v}" for k, v in sorted(per_mut.items())))
@@ -698,8 +732,10 @@ def main(argv=None) -> int:
             tb = items[0][1].get("traceback")
             if tb:
                 print("   " + "\n   ".join(tb.strip().splitlines()[-8:]))
+    contained = sum(c for o, c in s["counts"].items() if o.startswith("isolated-"))
     print(f"\ncrash={s['counts'].get('crash', 0)} hang={s['counts'].get('hang', 0)} "
-          f"unclean={sum(c for o, c in s['counts'].items() if o.startswith('unclean'))}")
+          f"unclean={sum(c for o, c in s['counts'].items() if o.startswith('unclean'))}"
+          + (f" contained-by-isolation={contained}" if args.isolate else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{**m, **r} for m, r in results], f, indent=1)
