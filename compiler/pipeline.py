@@ -11,6 +11,8 @@ from tvm import relax
 
 import passes
 
+from .legalize_vector_math import LEGALIZE_MAP as LEGALIZE_VECTOR_MATH
+
 FUSE = relax.transform.FuseOps()
 
 
@@ -63,8 +65,10 @@ def lowering() -> list:
     (compiler/provenance.py), so that step is named.
     """
     return [
-        # every Relax op becomes a call_tir to a TIR PrimFunc
-        relax.transform.LegalizeOps(),
+        # every Relax op becomes a call_tir to a TIR PrimFunc; float32 GELU and softmax with
+        # erf / exp in plain arithmetic (compiler/legalize_vector_math.py): TVM's are scalar
+        # libm calls per vector lane
+        relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE_VECTOR_MATH),
         # mark each PrimFunc elementwise / broadcast / injective / reduction / out-fusable
         relax.transform.AnnotateTIROpPattern(),
         # constants that legalization exposed (e.g. reshaped biases)
