@@ -22,6 +22,7 @@ from .x86.conv2d_packed import Conv2dPacked
 from .x86.depthwise import DepthwiseConv2dNCHW
 from .x86.pool import Pool2dNCHW
 from .x86.matmul import MatmulNN
+from .x86.row_reduction import RowReduction
 
 
 class _Dlight(ScheduleRule):
@@ -102,6 +103,7 @@ RULES = [
     Conv2dNCHW(),
     Pool2dNCHW(),
     MatmulNN(),
+    RowReduction(),  # softmax / layer norm rows: vectorised (rfactored) reductions
     _Dlight("dlight.gemv", GEMV()),
     _Dlight("dlight.reduction", Reduction()),
     Fallback(),

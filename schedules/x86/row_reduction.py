@@ -1,0 +1,137 @@
+"""Row kernels on x86 (softmax, layer norm, RMS norm): per row, vectorised reductions.
+
+Matches functions whose blocks all share leading spatial axes (the rows) and reduce only
+over the last axis, ending in an elementwise block: ``max -> exp -> sum -> divide``
+(softmax), ``sum -> mean -> var_sum -> normalise`` (layer norm).  dlight's CPU Reduction
+schedules these with a scalar loop per reduction, a chain of dependent adds (4 cycles
+each); LLVM may not reorder float adds to vectorise it.  Here each reduction is split
+``k -> (ko, ki)`` with ``ki`` = ``vectors`` vectors and rfactored over ``ki``: the rfactor
+block keeps ``ki`` partial sums (maxima) in vector registers, one add per vector per
+step, and a short write-back sums them.  rfactor runs before ``compute_at`` (it needs the
+reduction to be the first child of its loop).  Every block is then computed per row,
+rows in parallel, elementwise row blocks vectorised; per-row scalars (the mean) are
+inlined.  The summation order changes (partial sums: more accurate than one serial sum).
+"""
+
+from __future__ import annotations
+
+from ..base import MatchingCPURule
+from . import common
+
+
+def _row_dims(kinds: str):
+    """Number of leading spatial axes of a block that reduces only its last axis, or of
+    a spatial block; None for any other shape."""
+    if "R" not in kinds:
+        return len(kinds)
+    if kinds.count("R") == 1 and kinds[-1] == "R":
+        return len(kinds) - 1
+    return None
+
+
+def match_rows(sch):
+    """(number of row axes, reduction block names) when every block is per row, else None."""
+    blks = common.blocks(sch)
+    if len(blks) < 2:
+        return None
+    kinds = [common.iter_kinds(sch.get(b)) for b in blks]
+    if any(k is None or not k for k in kinds) or "R" in kinds[-1]:
+        return None
+    reds = [sch.get(b).name_hint for b, k in zip(blks, kinds) if "R" in k]
+    if not reds:
+        return None
+    dims = [_row_dims(k) for k in kinds]
+    if any(d is None for d in dims):
+        return None
+    nrow = len(kinds[-1]) - 1
+    if nrow < 1 or any(_row_dims(k) != nrow for k in kinds if "R" in k):
+        return None
+    if any(d not in (nrow, nrow + 1) for d in dims):
+        return None
+    if not all(_reduces_rows(sch.get(b), nrow) for b, k in zip(blks, kinds) if "R" in k):
+        return None
+    out = sch.get(blks[-1]).writes
+    if len(out) != 1 or out[0].source.dtype != "float32":
+        return None
+    return nrow, reds
+
+
+def _reduces_rows(block, nrow: int) -> bool:
+    """Whether the block reads ``x[rows.., k]`` (or per-row values ``m[rows..]``) only, with
+    its spatial vars as the rows: a reduction over the last axis (not softmax(axis=0))."""
+    ivs = [iv.var for iv in block.iter_vars]
+    rows, k = ivs[:nrow], ivs[nrow]
+    if not common.same_vars(common.region_vars(block.writes[0]), rows):
+        return False
+    for r in block.reads:
+        idx = common.region_vars(r)
+        if not (common.same_vars(idx, rows) or common.same_vars(idx, [*rows, k])):
+            return False
+    return True
+
+
+class RowReduction(MatchingCPURule):
+    """softmax / layer norm / RMS norm: rows in parallel, vectorised row reductions."""
+
+    name = "x86.row_reduction"
+    vectors = 2  # independent vector accumulators per reduction (hide the add latency)
+
+    def match(self, sch):
+        return match_rows(sch)
+
+    def schedule(self, sch, m, target):
+        nrow, reds = m
+        lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        for name in reds:
+            blk = sch.get_sblock(name)
+            k = sch.get_loops(blk)[-1]
+            kext = common.const_extent(sch, k)
+            if kext is None:
+                return None
+            width = next((v * lanes for v in range(self.vectors, 0, -1)
+                          if kext % (v * lanes) == 0 and kext > v * lanes), None)
+            if width is None:
+                continue  # short or odd rows: a scalar reduction
+            _, ki = sch.split(k, [None, width])
+            sch.rfactor(ki, nrow)
+        last = common.blocks(sch)[-1]
+        loops = sch.get_loops(last)
+        row = sch.fuse(*loops[:nrow]) if nrow > 1 else loops[0]
+        for blk in reversed(common.blocks(sch)[:-1]):
+            b = sch.get(blk)
+            if len(b.iter_vars) == nrow and "R" not in common.iter_kinds(b):
+                try:  # a per-row scalar (mean): recomputed where used, no buffer
+                    sch.compute_inline(blk)
+                    continue
+                except Exception:  # noqa: BLE001 - not inlinable: keep it per row
+                    pass
+            sch.compute_at(blk, row, preserve_unit_loops=True)
+        for blk in common.blocks(sch):
+            b = sch.get(blk)
+            if _is_rf(b):  # compute_at put the partial-sum loop outside: move it inside
+                ki, ko = sch.get_loops(blk)[1], sch.get_loops(blk)[-1]
+                sch.reorder(ko, ki)
+                sch.vectorize(ki)
+            elif "R" not in common.iter_kinds(b):
+                _vectorize_inner(sch, blk, lanes)
+        if ncores > 1 and (common.const_extent(sch, row) or 2) >= 2:
+            sch.parallel(row)
+        return sch
+
+
+def _is_rf(block) -> bool:
+    return block.name_hint.endswith("_rf")
+
+
+def _vectorize_inner(sch, blk, lanes):
+    loops = sch.get_loops(blk)
+    if len(loops) < 2:
+        return
+    ext = common.const_extent(sch, loops[-1])
+    if ext is None or ext < 2:
+        return
+    if ext % lanes == 0 and ext > lanes:
+        _, v = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(v)
+    elif ext <= lanes:
+        sch.vectorize(loops[-1])
