@@ -84,6 +84,26 @@ def batch_norm(bb, inputs, attrs, ctx):
     return tvm_converter("BatchNormalization")(bb, inputs, attrs, ctx)
 
 
+@_register("Clip")
+def clip(bb, inputs, attrs, ctx):
+    """Clip as maximum/minimum ops (TVM's converter emits opaque kernels, which the layout
+    pass cannot see through: MobileNet's Relu6 then cost two layout transforms each).
+    Bounds from attributes (opset < 11) or inputs (constant or not); absent = unbounded."""
+    x = inputs[0]
+    if ctx.opset < 11:
+        lo, hi = attrs.get("min"), attrs.get("max")
+        lo = None if lo is None else relax.const(float(lo), x.ty.dtype)
+        hi = None if hi is None else relax.const(float(hi), x.ty.dtype)
+    else:
+        lo = inputs[1] if len(inputs) > 1 else None
+        hi = inputs[2] if len(inputs) > 2 else None
+    if lo is not None:
+        x = bb.normalize(relax.op.maximum(x, lo))
+    if hi is not None:
+        x = relax.op.minimum(x, hi)
+    return x
+
+
 @_register("IsInf")
 def is_inf(bb, inputs, attrs, ctx):
     """IsInf honouring detect_positive / detect_negative."""

@@ -83,7 +83,9 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
     opt_level, disabled_passes, required_passes, pass_config, dump_ir
         Graph pass configuration (see ``passes.PassContext``).
     layout : str
-        ``auto`` (this build keeps the model's NCHW layout and says so in the report).
+        Activation layout of conv graphs: ``auto`` (NCHW[b]c on CPU targets, ``b`` = the
+        target's fp32 lanes; NCHW on CUDA), ``NCHW``, ``NCHWc`` or ``NHWC``.  The report
+        says what was chosen and why (``passes/convert_layout.py``).
     tuning_db : str, os.PathLike, schedules.database.TuningDatabase or None
         A tuning database directory (``onnxc tune``): kernels whose record for this target
         says tuning won use the tuned schedule; the report counts tuned and untuned kernels.
@@ -96,13 +98,11 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
         With a message naming what is wrong.
     """
     t0 = time.perf_counter()
-    if layout not in ("auto", "NCHW"):
-        raise CompileError(f"layout {layout!r} is not available yet in this build "
-                           "(auto or NCHW)")
     database = _open_tuning_db(tuning_db)
     stage = _Stages(_where(model))
     where = stage.where
     tinfo = targets.resolve(target)
+    pass_config, layout_report = _choose_layout(layout, tinfo, pass_config, disabled_passes)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     proto, onnx_folded, graph = _front(model, ctx, stage)
@@ -125,16 +125,51 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
         "compile_seconds": round(time.perf_counter() - t0, 3),
         "stages": stage.seconds,
         "target": tinfo.to_dict(),
-        "layout": {"requested": layout, "chosen": "NCHW",
-                   "why": "activations stay NCHW (NCHWc conversion is not available yet in "
-                          "this build); spatial conv weights are pre-packed OIHW[b]o by "
-                          "pack_conv_weights, so conv kernels vectorise over output channels"},
+        "layout": {**layout_report, **_layout_outcome(ctx)},
         "schedules": _count(rules.values()),
         **_tuning_report(database, graph.prim_funcs, tinfo, rules),
     }
     log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
              report["compile_seconds"])
     return CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
+
+
+def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
+    """(pass config with convert_layout's layout and block set, the report's layout entry).
+
+    ``auto`` is NCHW[b]c on CPU targets (b = fp32 lanes: the conv kernels' vector) and
+    NCHW on CUDA (whose conv kernels are TVM's dlight rules over NCHW).  Options the user
+    set for convert_layout in ``pass_config`` win over ``layout``."""
+    if layout not in ("auto", *passes.convert_layout.LAYOUTS):
+        raise CompileError(f"layout {layout!r} is not one of auto, "
+                           f"{', '.join(passes.convert_layout.LAYOUTS)}")
+    block = tinfo.lanes_fp32
+    if layout == "auto":
+        chosen = "NCHWc" if tinfo.is_cpu else "NCHW"
+        why = (f"auto on a CPU target: NCHW{block}c, {block} = fp32 lanes of {tinfo.cpu}, "
+               "so conv kernels load and store whole vectors of channels" if tinfo.is_cpu
+               else "auto on CUDA: NCHW, the layout of the GPU conv schedules")
+    else:
+        chosen, why = layout, "requested"
+    config = {k: dict(v) for k, v in (pass_config or {}).items()}
+    opts = config.setdefault("convert_layout", {})
+    opts.setdefault("layout", chosen)
+    opts.setdefault("block", block)
+    if "convert_layout" in set(disabled):
+        why = "convert_layout disabled: the model's NCHW"
+    entry = {"requested": layout, "chosen": opts["layout"] if "convert_layout" not in
+             set(disabled) else "NCHW", "block": opts["block"], "why": why}
+    return config, entry
+
+
+def _layout_outcome(ctx) -> dict:
+    """How many convs convert_layout converted and the activation transforms it left."""
+    rep = next((r for r in ctx.reports if r.name == "convert_layout"), None)
+    if rep is None or rep.skipped:
+        return {"convs_converted": 0}
+    conv = sum(v for k, v in rep.rewrites.items() if k.startswith("conv2d"))
+    return {"convs_converted": conv,
+            "activation_transforms": rep.rewrites.get("activation layout_transforms", 0)}
 
 
 class _Stages:
@@ -266,16 +301,18 @@ def _user() -> str:
 
 
 def lower_to_kernels(model, target="host", *, opt_level: int = 3, disabled_passes=(),
-                     required_passes=(), pass_config=None, dump_ir=None, **_build_only):
+                     required_passes=(), pass_config=None, layout: str = "auto", dump_ir=None,
+                     **_build_only):
     """compile()'s stages up to the kernels, without scheduling or building.
 
     Returns (graph, prim_funcs): the :class:`compiler.graph.KernelGraph` (``graph.calls``
     in execution order) and its unscheduled kernels {symbol: PrimFunc}.  Tuning jobs
     extract their tasks here, so they tune exactly the kernels compile() builds.  Keywords
-    that only affect scheduling, building or memory (tuning_db, memory_reuse, layout) are
+    that only affect scheduling, building or memory (tuning_db, memory_reuse) are
     accepted and ignored, so callers can pass compile()'s keywords as they are.
     """
-    targets.resolve(target)  # the same refusals as compile()
+    tinfo = targets.resolve(target)  # the same refusals as compile()
+    pass_config, _ = _choose_layout(layout, tinfo, pass_config, disabled_passes)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     _, _, graph = _front(model, ctx, _Stages(_where(model)))

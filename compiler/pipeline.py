@@ -13,6 +13,8 @@ import passes
 
 from .legalize_vector_math import LEGALIZE_MAP as LEGALIZE_VECTOR_MATH
 
+from . import legalize_conv_nchwc  # noqa: F401  (conv2d NCHW[b]c, which TVM cannot lower)
+
 FUSE = relax.transform.FuseOps()
 
 
@@ -49,6 +51,10 @@ def graph_passes() -> list:
         passes.FuseAttention(),
         # fp16 reductions accumulate in fp32; after the fusions, which match fp16 ops bare
         passes.AccumulateFp32(),
+        # conv graphs NCHW -> NCHW[b]c (b = vector lanes) with transforms only at the ends
+        # of each conv chain; after fold_batchnorm (which expects OIHW weights), before
+        # pack_conv_weights (which takes the convs left NCHW: stems, odd channel counts)
+        passes.ConvertLayout(),
         # spatial convs' constant weights OIHW -> OIHW[b]o once, here: the x86 conv kernel
         # vectorises over b output channels whatever the output width; after every pass
         # that changes conv weights (fold_batchnorm)

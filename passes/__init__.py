@@ -8,6 +8,7 @@ from .eliminate_dead_code import EliminateDeadCode
 from .fold_constants import FoldConstants
 from .pack_conv_weights import PackConvWeights
 from .canonicalize_bindings import CanonicalizeBindings
+from .convert_layout import ConvertLayout
 from .fold_batchnorm import FoldBatchNorm
 from .fuse_attention import FuseAttention
 from .fuse_gelu import FuseGelu
@@ -22,4 +23,4 @@ from .accumulate_fp32 import AccumulateFp32
 __all__ = ["PackConvWeights", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
-           "AccumulateFp32", "CanonicalizeBindings"]
+           "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout"]

@@ -5,6 +5,11 @@ BatchNormalization with constant parameters.  Runs after fold_constants (the wei
 be constants) and before weight packing/layout passes.  Does not fire when the conv (or
 its bias add) has another user, which would see the scaled values.  The BN kernel goes;
 the bias add fuses into the conv's epilogue.
+
+An inference BN that follows no foldable conv (DenseNet's pre-activation BN -> ReLU -> conv)
+becomes ``x * s + t`` with constant ``s``, ``t``: two elementwise ops that fuse into their
+neighbours and that the layout pass can carry in NCHW[b]c (TVM's batch_norm cannot be, so
+every such BN cost two layout transforms).
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ class FoldBatchNorm(GraphPass):
     def rewrite(self, mod, report: PassReport, options: dict):
         df = Dataflow(mod)
         matches = [m for b in df.roots()
-                   for m in [_match(df, b.var, b.value)] if m]
+                   for m in [_match(df, b.var, b.value) or _match_affine(df, b.var, b.value)]
+                   if m]
         record(report, df, matches)
-        return rewrite(mod, matches, _plan)
+        return rewrite(mod, matches, lambda m: (_plan if "conv" in m.info else _plan_affine)(m))
 
 
 def _match(df: Dataflow, root, value):
@@ -76,6 +82,46 @@ def _match(df: Dataflow, root, value):
     return Match("conv -> batch_norm => conv(W*s) + bias", root, inner,
                  {"conv": conv, "conv_var": df.source(y), "w": w, "scale": s,
                   "shift": (b - mean) * s + beta, "ndim": len(out_shape)})
+
+
+def _match_affine(df: Dataflow, root, value):
+    """An inference batch_norm over axis 1 with constant params whose only used output is
+    item 0 => x * s + t."""
+    if not (isinstance(value, relax.TupleGetItem) and value.index == 0):
+        return None
+    bn = df.call(value.tuple_value, "nn.batch_norm")
+    if bn is None or bn.attrs.training or int(bn.attrs.axis) != 1:
+        return None
+    params = [df.const(a) for a in bn.args[1:5]]
+    shape = shape_of(bn.args[0])
+    if (any(p is None or p.ndim != 1 for p in params) or shape is None or len(shape) < 2
+            or str(bn.args[0].ty.dtype) not in ("float32", "float16", "float64")
+            or any(p.shape[0] != shape[1] for p in params)):
+        return None
+    if df.uses(bn_var := df.source(value.tuple_value)) != 1:
+        return None
+    gamma, beta, mean, var = (p.astype(np.float64) for p in params)
+    if not bn.attrs.scale:
+        gamma = np.ones_like(gamma)
+    if not bn.attrs.center:
+        beta = np.zeros_like(beta)
+    s = gamma / np.sqrt(var + float(bn.attrs.epsilon))
+    return Match("batch_norm => x * s + t", root, [bn_var],
+                 {"x": bn.args[0], "scale": s, "shift": beta - mean * s, "ndim": len(shape)})
+
+
+def _plan_affine(m: Match):
+    info = m.info
+
+    def build(em):
+        dtype = str(info["x"].ty.dtype)
+        bshape = [1, -1] + [1] * (info["ndim"] - 2)
+        scaled = em.emit(relax.op.multiply(info["x"], relax.const(
+            info["scale"].reshape(bshape).astype(dtype), dtype)))
+        return relax.op.add(scaled, relax.const(info["shift"].reshape(bshape).astype(dtype),
+                                                dtype))
+
+    return build
 
 
 def _conv_and_bias(df: Dataflow, add):

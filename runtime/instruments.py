@@ -29,11 +29,15 @@ class SessionOptions:
     check_nan : bool
         After each kernel, check its float outputs for NaN/Inf and raise
         :class:`NonFiniteError` at the first hit.
+    intra_op_num_threads : int
+        Threads each kernel's parallel loops use; 0 (default) = the cores the model was
+        compiled for, at most the CPUs available (``runtime/threads.py``).
     """
 
     enable_profiling: bool = False
     profile_file_prefix: str = "onnxc_profile"
     check_nan: bool = False
+    intra_op_num_threads: int = 0
 
 
 class NonFiniteError(RuntimeError):

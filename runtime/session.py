@@ -22,6 +22,7 @@ import threading
 
 import numpy as np
 
+from . import threads
 from .instruments import Profiler, SessionOptions, check_outputs
 from .memory_plan import MemoryPlan
 
@@ -128,6 +129,8 @@ class Session:
         self._runs = 0
 
         check_memory(graph, self.plan.arena_bytes, len(params))  # before allocating
+        self.num_threads = threads.configure(self.options.intra_op_num_threads,
+                                             self.manifest.get("target", {}).get("cores", 0))
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
         self._params = _aligned_bytes(max(len(params), 1))
         self._params[:len(params)] = np.frombuffer(params, dtype=np.uint8)

@@ -10,6 +10,7 @@ from tests.conftest import assert_close, ort_run
 from .helpers import compile_run, model, node, report, run_pass
 
 RULE = "conv -> batch_norm => conv(W*s) + bias"
+AFFINE = "batch_norm => x * s + t"
 RNG = np.random.default_rng(0)
 
 
@@ -73,13 +74,15 @@ def test_numerics_and_fewer_kernels():
     assert cm.report["kernels"] < cm_off.report["kernels"]
 
 
-def test_not_folded_when_conv_output_has_another_user():
+def test_not_folded_into_conv_when_conv_output_has_another_user():
     inits = {"w": RNG.normal(0, 0.3, (4, 4, 1, 1)).astype(np.float32), **_bn("bn", 4)}
     m = model([node("Conv", ["x", "w"], "conv"), _bn_node("conv", "bn"),
                node("Add", ["conv", "bn"], "sum")], {"x": [1, 4, 3, 3]}, {"sum": [1, 4, 3, 3]},
               inits)
     _, after, r = run_pass(FoldBatchNorm(), m)
-    assert r.rewrites == {} and after["relax.nn.batch_norm"] == 1
+    # the conv keeps its weights (the Add reads it unscaled); the BN alone becomes x*s + t
+    assert r.rewrites == {AFFINE: 1} and "relax.nn.batch_norm" not in after
+    assert after["relax.nn.conv2d"] == 1
     feeds = {"x": RNG.standard_normal((1, 4, 3, 3)).astype(np.float32)}
     outs, _ = compile_run(m, feeds)
     assert_close(outs, ort_run(m, feeds))
@@ -93,3 +96,18 @@ def test_not_folded_when_bn_params_are_inputs():
                **{k: v for k, v in bn.items() if k != "bn.s"}})
     _, _, r = run_pass(FoldBatchNorm(), m)
     assert r.rewrites == {} and r.nodes == []
+
+
+def test_standalone_bn_becomes_multiply_add_and_matches_ort():
+    # DenseNet's pre-activation BN -> Relu -> Conv: no conv before the BN to fold into
+    inits = {"w": RNG.normal(0, 0.3, (8, 4, 3, 3)).astype(np.float32), **_bn("bn", 4)}
+    m = model([_bn_node("x", "bn"), node("Relu", ["bn"], "r"),
+               node("Conv", ["r", "w"], "conv", pads=[1, 1, 1, 1])],
+              {"x": [1, 4, 5, 5]}, {"conv": [1, 8, 5, 5]}, inits)
+    before, after, r = run_pass(FoldBatchNorm(), m)
+    assert r.rewrites == {AFFINE: 1} and r.nodes == ["bn"]
+    assert before["relax.nn.batch_norm"] == 1 and "relax.nn.batch_norm" not in after
+    assert after["relax.multiply"] == 1 and after["relax.add"] == 1
+    feeds = {"x": RNG.standard_normal((1, 4, 5, 5)).astype(np.float32) * 3 + 1}
+    outs, _ = compile_run(m, feeds)
+    assert_close(outs, ort_run(m, feeds))

@@ -76,4 +76,4 @@ def test_numerics_conv_bias_relu_add(k, stride, pad, shape, f, g):
              "r": rng.standard_normal(out).astype("float32")}
     # pack_conv_weights would hand the conv to x86.conv2d_packed; depthwise has its own rule
     check_against_ort(model, feeds, "x86.depthwise_conv2d_nchw" if g > 1 else "x86.conv2d_nchw",
-                      disabled_passes=["pack_conv_weights"])
+                      disabled_passes=["pack_conv_weights"], layout="NCHW")

@@ -76,4 +76,4 @@ def test_numerics_conv_bias_relu_add(k, stride, pad, dil, shape, f, monkeypatch)
     # ragged blocks (24, 40) are off by default: ask for them
     monkeypatch.setattr(PackConvWeights, "options",
                         {"min_taps": 1, "blocks": (32, 16, 48, 24, 40, 8)})
-    check_against_ort(model, feeds, "x86.conv2d_packed")
+    check_against_ort(model, feeds, "x86.conv2d_packed", layout="NCHW")

@@ -81,7 +81,7 @@ def test_depthwise_numerics(k, stride, pad, shape):
                        {"w": w, "b": b, "lo": np.array(0, "float32"),
                         "hi": np.array(6, "float32")})
     check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
-                      "x86.depthwise_conv2d_nchw")
+                      "x86.depthwise_conv2d_nchw", layout="NCHW")
 
 
 @pytest.mark.parametrize("op,attrs,shape", [
@@ -104,4 +104,4 @@ def test_pool_numerics(op, attrs, shape):
     m.ir_version = 8
     m = onnx.shape_inference.infer_shapes(m)
     check_against_ort(m, {"x": rng.standard_normal(shape).astype("float32")},
-                      "x86.pool2d_nchw")
+                      "x86.pool2d_nchw", layout="NCHW")

@@ -1,0 +1,179 @@
+"""Activation layout of conv graphs: NCHW (as imported), NCHW[b]c or NHWC.
+
+NCHW[b]c (``b`` = the target's fp32 vector lanes: 16 for AVX-512, 8 for AVX2, 4 for NEON)
+puts ``b`` channels innermost, so a conv kernel loads contiguous vectors of output channels
+and stores them without a transpose, and every elementwise op, pool and reduction between
+two convs stays in the blocked layout.  TVM's ``relax.transform.ConvertLayout`` does the
+propagation: it converts each conv2d to the layout we ask for, pushes the layout through
+the ops that can take it (add, relu, clip, pools, concat along channels, means, ...) and
+inserts a ``layout_transform`` only where an op cannot, so consecutive convs share one
+layout and a ResNet keeps one transform at each end.
+
+We decide per conv (``layout_cb``): a float32 2-D conv whose input and output channel
+counts are multiples of ``b`` goes to ``NCHW{b}c`` with weights ``OIHW{b}i{b}o``; a
+depthwise conv (groups == C == F) to ``OIHW1i{b}o``; any other conv (the 3-channel stem,
+SqueezeNet's 1000-class 1x1, grouped convs) stays NCHW for ``pack_conv_weights``.  The
+weight and bias transforms of constants are computed here once (numpy), so no kernel
+re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
+``compiler/legalize_conv_nchwc.py`` does.
+
+``layout`` option: ``NCHW`` (no change), ``NCHWc`` or ``NHWC`` (``OHWI`` weights, every
+float32 conv).  The compile driver sets it from ``--layout`` and the target and reports the
+choice; ``auto`` is NCHWc on CPU targets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax, tirx
+from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .context import GraphPass, PassConfigError, PassReport
+from .dataflow import nodes_of
+
+LAYOUTS = ("NCHW", "NCHWc", "NHWC")
+
+
+class ConvertLayout(GraphPass):
+    """conv graphs NCHW => NCHW[b]c (or NHWC), transforms only at the ends."""
+
+    name = "convert_layout"
+    opt_level = 2
+    options = {"layout": "NCHW", "block": 16}
+
+    def rewrite(self, mod, report: PassReport, options: dict):
+        layout, block = str(options["layout"]), int(options["block"])
+        if layout not in LAYOUTS:
+            raise PassConfigError(f"convert_layout: layout {layout!r} is not one of {LAYOUTS}")
+        if block < 1:
+            raise PassConfigError(f"convert_layout: block must be positive, got {block}")
+        if layout == "NCHW":
+            return mod
+        chosen = {}
+
+        def decide(call):
+            if getattr(call.op, "name", "") != "relax.nn.conv2d":
+                return {}
+            want = _desired(call, layout, block)
+            if want[0] != "NCHW":
+                chosen[_key(call)] = want[0]
+            return {"relax.nn.conv2d": want}
+
+        before = _layout_transforms(mod)
+        out = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"]},
+                                            layout_cb=decide)(mod)
+        if not chosen:
+            return mod
+        folder = _FoldConstTransforms(out)
+        out["main"] = folder.visit_expr(out["main"])
+        # a tensor read by two blocked ops is transformed once, not once per reader
+        out = relax.transform.EliminateCommonSubexpr()(out)
+        out = relax.transform.DeadCodeElimination(["main"])(out)
+        convs = _converted_convs(out)
+        report.rewrites[f"conv2d NCHW => {layout if layout == 'NHWC' else f'NCHW{block}c'}"] = \
+            len(convs)
+        report.rewrites["weight/bias transforms folded"] = folder.folded
+        report.rewrites["activation layout_transforms"] = _layout_transforms(out) - before
+        names = report.node_names or []
+        report.nodes = sorted({names[k] if k < len(names) else f"#{k}"
+                               for v in convs for k in nodes_of(v.name)})
+        return out
+
+
+def _key(call):
+    return (tuple(int(d) for d in call.args[0].ty.shape), tuple(call.args[1].ty.shape))
+
+
+def _desired(call, layout: str, block: int) -> list:
+    """[data layout, kernel layout] for one conv2d call."""
+    keep = ["NCHW", "OIHW"]
+    a, (x, w) = call.attrs, call.args
+    if (a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
+            or (a.out_layout or "NCHW") != "NCHW" or str(x.ty.dtype) != "float32"
+            or str(w.ty.dtype) != "float32" or x.ty.ndim != 4
+            or any(not isinstance(d, tirx.IntImm) for d in list(x.ty.shape) + list(w.ty.shape))
+            or (a.out_dtype and str(a.out_dtype) not in ("", "void", "float32"))):
+        return keep
+    if layout == "NHWC":
+        return ["NHWC", "OHWI"]
+    c, f = int(x.ty.shape[1]), int(w.ty.shape[0])
+    if c % block or f % block:
+        return keep
+    if int(a.groups) == 1:
+        return [f"NCHW{block}c", f"OIHW{block}i{block}o"]
+    if int(a.groups) == c == f:
+        return [f"NCHW{block}c", f"OIHW1i{block}o"]
+    return keep
+
+
+def _layout_transforms(mod) -> int:
+    """layout_transform calls on non-constants in main."""
+    n = 0
+    for blk in mod["main"].body.blocks:
+        for b in blk.bindings:
+            v = b.value
+            if (isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.layout_transform"
+                    and not isinstance(v.args[0], GenericConst)):
+                n += 1
+    return n
+
+
+def _converted_convs(mod) -> list:
+    out = []
+    for blk in mod["main"].body.blocks:
+        for b in blk.bindings:
+            v = b.value
+            if (isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.nn.conv2d"
+                    and v.attrs.data_layout != "NCHW"):
+                out.append(b.var)
+    return out
+
+
+def apply_index_map(index_map, src: np.ndarray) -> np.ndarray:
+    """``layout_transform`` of a numpy array: ``dst[f(i)] = src[i]`` for the index map ``f``
+    (floordiv/floormod/+/*/- of the source indices; no padding), vectorised over all
+    source indices."""
+    grids = np.indices(src.shape, dtype=np.int64, sparse=True)
+    env = {v: g for v, g in zip(index_map.initial_indices, grids)}
+    dst_idx = [np.broadcast_to(_eval(e, env), src.shape) for e in index_map.final_indices]
+    dst_shape = [int(i.max()) + 1 if i.size else 0 for i in dst_idx]
+    if int(np.prod(dst_shape)) != src.size:
+        raise ValueError(f"index map {index_map} pads or drops elements of {src.shape}")
+    dst = np.empty(dst_shape, dtype=src.dtype)
+    dst[tuple(dst_idx)] = src
+    return dst
+
+
+def _eval(e, env):
+    if isinstance(e, tirx.Var):
+        return env[e]
+    if isinstance(e, tirx.IntImm):
+        return int(e.value)
+    ops = {tirx.FloorDiv: np.floor_divide, tirx.FloorMod: np.mod, tirx.Add: np.add,
+           tirx.Sub: np.subtract, tirx.Mul: np.multiply}
+    for cls, fn in ops.items():
+        if isinstance(e, cls):
+            return fn(_eval(e.a, env), _eval(e.b, env))
+    raise ValueError(f"unsupported index expression {e}")
+
+
+@mutator
+class _FoldConstTransforms(PyExprMutator):
+    """layout_transform(constant) => the transformed constant."""
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.folded = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if (getattr(call.op, "name", "") == "relax.layout_transform"
+                and isinstance(call.args[0], GenericConst) and call.attrs.pad_value is None):
+            try:
+                value = apply_index_map(call.attrs.index_map, call.args[0].value.numpy())
+            except ValueError:
+                return call
+            self.folded += 1
+            return relax.const(value, str(call.args[0].ty.dtype))
+        return call

@@ -1,0 +1,141 @@
+"""conv2d and depthwise conv2d in NCHW[b]c (passes/convert_layout.py) on x86.
+
+Dense (``compiler/legalize_conv_nchwc.py``)::
+
+    out[n, fo, y, x, v] += pad[n, co, y*s + ry, x*s + rx, ci] * w[fo, co, ry, rx, ci, v]
+
+NeoCPU's kernel: the channel block ``v`` is the vector.  A register tile of ``ft`` output
+channel blocks x ``yt x xt`` output pixels stays in registers; per input channel ``ci`` it
+loads ``ft`` weight vectors (contiguous) and broadcasts each input value into them, so a
+tile does ``ft * yt * xt`` FMAs per ``ft`` loads and ``yt * xt`` broadcasts.  The tile is
+written back as whole vectors (NCHW[b]c is the output layout too: no transpose), with the
+elementwise epilogue (bias, ReLU, residual add) applied there.  Parallel over
+(n, channel-block tile, row tile).
+
+Depthwise (``w[c, 0, ry, rx, 0, v]``): per channel block, a row of ``xt`` output pixels
+accumulates ``KH x KW`` taps as vector FMAs; parallel over (n, channel block, row).
+
+Padding stays its own parallel, vectorised stage.  Tiles are divisors of the output
+height, width and channel blocks, so every shape is exact.
+"""
+
+from __future__ import annotations
+
+from ..base import MatchingCPURule
+from . import common
+
+# accumulator registers per tile, of 32 zmm: the rest hold the tile's weight vectors and
+# a broadcast (24 and more spilled in conv2d_packed, measured on znver5)
+_BUDGET = 20
+
+
+def match_nchwc_conv(sch):
+    """(block rv, "dense" | "depthwise", vector block) of a blocked conv reading a 5-D input
+    and a 6-D weight and writing ``out[n, f, y, x, v]``, with only spatial blocks around
+    it; else None."""
+    for kinds, kind in (("SSSSSRRRR", "dense"), ("SSSSSRR", "depthwise")):
+        m = common.single_reduction(sch, kinds)
+        if m is not None:
+            break
+    else:
+        return None
+    rv, block, ivs = m
+    n, f, y, x, v = ivs[:5]
+    if len(block.writes) != 1:
+        return None
+    out = block.writes[0]
+    if (out.source.dtype != "float32" or len(out.source.shape) != 5
+            or not common.same_vars(common.region_vars(out), [n, f, y, x, v])):
+        return None
+    ins = [r for r in block.reads if not r.source.same_as(out.source)]
+    if len(ins) != 2:
+        return None
+    by_rank = {len(r.source.shape): common.region_vars(r) for r in ins}
+    data, weight = by_rank.get(5), by_rank.get(6)
+    if data is None or weight is None:
+        return None
+    if kind == "dense":
+        co, ry, rx, ci = ivs[5:]
+        ok = (data[0].same_as(n) and data[1].same_as(co) and data[4].same_as(ci)
+              and common.same_vars(weight, [f, co, ry, rx, ci, v]))
+    else:
+        ry, rx = ivs[5:]
+        ok = (data[0].same_as(n) and data[1].same_as(f) and data[4].same_as(v)
+              and common.same_vars([weight[0], weight[2], weight[3], weight[5]], [f, ry, rx, v]))
+    if not ok:
+        return None
+    return rv, kind, int(out.source.shape[4])
+
+
+def tile(oh: int, ow: int, fblocks: int, width: int = 1) -> tuple:
+    """(yt, xt, ft): ``ft`` channel blocks (each ``width`` registers) x a ``yt x xt`` pixel
+    tile within the accumulator budget, with the fewest loads per FMA: a weight vector
+    serves ``yt * xt`` FMAs, a broadcast ``ft``.  Ties go to wider rows (contiguous
+    input)."""
+    best, best_cost = (1, 1, 1), None
+    for ft in common.divisors(fblocks):
+        if ft > 4:
+            break
+        for xt in common.divisors(ow):
+            for yt in common.divisors(oh):
+                if xt > 16 or yt * xt * ft * width > _BUDGET:
+                    continue
+                cost = (1 / ft + 1 / (yt * xt), -xt)
+                if best_cost is None or cost < best_cost:
+                    best, best_cost = (yt, xt, ft), cost
+    return best
+
+
+def depthwise_tile(ow: int, width: int = 1) -> int:
+    """Output pixels per register row: the largest divisor of ``ow`` within 16 vectors."""
+    return max(d for d in common.divisors(ow) if d * width <= 16)
+
+
+class Conv2dNCHWc(MatchingCPURule):
+    """conv2d / depthwise conv2d NCHW[b]c x OIHW[b]i[b]o (or 1i[b]o) + epilogue."""
+
+    name = "x86.conv2d_nchwc"
+
+    def match(self, sch):
+        return match_nchwc_conv(sch)
+
+    def schedule(self, sch, m, target):
+        conv, kind, b = m
+        lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        pads, after, tail = common.inline_around(sch, conv)
+        loops = sch.get_loops(conv)
+        ext = [common.const_extent(sch, lp) for lp in loops]
+        if any(e is None for e in ext):
+            return None
+        width = -(-b // lanes)  # registers per channel block
+        if kind == "dense":
+            n, f, y, x, v, co, ry, rx, ci = loops
+            yt, xt, ft = tile(ext[2], ext[3], ext[1], width)
+            fo, fi = sch.split(f, [None, ft])
+            yo, yi = sch.split(y, [None, yt])
+            xo, xi = sch.split(x, [None, xt])
+            sch.reorder(n, fo, yo, xo, co, ry, rx, ci, fi, yi, xi, v)
+            outer, first_red, unrolled = (n, fo, yo), co, (rx, fi, yi, xi)
+        else:
+            n, f, y, x, v, ry, rx = loops
+            xt = depthwise_tile(ext[3], width)
+            xo, xi = sch.split(x, [None, xt])
+            sch.reorder(n, f, y, xo, ry, rx, xi, v)
+            outer, first_red, unrolled = (n, f, y), ry, (ry, rx, xi)
+        wb = sch.cache_write(conv, 0, "local")
+        sch.reverse_compute_at(wb, xo, preserve_unit_loops=True)
+        if tail is not None:
+            sch.reverse_compute_inline(tail)
+        else:  # several consumers left: schedule them as their own stages
+            pads = pads + after
+        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
+            sch.parallel(sch.fuse(*outer))
+        for lp in unrolled:
+            sch.unroll(lp)
+        sch.vectorize(v)
+        init = sch.decompose_reduction(conv, first_red)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.vectorize(sch.get_loops(wb)[-1])
+        for p in pads:
+            common.schedule_elementwise(sch, p, lanes, ncores)
+        return sch

@@ -1,0 +1,125 @@
+"""convert_layout: NCHW -> NCHW[b]c / NHWC conv graphs; structure (which convs, transforms
+only at the ends, weights folded to constants), numerics against onnxruntime, the convs it
+must leave NCHW, the layout option and the compile report."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from tvm import tirx
+
+import compiler
+from passes import PassConfigError
+from passes.convert_layout import apply_index_map
+from tests.passes.helpers import model, node, report
+
+RNG = np.random.default_rng(0)
+
+
+def _w(*shape):
+    return (RNG.standard_normal(shape) * (2.0 / np.prod(shape[1:])) ** 0.5).astype("float32")
+
+
+def _block_net(c=32, h=12, stem_c=3):
+    """stem conv (3 channels: stays NCHW) -> maxpool -> conv/relu -> depthwise -> 1x1 conv
+    + residual add -> concat with a second branch -> avgpool -> global mean -> flatten."""
+    nodes = [
+        node("Conv", ["x", "w0", "b0"], "stem", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        node("Relu", ["stem"], "stem_r"),
+        node("MaxPool", ["stem_r"], "pool", kernel_shape=[2, 2], strides=[2, 2]),
+        node("Conv", ["pool", "w1", "b1"], "c1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        node("Clip", ["c1", "lo", "hi"], "c1_r"),
+        node("Conv", ["c1_r", "wd"], "dw", kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=c),
+        node("Relu", ["dw"], "dw_r"),
+        node("Conv", ["dw_r", "w2"], "c2", kernel_shape=[1, 1]),
+        node("Add", ["c2", "pool"], "res"),
+        node("Conv", ["res", "w3"], "c3", kernel_shape=[1, 1]),
+        node("Concat", ["res", "c3"], "cat", axis=1),
+        node("AveragePool", ["cat"], "ap", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+             count_include_pad=0),
+        node("GlobalAveragePool", ["ap"], "gap"),
+        node("Flatten", ["gap"], "y"),
+    ]
+    inits = {"w0": _w(c, stem_c, 3, 3), "b0": _w(c), "w1": _w(c, c, 3, 3), "b1": _w(c),
+             "lo": np.float32(0.0), "hi": np.float32(6.0), "wd": _w(c, 1, 3, 3),
+             "w2": _w(c, c, 1, 1), "w3": _w(16, c, 1, 1)}
+    return model(nodes, {"x": (1, stem_c, h, h)}, {"y": (1, c + 16)}, inits)
+
+
+def _ref(m, feeds):
+    return ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _check(cm, m, feeds):
+    got, ref = cm.session().run(None, feeds), _ref(m, feeds)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_apply_index_map_matches_numpy_blocking():
+    w = RNG.standard_normal((32, 48, 3, 3)).astype("float32")
+    imap = tirx.IndexMap.from_func(lambda o, i, h, x: (o // 16, i // 16, h, x, i % 16, o % 16))
+    want = w.reshape(2, 16, 3, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)
+    np.testing.assert_array_equal(apply_index_map(imap, w), want)
+
+
+def test_nchwc_converts_block_convs_keeps_stem_and_matches_ort():
+    m = _block_net()
+    x = RNG.standard_normal((1, 3, 12, 12)).astype("float32")
+    cm = compiler.compile(m, target="x86-avx512")
+    rep = report(cm, "convert_layout")
+    # c1, dw, c2 in NCHW16c (c3 has 16 outputs: also blocked); the 3-channel stem stays NCHW
+    assert rep["rewrites"]["conv2d NCHW => NCHW16c"] == 4
+    assert set(rep["nodes"]) == {"c1", "dw", "c2", "c3"}
+    # weights and biases became constants (no kernel re-packs them at run time)
+    assert rep["rewrites"]["weight/bias transforms folded"] >= 5
+    # into the blocked chain after the stem's pool, out before the global mean's flatten
+    assert rep["rewrites"]["activation layout_transforms"] <= 2
+    assert cm.report["layout"]["chosen"] == "NCHWc" and cm.report["layout"]["block"] == 16
+    assert cm.report["schedules"].get("x86.conv2d_nchwc", 0) >= 3
+    assert cm.report["schedules"].get("x86.conv2d_packed") == 1   # the stem
+    _check(cm, m, {"x": x})
+
+
+@pytest.mark.parametrize("layout,target", [("NCHW", "x86-avx512"), ("NHWC", "x86-avx512"),
+                                           ("NCHWc", "x86-avx2")])
+def test_other_layouts_and_blocks_match_ort(layout, target):
+    m = _block_net()
+    x = RNG.standard_normal((1, 3, 12, 12)).astype("float32")
+    cm = compiler.compile(m, target=target, layout=layout)
+    rep = report(cm, "convert_layout")
+    assert cm.report["layout"]["chosen"] == layout
+    if layout == "NCHW":
+        assert not rep["rewrites"]
+    elif layout == "NHWC":
+        assert rep["rewrites"]["conv2d NCHW => NHWC"] == 5   # every conv, the stem too
+    else:
+        assert rep["rewrites"]["conv2d NCHW => NCHW8c"] == 4
+    _check(cm, m, {"x": x})
+
+
+def test_disabled_gives_nchw_and_the_same_numbers():
+    m = _block_net()
+    x = RNG.standard_normal((1, 3, 12, 12)).astype("float32")
+    cm = compiler.compile(m, target="host", disabled_passes=["convert_layout"])
+    assert cm.report["layout"]["chosen"] == "NCHW"
+    assert "x86.conv2d_nchwc" not in cm.report["schedules"]
+    _check(cm, m, {"x": x})
+
+
+def test_unblockable_channels_are_left_nchw():
+    # 24 channels: not a multiple of 16 (AVX-512) => nothing to gain, nothing converted
+    m = _block_net(c=24)
+    cm = compiler.compile(m, target="x86-avx512")
+    rep = report(cm, "convert_layout")
+    assert not rep["rewrites"]
+    _check(cm, m, {"x": RNG.standard_normal((1, 3, 12, 12)).astype("float32")})
+
+
+def test_bad_layout_is_refused():
+    with pytest.raises(compiler.CompileError, match="layout 'NC' is not one of"):
+        compiler.compile(_block_net(), layout="NC")
+    with pytest.raises(PassConfigError, match="layout"):
+        compiler.compile(_block_net(), pass_config={"convert_layout": {"layout": "CHWN"}})

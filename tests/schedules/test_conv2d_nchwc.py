@@ -1,0 +1,99 @@
+"""x86.conv2d_nchwc and its legalization: tile choice, structure under a Target, numerics
+against onnxruntime through convert_layout (dense, depthwise, strided, dilated, padded,
+1x1, AVX2 blocks), negatives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+from tvm import relax
+
+from compiler import legalize_conv_nchwc  # noqa: F401  (registers the NCHWc legalization)
+from schedules.x86.conv2d_nchwc import Conv2dNCHWc, depthwise_tile, tile
+from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
+
+
+def _blocked(c, h, f, k, groups=1, b=16, pad=1, stride=1):
+    """The fused NCHW16c conv + bias + relu PrimFunc."""
+    kin = 1 if groups > 1 else b
+
+    def build(bb, x, w, bias):
+        y = relax.op.nn.conv2d(x, w, strides=stride, padding=pad, groups=groups,
+                               data_layout=f"NCHW{b}c", kernel_layout=f"OIHW{kin}i{b}o")
+        return bb.emit(relax.op.nn.relu(relax.op.add(bb.emit(y), bias)))
+    return fused_primfunc(build, [(1, c // b, h, h, b), (f // b, c // kin if groups == 1 else 1,
+                                                         k, k, kin, b), (1, f // b, 1, 1, b)],
+                          "conv2d")
+
+
+def test_tile_choice():
+    assert tile(56, 56, 4) == (1, 4, 4)      # 4 channel blocks x 4 pixels: 16 accumulators
+    assert tile(7, 7, 32) == (1, 7, 2)       # 7-wide rows: 2 blocks x 7 pixels
+    yt, xt, ft = tile(13, 13, 3)
+    assert 13 % yt == 0 and 13 % xt == 0 and 3 % ft == 0 and yt * xt * ft <= 20
+    assert depthwise_tile(112) == 16 and depthwise_tile(7) == 7
+
+
+def test_legalized_and_scheduled_dense():
+    func = _blocked(32, 14, 64, 3)
+    text = Conv2dNCHWc().apply(func, TARGET).mod["main"].script()
+    assert "T.parallel" in text and "T.vectorized(T.int64(16))" in text
+    assert "_local" in text and "T.unroll" in text
+    # bias and relu are applied in the register tile's write-back, not as stages of their own
+    assert 'T.sblock("T_add")' not in text and 'T.sblock("T_relu")' not in text
+
+
+def test_legalized_and_scheduled_depthwise():
+    func = _blocked(32, 14, 32, 3, groups=32)
+    text = Conv2dNCHWc().apply(func, TARGET).mod["main"].script()
+    assert "T.parallel" in text and "T.vectorized(T.int64(16))" in text
+
+
+def test_rejects_nchw_conv():
+    conv = fused_primfunc(lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, padding=1)),
+                          [(1, 16, 8, 8), (16, 16, 3, 3)], "conv2d")
+    assert Conv2dNCHWc().apply(conv, TARGET) is None
+
+
+@pytest.mark.parametrize("k,stride,pad,dil,c,f,hw,group", [
+    (3, 1, 1, 1, 32, 64, 13, 1),     # odd width
+    (1, 1, 0, 1, 64, 32, 7, 1),      # 1x1
+    (1, 2, 0, 1, 32, 64, 14, 1),     # 1x1 strided (ResNet downsampling)
+    (3, 2, 1, 1, 16, 16, 15, 1),     # 3x3 stride 2
+    (3, 1, 2, 2, 16, 32, 9, 1),      # dilated
+    (3, 1, 1, 1, 32, 32, 14, 32),    # depthwise
+    (3, 2, 1, 1, 48, 48, 11, 48),    # depthwise strided, odd size
+    (5, 1, 2, 1, 16, 16, 10, 16),    # depthwise 5x5
+])
+def test_numerics_conv_bias_relu_residual(k, stride, pad, dil, c, f, hw, group):
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((f, c // group, k, k)) * 0.2).astype("float32")
+    b = rng.standard_normal(f).astype("float32")
+    oh = (hw + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
+                              strides=[stride] * 2, pads=[pad] * 4, dilations=[dil] * 2,
+                              group=group, name="conv"),
+             helper.make_node("Add", ["c", "r"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    shape, out = (1, c, hw, hw), (1, f, oh, oh)
+    model = onnx_model(nodes, [("x", shape), ("r", out)], [("y", out)], {"w": w, "b": b})
+    feeds = {"x": rng.standard_normal(shape).astype("float32"),
+             "r": rng.standard_normal(out).astype("float32")}
+    check_against_ort(model, feeds, "x86.conv2d_nchwc")
+
+
+def test_numerics_avx2_block_8():
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype("float32")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)]
+    model = onnx_model(nodes, [("x", (1, 8, 9, 9))], [("y", (1, 16, 9, 9))], {"w": w})
+    import compiler
+    cm = compiler.compile(model, target="x86-avx2")
+    assert cm.report["layout"]["block"] == 8
+    assert cm.report["schedules"].get("x86.conv2d_nchwc") == 1
+    import onnxruntime as ort
+    x = rng.standard_normal((1, 8, 9, 9)).astype("float32")
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-5)
