@@ -30,7 +30,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassConfigError, PassReport
-from .dataflow import nodes_of
+from .dataflow import nodes_of, tag
 
 LAYOUTS = ("NCHW", "NCHWc", "NHWC")
 
@@ -70,6 +70,7 @@ class ConvertLayout(GraphPass):
         # a tensor read by two blocked ops is transformed once, not once per reader
         out = relax.transform.EliminateCommonSubexpr()(out)
         out = relax.transform.DeadCodeElimination(["main"])(out)
+        out["main"] = _NameTransforms(out).visit_expr(out["main"])
         convs = _converted_convs(out)
         report.rewrites[f"conv2d NCHW => {layout if layout == 'NHWC' else f'NCHW{block}c'}"] = \
             len(convs)
@@ -156,6 +157,48 @@ def _eval(e, env):
         if isinstance(e, cls):
             return fn(_eval(e.a, env), _eval(e.b, env))
     raise ValueError(f"unsupported index expression {e}")
+
+
+@mutator
+class _NameTransforms(PyExprMutator):
+    """Name each activation layout_transform after the ONNX node whose output it converts
+    (or, for a graph input, the node that reads it), so its kernel names a node too."""
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        binds = [b for blk in mod["main"].body.blocks for b in blk.bindings]
+        used = {}
+        for b in binds:
+            m = nodes_of(b.var.name)
+            if m:
+                base, _, j = b.var.name.partition("_")
+                used[base] = max(used.get(base, 0), int(j) if j.isdigit() else 0)
+        readers = {}
+        for b in binds:
+            for v in relax.analysis.free_vars(b.value):
+                readers.setdefault(v.name, b.var.name)
+        self.names = {}
+        for b in binds:
+            v = b.value
+            if not (isinstance(v, relax.Call) and getattr(v.op, "name", "") ==
+                    "relax.layout_transform" and isinstance(v.args[0], relax.Var)):
+                continue
+            nodes = nodes_of(v.args[0].name) or nodes_of(readers.get(b.var.name, ""))
+            if nodes:
+                base = tag(nodes)
+                used[base] = used.get(base, 0) + 1
+                self.names[b.var.name] = f"{base}_{used[base]}"
+
+    def visit_var_binding_(self, binding):
+        name = self.names.get(binding.var.name)
+        if name is None:
+            super().visit_var_binding_(binding)
+            return
+        value = self.visit_expr(binding.value)
+        cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
+        var = cls(name, value.ty)
+        self.builder_.emit_normalized(relax.VarBinding(var, value))
+        self.set_var_remap(binding.var, var)
 
 
 @mutator

@@ -18,9 +18,11 @@ def test_every_kernel_names_its_nodes(name):
 @pytest.mark.parametrize("name", list(SMALL))
 def test_computing_nodes_are_covered_once(name):
     """Every node that computes something at run time is in exactly one kernel call
-    (Flatten/Reshape are views, and constant subgraphs fold away)."""
+    (Flatten/Reshape are views, and constant subgraphs fold away).  Layout transforms that
+    convert_layout inserted name the node whose output (or input) they convert, and are
+    not counted as computing it."""
     calls = compiled(name).meta["graph"]["calls"]
-    covered = [n for c in calls for n in c["nodes"]]
+    covered = [n for c in calls if "layout_transform" not in c["kernel"] for n in c["nodes"]]
     assert len(covered) == len(set(covered))
     views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Constant"}
     must = {n.name for n in zoo_model(name).graph.node if n.op_type not in views}
