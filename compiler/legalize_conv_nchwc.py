@@ -12,6 +12,13 @@ two blocked forms; every other conv2d keeps TVM's legalization:
     out[n, fo, y, x, fi] = sum_{co, ry, rx, ci} pad[n, co, y*sh + ry*dh, x*sw + rx*dw, ci]
                                                 * w[fo, co, ry, rx, ci, fi]
 
+* NCHW input, blocked output (a 3-channel stem: ``data_layout="NCHW"``, kernel
+  ``OIHW{b}o``, ``out_layout="NCHW{b}c"``), so the whole network after the stem is
+  blocked::
+
+    out[n, fo, y, x, v] = sum_{c, ry, rx} pad[n, c, y*sh + ry*dh, x*sw + rx*dw]
+                                          * w[fo, c, ry, rx, v]
+
 * depthwise (``groups == C``, kernel block ``1i``)::
 
     out[n, c, y, x, v] = sum_{ry, rx} pad[n, c, y*sh + ry*dh, x*sw + rx*dw, v]
@@ -31,13 +38,20 @@ from tvm import te, topi
 _ATTR = "FLegalize"
 _DATA = re.compile(r"^NCHW(\d+)c$")
 _KERNEL = re.compile(r"^OIHW(\d+)i(\d+)o$")
+_KERNEL_OUT = re.compile(r"^OIHW(\d+)o$")
 
 
 def blocked_layouts(attrs):
-    """(data block, kernel in-block, kernel out-block) of an NCHW[b]c conv's attrs, or
-    None for any other layout combination."""
-    d, k = _DATA.match(str(attrs.data_layout)), _KERNEL.match(str(attrs.kernel_layout))
+    """(data block, kernel in-block, kernel out-block) of a blocked conv's attrs (data
+    block 0 and kernel in-block 0 for an NCHW input), or None for any other layout
+    combination."""
     o = _DATA.match(str(attrs.out_layout or attrs.data_layout))
+    if str(attrs.data_layout) == "NCHW":
+        k = _KERNEL_OUT.match(str(attrs.kernel_layout))
+        if not (k and o) or int(o.group(1)) != int(k.group(1)):
+            return None
+        return 0, 0, int(k.group(1))
+    d, k = _DATA.match(str(attrs.data_layout)), _KERNEL.match(str(attrs.kernel_layout))
     if not (d and k and o) or int(o.group(1)) != int(k.group(2)):
         return None
     return int(d.group(1)), int(k.group(1)), int(k.group(2))
@@ -45,6 +59,8 @@ def blocked_layouts(attrs):
 
 def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool):
     """TE compute of a blocked conv; ``padding`` is (top, left, bottom, right)."""
+    if len(data.shape) == 4:
+        return _conv2d_nchw_in(data, kernel, strides, padding, dilation)
     n, _, h, w, _ = (int(d) for d in data.shape)
     fo, _, kh, kw, _, ob = (int(d) for d in kernel.shape)
     sh, sw = (int(s) for s in strides)
@@ -73,6 +89,27 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool):
         name="conv2d_NCHWc")
 
 
+def _conv2d_nchw_in(data, kernel, strides, padding, dilation):
+    n, c, h, w = (int(d) for d in data.shape)
+    fo, _, kh, kw, ob = (int(d) for d in kernel.shape)
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    pt, pl, pb, pr = (int(p) for p in padding)
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if pt or pl or pb or pr:
+        data = topi.nn.pad(data, [0, 0, pt, pl], [0, 0, pb, pr], name="pad_temp")
+    rc = te.reduce_axis((0, c), "rc")
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+    return te.compute(
+        (n, fo, oh, ow, ob),
+        lambda i, f, y, x, v: te.sum(
+            data[i, rc, y * sh + ry * dh, x * sw + rx * dw] * kernel[f, rc, ry, rx, v],
+            axis=[rc, ry, rx]),
+        name="conv2d_NCHWc_from_NCHW")
+
+
 def _supported(call):
     """True when ``call`` is a float32 conv2d in one of the two blocked forms above."""
     a = call.attrs
@@ -85,6 +122,8 @@ def _supported(call):
                                                            not in ("", dtype)):
         return False
     db, ib, ob = blocks
+    if db == 0:
+        return int(a.groups) == 1
     channels = int(x.ty.shape[1]) * db
     if int(a.groups) == 1:
         return ib == db

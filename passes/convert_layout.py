@@ -11,8 +11,10 @@ layout and a ResNet keeps one transform at each end.
 
 We decide per conv (``layout_cb``): a float32 2-D conv whose input and output channel
 counts are multiples of ``b`` goes to ``NCHW{b}c`` with weights ``OIHW{b}i{b}o``; a
-depthwise conv (groups == C == F) to ``OIHW1i{b}o``; any other conv (the 3-channel stem,
-SqueezeNet's 1000-class 1x1, grouped convs) stays NCHW for ``pack_conv_weights``.  The
+depthwise conv (groups == C == F) to ``OIHW1i{b}o``; a stem with fewer input channels than
+``b`` (RGB) reads NCHW and writes ``NCHW{b}c`` (weights ``OIHW{b}o``), so
+the network after it is blocked from the start; any other conv (SqueezeNet's 1000-class
+1x1, grouped convs) stays NCHW for ``pack_conv_weights``.  The
 weight and bias transforms of constants are computed here once (numpy), so no kernel
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
 ``compiler/legalize_conv_nchwc.py`` does.
@@ -56,8 +58,8 @@ class ConvertLayout(GraphPass):
             if getattr(call.op, "name", "") != "relax.nn.conv2d":
                 return {}
             want = _desired(call, layout, block)
-            if want[0] != "NCHW":
-                chosen[_key(call)] = want[0]
+            if want != ["NCHW", "OIHW"]:
+                chosen[_key(call)] = want
             return {"relax.nn.conv2d": want}
 
         before = _layout_transforms(mod)
@@ -99,6 +101,9 @@ def _desired(call, layout: str, block: int) -> list:
     if layout == "NHWC":
         return ["NHWC", "OHWI"]
     c, f = int(x.ty.shape[1]), int(w.ty.shape[0])
+    if int(a.groups) == 1 and c < block and not f % block:
+        # a stem (3 input channels): NCHW in, blocked out, so what follows is blocked
+        return ["NCHW", f"OIHW{block}o", f"NCHW{block}c"]
     if c % block or f % block:
         return keep
     if int(a.groups) == 1:
@@ -126,7 +131,7 @@ def _converted_convs(mod) -> list:
         for b in blk.bindings:
             v = b.value
             if (isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.nn.conv2d"
-                    and v.attrs.data_layout != "NCHW"):
+                    and (v.attrs.out_layout or v.attrs.data_layout) != "NCHW"):
                 out.append(b.var)
     return out
 

@@ -12,6 +12,9 @@ written back as whole vectors (NCHW[b]c is the output layout too: no transpose),
 elementwise epilogue (bias, ReLU, residual add) applied there.  Parallel over
 (n, channel-block tile, row tile).
 
+A stem reading NCHW (``pad[n, c, y*s + ry, x*s + rx] * w[fo, c, ry, rx, v]``, RGB input)
+is the same kernel without the ``ci`` loop.
+
 Depthwise (``w[c, 0, ry, rx, 0, v]``): per channel block, a row of ``xt`` output pixels
 accumulates ``KH x KW`` taps as vector FMAs; parallel over (n, channel block, row).
 
@@ -33,7 +36,8 @@ def match_nchwc_conv(sch):
     """(block rv, "dense" | "depthwise", vector block) of a blocked conv reading a 5-D input
     and a 6-D weight and writing ``out[n, f, y, x, v]``, with only spatial blocks around
     it; else None."""
-    for kinds, kind in (("SSSSSRRRR", "dense"), ("SSSSSRR", "depthwise")):
+    for kinds, kind in (("SSSSSRRRR", "dense"), ("SSSSSRRR", "nchw_in"),
+                        ("SSSSSRR", "depthwise")):
         m = common.single_reduction(sch, kinds)
         if m is not None:
             break
@@ -51,10 +55,17 @@ def match_nchwc_conv(sch):
     if len(ins) != 2:
         return None
     by_rank = {len(r.source.shape): common.region_vars(r) for r in ins}
-    data, weight = by_rank.get(5), by_rank.get(6)
+    if kind == "nchw_in":
+        data, weight = by_rank.get(4), by_rank.get(5)
+    else:
+        data, weight = by_rank.get(5), by_rank.get(6)
     if data is None or weight is None:
         return None
-    if kind == "dense":
+    if kind == "nchw_in":
+        c, ry, rx = ivs[5:]
+        ok = (data[0].same_as(n) and data[1].same_as(c)
+              and common.same_vars(weight, [f, c, ry, rx, v]))
+    elif kind == "dense":
         co, ry, rx, ci = ivs[5:]
         ok = (data[0].same_as(n) and data[1].same_as(co) and data[4].same_as(ci)
               and common.same_vars(weight, [f, co, ry, rx, ci, v]))
@@ -108,13 +119,13 @@ class Conv2dNCHWc(MatchingCPURule):
         if any(e is None for e in ext):
             return None
         width = -(-b // lanes)  # registers per channel block
-        if kind == "dense":
-            n, f, y, x, v, co, ry, rx, ci = loops
+        if kind in ("dense", "nchw_in"):
+            n, f, y, x, v, co, ry, rx, *ci = loops
             yt, xt, ft = tile(ext[2], ext[3], ext[1], width)
             fo, fi = sch.split(f, [None, ft])
             yo, yi = sch.split(y, [None, yt])
             xo, xi = sch.split(x, [None, xt])
-            sch.reorder(n, fo, yo, xo, co, ry, rx, ci, fi, yi, xi, v)
+            sch.reorder(n, fo, yo, xo, co, ry, rx, *ci, fi, yi, xi, v)
             outer, first_red, unrolled = (n, fo, yo), co, (rx, fi, yi, xi)
         else:
             n, f, y, x, v, ry, rx = loops
