@@ -49,6 +49,9 @@ def graph_passes() -> list:
         # MatMul, scale, mask Add, Softmax, MatMul => one attention kernel (after
         # stable_softmax); opt-in: slower than three kernels until attention has a schedule
         passes.FuseAttention(),
+        # constant matmul weights [K, N] -> [N/32, K, 32] panels once, here: the x86 kernel
+        # streams contiguous panels instead of copying strided ones per call; after the fusions
+        passes.PackMatmulWeights(),
         # fp16 reductions accumulate in fp32; after the fusions, which match fp16 ops bare
         passes.AccumulateFp32(),
         # conv graphs NCHW -> NCHW[b]c (b = vector lanes) with transforms only at the ends

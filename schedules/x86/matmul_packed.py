@@ -1,0 +1,119 @@
+"""matmul with the weight pre-packed [N/nr, K, nr] (passes/pack_matmul_weights.py) on x86.
+
+``C[b.., i, j] += A[b.., i, k] * Wp[j // nr, k, j % nr]``.  Each ``K x nr`` panel of the
+weight is contiguous, so the micro-kernel reads it straight from memory (no panel copy, as
+``x86.matmul`` must make of a [K, N] weight): an ``mr x nr`` tile of accumulators in
+registers, ``nr / lanes`` vector loads of ``Wp[jo, k, :]`` and ``mr`` broadcasts of
+``A[i, k]`` per ``mr * nr / lanes`` FMAs.  The elementwise epilogue (bias, GELU, residual
+add) is inlined into the write-back of the tile.  Parallel over (batch, N panels, M
+tiles).
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from ..base import MatchingCPURule
+from . import common
+
+
+def match_packed_matmul(sch):
+    """(block rv, panel width nr) of a matmul reading ``A[.., i, k]`` and
+    ``Wp[j // nr, k, j % nr]``, writing float32 ``C[.., i, j]``, with only spatial blocks
+    around it; else None."""
+    cands = []
+    for blk in common.blocks(sch):
+        k = common.iter_kinds(sch.get(blk))
+        if k is None:
+            return None
+        if "R" in k:
+            cands.append((blk, k))
+    if len(cands) != 1:
+        return None
+    rv, kinds = cands[0]
+    if len(kinds) < 3 or kinds[-1] != "R" or "R" in kinds[:-1]:
+        return None
+    block = sch.get(rv)
+    ivs = [iv.var for iv in block.iter_vars]
+    *_, i, j, k = ivs
+    if len(block.writes) != 1:
+        return None
+    out = block.writes[0]
+    if out.source.dtype != "float32" or not common.same_vars(common.region_vars(out), ivs[:-1]):
+        return None
+    ins = [r for r in block.reads if not r.source.same_as(out.source)]
+    if len(ins) != 2:
+        return None
+    nr = a_ok = None
+    for r in ins:
+        idx = common.region_vars(r)
+        if len(idx) == 3 and len(r.source.shape) == 3 and isinstance(r.source.shape[2], tirx.IntImm):
+            b = int(r.source.shape[2])
+            if (_is(idx[0], tirx.FloorDiv, j, b) and idx[1].same_as(k)
+                    and _is(idx[2], tirx.FloorMod, j, b)):
+                nr = b
+                continue
+        if len(idx) >= 2 and idx[-2].same_as(i) and idx[-1].same_as(k):
+            a_ok = True
+    if nr is None or not a_ok:
+        return None
+    return rv, nr
+
+
+def _is(e, op, var, const) -> bool:
+    return (isinstance(e, op) and e.a.same_as(var) and isinstance(e.b, tirx.IntImm)
+            and int(e.b) == int(const))
+
+
+class MatmulPacked(MatchingCPURule):
+    """matmul / dense with a [N/nr, K, nr] packed weight + elementwise epilogue."""
+
+    name = "x86.matmul_packed"
+
+    def match(self, sch):
+        return match_packed_matmul(sch)
+
+    def schedule(self, sch, m, target):
+        mm, nr = m
+        lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        pads, after, tail = common.inline_around(sch, mm, keep_pads=False)
+        loops = sch.get_loops(mm)
+        *bat, i, j, k = loops
+        ext = [common.const_extent(sch, lp) for lp in loops]
+        if any(e is None for e in ext) or ext[-2] % nr:
+            return None
+        M = ext[-3]
+        nv = -(-nr // lanes)
+        it = common.reg_rows(M, nv)
+        io, ii = sch.split(i, [None, it])
+        jo, ji = sch.split(j, [None, nr])
+        # panels outer: one K x nr panel stays in L2 across the row tiles (rows outer or K
+        # blocks of 128-384 measured no faster single-core; panels outer also splits W,
+        # not A, between threads)
+        sch.reorder(*bat, jo, io, k, ii, ji)
+        wb = sch.cache_write(mm, 0, "local")
+        sch.reverse_compute_at(wb, io, preserve_unit_loops=True)
+        if tail is not None:
+            sch.reverse_compute_inline(tail)
+        else:  # several consumers left: schedule them as their own stages
+            pads = pads + after
+        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
+            par = [*bat, jo, io]
+            sch.parallel(sch.fuse(*par))
+        sch.unroll(ii)
+        _vectorize_j(sch, ji, nr, lanes)
+        init = sch.decompose_reduction(mm, k)
+        _vectorize_j(sch, sch.get_loops(wb)[-1], nr, lanes)
+        _vectorize_j(sch, sch.get_loops(init)[-1], nr, lanes)
+        for p in pads:
+            common.schedule_elementwise(sch, p, lanes, ncores)
+        return sch
+
+
+def _vectorize_j(sch, loop, nr, lanes):
+    """Vectorise a j loop of ``nr``: whole vectors unrolled when nr is several of them (LLVM
+    splits a 48-lane vector badly), else the loop as it is."""
+    if nr > lanes and nr % lanes == 0:
+        vo, loop = sch.split(loop, [None, lanes])
+        sch.unroll(vo)
+    sch.vectorize(loop)

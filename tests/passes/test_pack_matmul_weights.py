@@ -1,0 +1,133 @@
+"""pack_matmul_weights: structure (counts, names, packed layout, fused kernels), numerics
+against onnxruntime, and matmuls it must leave alone."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+from passes import PackMatmulWeights
+from passes.pack_matmul_weights import RULE, pack_kn
+from passes.relax_util import bindings
+from tests.conftest import assert_close, ort_run
+
+from .helpers import compile_run, model, node, report, run_pass
+
+RNG = np.random.default_rng(0)
+
+
+def _w(*shape):
+    return (RNG.standard_normal(shape) * 0.2).astype(np.float32)
+
+
+def dense_block(m=16, k=64, n=96):
+    """x @ W + b -> Relu -> + x @ W2 (residual-style): two constant-weight matmuls."""
+    nodes = [node("MatMul", ["x", "w"], "fc.matmul"), node("Add", ["fc.matmul", "b"], "fc.add"),
+             node("Relu", ["fc.add"], "fc.relu"), node("MatMul", ["fc.relu", "w2"], "out.matmul"),
+             node("Add", ["out.matmul", "x"], "out.residual")]
+    return model(nodes, {"x": [1, m, k]}, {"out.residual": [1, m, k]},
+                 {"w": _w(k, n), "b": _w(n), "w2": _w(n, k)})
+
+
+def _feeds(shape=(1, 16, 64)):
+    return {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+
+
+def test_pack_kn_layout():
+    w = np.arange(5 * 64, dtype=np.float32).reshape(5, 64)
+    p = pack_kn(w, 32)
+    assert p.shape == (2, 5, 32) and p.flags.c_contiguous
+    assert p[1, 3, 7] == w[3, 32 + 7]
+
+
+def test_structure_names_and_packed_constant():
+    before, after, r = run_pass(PackMatmulWeights(), dense_block())
+    assert before["relax.matmul"] == 2 and "relax.matmul" not in after
+    assert after["relax.call_tir"] == 2 and after["relax.add"] == 2
+    assert r.rewrites == {RULE: 2}
+    assert r.nodes == ["fc.matmul", "out.matmul"]
+
+
+def test_keeps_binding_names_and_packs_weight():
+    names = [n.name for n in dense_block().graph.node]
+    from compiler.importer import import_onnx
+    from compiler.loader import load_model
+    from passes import FoldConstants, PassContext
+
+    mod = PassContext(node_names=names).run([FoldConstants()],
+                                            import_onnx(load_model(dense_block())))
+    old = {b.var.name for b in bindings(mod) if isinstance(b.value, relax.Call)
+           and getattr(b.value.op, "name", "") == "relax.matmul"}
+    after = PassContext(node_names=names).run([PackMatmulWeights()], mod)
+    calls = [b for b in bindings(after) if isinstance(b.value, relax.Call)
+             and getattr(b.value.op, "name", "") == "relax.call_tir"]
+    assert {b.var.name for b in calls} == old
+    shapes = sorted(tuple(int(d) for d in b.value.args[1][1].ty.shape) for b in calls)
+    assert shapes == [(2, 96, 32), (3, 64, 32)]
+
+
+def test_epilogues_fuse_and_match_ort():
+    m = dense_block()
+    outs, cm = compile_run(m, _feeds(), target="host")
+    assert_close(outs, ort_run(m, _feeds()), rtol=1e-4, atol=1e-5)
+    assert report(cm, "pack_matmul_weights")["nodes"] == ["fc.matmul", "out.matmul"]
+    assert cm.report["schedules"].get("x86.matmul_packed") == 2
+    # bias + Relu and the residual add stay in the matmul kernels, which name their nodes
+    nodes = [c["nodes"] for c in cm.meta["graph"]["calls"]]
+    assert ["fc.matmul", "fc.add", "fc.relu"] in nodes
+    assert ["out.matmul", "out.residual"] in nodes
+    ref = compile_run(m, _feeds(), target="host", disabled_passes=["pack_matmul_weights"])[1]
+    assert cm.report["kernels"] == ref.report["kernels"]
+
+
+def test_gemm_trans_b_and_2d_input():
+    # Gemm(transB=1): the folded constant W^T is [K, N] and packs like any other weight
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, name="gemm")]
+    m = model(nodes, {"x": [5, 24]}, {"y": [5, 64]}, {"w": _w(64, 24), "b": _w(64)})
+    feeds = {"x": np.random.default_rng(2).standard_normal((5, 24)).astype(np.float32)}
+    outs, cm = compile_run(m, feeds, target="host")
+    assert report(cm, "pack_matmul_weights")["nodes"] == ["gemm"]
+    assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_leaves_alone_nonconstant_odd_batched_and_const_lhs():
+    cases = [
+        # W an input, not a constant
+        model([node("MatMul", ["x", "w"], "y")], {"x": [4, 8], "w": [8, 32]}, {"y": [4, 32]}),
+        # N = 48: not a multiple of the 32-wide panel
+        model([node("MatMul", ["x", "w"], "y")], {"x": [4, 8]}, {"y": [4, 48]}, {"w": _w(8, 48)}),
+        # batched constant B
+        model([node("MatMul", ["x", "w"], "y")], {"x": [2, 4, 8]}, {"y": [2, 4, 32]},
+              {"w": _w(2, 8, 32)}),
+        # constant on the left: W @ x
+        model([node("MatMul", ["w", "x"], "y")], {"x": [8, 32]}, {"y": [4, 32]}, {"w": _w(4, 8)}),
+    ]
+    for m in cases:
+        _, after, r = run_pass(PackMatmulWeights(), m)
+        assert not r.rewrites and after.get("relax.matmul") == 1, (r, after)
+
+
+def test_leaves_int_matmul_alone():
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="y")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT32, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 32])],
+        [numpy_helper.from_array(np.ones((8, 32), np.int32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    _, after, r = run_pass(PackMatmulWeights(), m)
+    assert not r.rewrites and after.get("relax.matmul") == 1
+
+
+def test_panel_option_and_disable():
+    m = model([node("MatMul", ["x", "w"], "y")], {"x": [4, 8]}, {"y": [4, 48]}, {"w": _w(8, 48)})
+    feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)}
+    outs, cm = compile_run(m, feeds, target="host",
+                           pass_config={"pack_matmul_weights": {"panel": 16}})
+    assert report(cm, "pack_matmul_weights")["rewrites"] == {RULE: 1}
+    assert cm.report["schedules"].get("x86.matmul_packed") == 1
+    assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
+    _, cm = compile_run(dense_block(), _feeds(), target="host",
+                        disabled_passes=["pack_matmul_weights"])
+    assert report(cm, "pack_matmul_weights")["skipped"] == "disabled"
+    assert "x86.matmul_packed" not in cm.report["schedules"]
