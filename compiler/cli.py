@@ -462,7 +462,10 @@ def cmd_tune(args) -> int:
     print(f"{s['tasks']} tasks: {s['already_done']} already in the database, {s['tuned']} "
           f"tuned, {s['default_kept']} kept the default schedule, {s['not_started']} not "
           f"started (budget), {s.get('skipped', 0)} skipped; {s['trials']} trials "
-          f"({s['valid_trials']} valid) in {s.get('seconds', 0):.0f}s, measured with "
+          f"({s['valid_trials']} valid"
+          + (f", {s['resumed_trials']} saved by an interrupted job" if s.get("resumed_trials")
+             else "")
+          + f") in {s.get('seconds', 0):.0f}s, measured with "
           f"{s['measured_with'] or '-'}; records in {os.path.join(s['database'], s['target_file'])}")
     check = s.get("model_check") or {}
     if check.get("demoted"):

@@ -92,17 +92,18 @@ def tune(model, target="host", db="tuning-db", *, trials: int | None = None,
             raise ValueError("--rpc-tracker needs --rpc-key (the key the RPC servers "
                              "registered)")
     database = TuningDatabase(db, create=True)
-    tasks = extract_tasks(model, tinfo, **compile_kwargs)
     provenance = {"onnxc": __version__, "model": _model_id(model)}
-    bar = progress or ProgressBar()
-    summary = tune_tasks(tasks, tinfo, database, opts, provenance=provenance, progress=bar,
-                         runner=runner)
-    if check_model and runner is None and not opts.rpc_tracker:
-        summary["model_check"] = check_in_model(model, tinfo, database, tasks,
-                                                compile_kwargs=compile_kwargs, progress=bar)
-    else:
-        summary["model_check"] = {"skipped": "measured elsewhere (RPC or a custom runner): "
-                                             "the model cannot run here"}
+    with database.job_lock(provenance["model"]["name"]):  # one job per directory: refuse a second
+        tasks = extract_tasks(model, tinfo, **compile_kwargs)
+        bar = progress or ProgressBar()
+        summary = tune_tasks(tasks, tinfo, database, opts, provenance=provenance, progress=bar,
+                             runner=runner)
+        if check_model and runner is None and not opts.rpc_tracker:
+            summary["model_check"] = check_in_model(model, tinfo, database, tasks,
+                                                    compile_kwargs=compile_kwargs, progress=bar)
+        else:
+            summary["model_check"] = {"skipped": "measured elsewhere (RPC or a custom "
+                                                 "runner): the model cannot run here"}
     summary["database"] = database.path
     summary["target_file"] = os.path.basename(database.file_for(tinfo))
     return summary

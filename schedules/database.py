@@ -11,11 +11,25 @@ survives ``kill -9`` or a power cut.  A torn last line (killed mid-write) or any
 line that is not a valid record is skipped with a warning when the file is read; the
 next append starts on a fresh line.  When a task has several records the last one wins.
 
+One tuning job at a time: :meth:`TuningDatabase.job_lock` takes an exclusive, non-blocking
+``flock`` on ``DIR/.onnxc-tune.lock`` for the whole job; a second job on the same directory
+is refused (:class:`DatabaseBusyError`, naming the holder's pid, host and start time)
+rather than made to wait.  The kernel drops the lock when its holder dies (even by
+``kill -9``), so a lock is never stale.
+
+Partial measurements: while a task is tuned, every round's measured candidates (trace
+JSON and latency) are appended, durably, to ``<target file>.partial`` next to the records
+(:meth:`TuningDatabase.append_partial`).  A task interrupted before its record was saved
+resumes from them (:meth:`TuningDatabase.partials`); the file is removed once every task
+it mentions has a record.  A torn or unreadable line there is dropped silently: it is
+one lost measurement, not a lost result.
+
 This module knows nothing of ONNX: TIR functions and TVM target dicts in, records out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -28,6 +42,8 @@ log = logging.getLogger("onnxc.schedules")
 
 FORMAT = 1
 SUFFIX = ".jsonl"
+PARTIAL_SUFFIX = ".partial"
+LOCK_FILE = ".onnxc-tune.lock"
 WINNERS = ("tuned", "default")
 # field -> accepted types; a line missing one of these (or of another type) is corrupt
 _REQUIRED = {"format": int, "task": str, "workload_hash": str, "target": dict, "kernel": str,
@@ -36,6 +52,10 @@ _REQUIRED = {"format": int, "task": str, "workload_hash": str, "target": dict, "
 
 class DatabaseError(ValueError):
     """A tuning database that cannot be used (not a directory, unwritable)."""
+
+
+class DatabaseBusyError(DatabaseError):
+    """Another tuning job holds the database's job lock."""
 
 
 def canonical_target(target) -> dict:
@@ -121,6 +141,43 @@ class TuningDatabase:
         self.warnings: list[str] = []
         self._cache: dict = {}  # file name -> (mtime_ns, size, {task: record})
 
+    @contextlib.contextmanager
+    def job_lock(self, job: str = ""):
+        """Hold the directory's job lock while the ``with`` body runs; refuse if taken.
+
+        Raises :class:`DatabaseBusyError` at once (no waiting) when another job holds it:
+        two jobs would tune the same tasks twice, and their in-model checks would judge
+        each other's half-written results.  ``job`` (say, the model) is shown to a refused
+        second job.
+        """
+        import socket
+        import time
+
+        path = os.path.join(self.path, LOCK_FILE)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise DatabaseError(f"tuning database {self.path}: cannot create its lock file "
+                                f"({e})") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise DatabaseBusyError(
+                    f"tuning database {self.path} is in use by another tuning job "
+                    f"({_holder(fd)}); wait for it to finish (rerunning then resumes), or "
+                    f"tune into another --db directory") from None
+            info = {"pid": os.getpid(), "host": socket.gethostname(), "job": job,
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+            try:
+                yield
+            finally:
+                os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)  # drops the flock
+
     def file_for(self, target) -> str:
         return os.path.join(self.path, target_file_name(target))
 
@@ -165,8 +222,64 @@ class TuningDatabase:
         rec, why = _parse(json.dumps(record).encode())
         if rec is None:
             raise ValueError(f"not a valid tuning record ({why}): {record!r}")
-        line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-        path = self.file_for(record["target"])
+        self._append_durably(self.file_for(record["target"]),
+                             json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+
+    # -- partial measurements of unfinished tasks ---------------------------------------
+
+    def partial_file_for(self, target) -> str:
+        return self.file_for(target)[:-len(SUFFIX)] + PARTIAL_SUFFIX
+
+    def append_partial(self, target, measurements: list) -> None:
+        """Append measured candidates of unfinished tasks, durably, in one write.
+
+        Each is ``{"task": key, "round": n, "trace": trace JSON, "secs": float or None,
+        "error": str or None}``.
+        """
+        if measurements:
+            self._append_durably(self.partial_file_for(target), "".join(
+                json.dumps(m, sort_keys=True, separators=(",", ":")) + "\n"
+                for m in measurements))
+
+    def partials(self, target, task: str) -> list:
+        """The measurements saved for ``task`` (oldest first); unreadable lines dropped."""
+        out = []
+        try:
+            with open(self.partial_file_for(target), "rb") as f:
+                for raw in f:
+                    try:
+                        m = json.loads(raw)
+                    except (ValueError, UnicodeDecodeError):
+                        continue  # a torn last line
+                    if (isinstance(m, dict) and m.get("task") == task
+                            and isinstance(m.get("trace"), list)
+                            and isinstance(m.get("round"), int)
+                            and (m.get("secs") is None or isinstance(m["secs"], (int, float)))):
+                        out.append(m)
+        except FileNotFoundError:
+            pass
+        return out
+
+    def drop_finished_partials(self, target) -> bool:
+        """Remove the partial file once every task it mentions has a record."""
+        path = self.partial_file_for(target)
+        done = self.records(target)
+        try:
+            with open(path, "rb") as f:
+                keys = set()
+                for raw in f:
+                    try:
+                        keys.add(json.loads(raw).get("task"))
+                    except (ValueError, UnicodeDecodeError, AttributeError):
+                        continue
+        except FileNotFoundError:
+            return False
+        if keys - set(done):
+            return False
+        os.unlink(path)
+        return True
+
+    def _append_durably(self, path: str, line: str) -> None:
         created = not os.path.exists(path)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -184,6 +297,16 @@ class TuningDatabase:
             os.close(fd)
         if created:
             _fsync_dir(self.path)
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from what it wrote into the lock file."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return (f"pid {info['pid']} on {info['host']}, started {info['started']}"
+                + (f", tuning {info['job']}" if info.get("job") else ""))
+    except (ValueError, KeyError, TypeError, OSError):
+        return "holder unknown: it is just starting"
 
 
 def _parse(raw: bytes):

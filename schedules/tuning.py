@@ -21,6 +21,13 @@ What a job does (``tune_tasks``):
 5. fail loudly (:class:`TuningError`) for a task with no valid measurement at all:
    MetaSchedule itself can report success after zero valid measurements (apache/tvm#20314).
 
+Interrupted tasks resume: every round's measured candidates are saved to the database's
+partial file before the next round starts.  A task that has some when it starts (its job
+was killed before its record was saved) replays their traces, puts the valid ones in the
+search's database and the cost model's training data as it does the default, and counts
+them against its trial share and flattening history: it goes on from where it stopped
+instead of starting over.  (The XGBoost model is not saved; it is retrained from them.)
+
 Candidates are built in worker processes (MetaSchedule's LocalBuilder) and measured by
 MetaSchedule's LocalRunner, or through a TVM RPC tracker (RPCRunner).  This module knows
 nothing of ONNX: PrimFuncs and call counts in, records out (``compiler/tune.py`` extracts
@@ -115,6 +122,7 @@ class _TaskRun:
     valid: int = 0
     rounds: int = 0
     history: list = field(default_factory=list)
+    resumed_trials: int = 0     # measured by an interrupted earlier job (partial file)
     first_error: str | None = None
     stop: str = ""
     seconds: float = 0.0
@@ -457,6 +465,11 @@ class _Job:
         s["failed"] = len(failures)
         s["trials"] = sum(r.trials for r in runs)
         s["valid_trials"] = sum(r.valid for r in runs)
+        s["resumed_trials"] = sum(r.resumed_trials for r in runs)
+        try:  # saved measurements of tasks that now have a record are of no further use
+            self.db.drop_finished_partials(self.tinfo)
+        except OSError as e:
+            log.warning("could not remove finished partial measurements: %s", e)
         s["seconds"] = round(time.monotonic() - self.t0, 1)
         s["per_task"] = [self._task_summary(r) for r in runs]
         if failures:
@@ -468,7 +481,8 @@ class _Job:
     def _task_summary(self, r: _TaskRun) -> dict:
         return {"kernel": r.task.kernel, "kernels": r.task.kernels, "weight": r.task.weight,
                 "default_us": _us(r.default_s), "best_us": _us(r.best_s), "trials": r.trials,
-                "valid": r.valid, "stop": r.stop, "seconds": round(r.seconds, 1)}
+                "valid": r.valid, "resumed_trials": r.resumed_trials, "stop": r.stop,
+                "seconds": round(r.seconds, 1)}
 
     def _cores(self) -> int:
         return int(self.tinfo.cores or os.cpu_count() or 1)
@@ -545,6 +559,7 @@ class _Job:
                                        [RunnerResult([r.default_s], None)])
             except Exception as e:  # the seed is a help, not a requirement
                 log.debug("cost model seed for %s failed: %s", t.kernel, e)
+        self._resume_partial(r, ctx, ms_db, workload, args_info)
         per_round = max(1, min(self.opt.trials_per_round, share_trials))
         ctx.pre_tuning(share_trials, per_round, ctx.generate_design_space(), ms_db,
                        self.cost_model)
@@ -588,6 +603,13 @@ class _Job:
                     if r.best_s is None or m.secs < r.best_s:
                         r.best_s, r.best_trace, r.best_func = m.secs, c.sch.trace, c.sch.mod["main"]
                 show()
+            # durable before the next round: a killed job resumes from these (_resume_partial)
+            self.db.append_partial(self.tinfo, [
+                {"task": t.key, "round": r.rounds, "trace": trace_to_json(cands[k].sch.trace),
+                 "secs": (float(getattr(results[k].run_secs[0], "value", results[k].run_secs[0]))
+                          if results[k].run_secs else None),
+                 "error": None if results[k].run_secs else _short(str(results[k].error_msg))}
+                for k in measured])
             for k in measured:
                 ms_db.commit_tuning_record(ms.database.TuningRecord(
                     cands[k].sch.trace, workload, results[k].run_secs, self.target, args_info))
@@ -604,6 +626,48 @@ class _Job:
                 break
         ctx.post_tuning()
         r.seconds = time.monotonic() - start
+
+    def _resume_partial(self, r: _TaskRun, ctx, ms_db, workload, args_info) -> None:
+        """Take up the measurements an interrupted job saved for this task (see module doc)."""
+        from tvm import s_tir
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+        saved = self.db.partials(self.tinfo, r.task.key)
+        if not saved:
+            return
+        cands, results, rounds, unusable = [], [], {}, 0
+        for m in saved:
+            try:
+                sch = s_tir.Schedule(_main(r.task.func))
+                s_tir.Trace.apply_json_to_schedule(m["trace"], sch)
+            except Exception:  # from another TVM version: skip it
+                unusable += 1
+                continue
+            r.trials += 1
+            r.resumed_trials += 1
+            if m["secs"] is None:
+                r.first_error = r.first_error or m.get("error")
+            else:
+                r.valid += 1
+                ms_db.commit_tuning_record(ms.database.TuningRecord(
+                    sch.trace, workload, [m["secs"]], self.target, args_info))
+                cands.append(MeasureCandidate(sch, args_info))
+                results.append(RunnerResult([m["secs"]], None))
+                if r.best_s is None or m["secs"] < r.best_s:
+                    r.best_s, r.best_trace, r.best_func = m["secs"], sch.trace, sch.mod["main"]
+            rounds[m["round"]] = r.best_s  # the best after that round
+        r.rounds = len(rounds)
+        r.history = [rounds[k] for k in sorted(rounds)]
+        if cands:
+            try:
+                self.cost_model.update(ctx, cands, results)
+            except Exception as e:  # a help, as the default's seed is
+                log.debug("cost model update from saved measurements failed: %s", e)
+        self.bar.message(f"task {r.task.kernel}: resuming from {r.resumed_trials} saved "
+                         f"measurements ({r.valid} valid, {r.rounds} rounds) of an interrupted "
+                         f"job" + (f"; {unusable} did not replay" if unusable else ""))
 
     def _flat(self, history: list) -> bool:
         p = self.opt.patience
@@ -665,6 +729,7 @@ class _Job:
                            "default_while_tuning": _us(r.default_s),
                            "best_while_tuning": _us(r.best_s)},
             "trials": r.trials,
+            "resumed_trials": r.resumed_trials,
             "valid_trials": r.valid,
             "rounds": r.rounds,
             "stop": r.stop,

@@ -1,8 +1,10 @@
 """onnxc tune / compile --tuning-db: tasks from our pipeline, records applied, resume, RPC.
 
 Fast tier: task extraction, applying records (hand-made from our default schedule's own
-trace, so no search is needed), resume, CLI errors.  Slow tier: real searches (local and
-through a loopback RPC tracker), kill -9 of a running ``onnxc tune`` and its resume.
+trace, so no search is needed), resume, CLI errors, and one real ``onnxc tune`` killed
+twice (during start-up, right after its first saved record) with a second job refused by
+the job lock.  Slow tier: real searches (local and through a loopback RPC tracker), kill -9
+of a running ``onnxc tune`` at 20 random points, each followed by checks and a resume.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import json
 import os
 import signal
 import socket
+import random
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -25,7 +29,7 @@ import targets
 from compiler.cli import main as onnxc_main
 from compiler.driver import lower_to_kernels
 from compiler.tune import extract_tasks, tune
-from schedules.database import TuningDatabase, trace_to_json
+from schedules.database import LOCK_FILE, TuningDatabase, apply_record, trace_to_json
 from schedules.tuning import ProgressBar, TuningError
 from tests.conftest import REPO, assert_close, ort_run, zoo, zoo_model
 
@@ -285,3 +289,182 @@ def test_cli_tune_killed_then_resumed(tmp_path):
     assert rep["tuned_kernels"] == len(TuningDatabase(db).records(HOST)) >= len(recs)
     assert "tuning db" in r.stdout
     _check_never_slower(TuningDatabase(db))
+
+
+# -- kill -9 at random points: durability and resume of a real `onnxc tune` -------------------
+
+
+class _TuneRun:
+    """``onnxc tune`` in a process group of its own (MetaSchedule's builder and runner
+    workers included), its output lines collected by a thread as they come."""
+
+    def __init__(self, mlp, db, trials=16):
+        cmd = [sys.executable, "-m", "compiler.cli", "tune", str(mlp), "--db", str(db),
+               "--trials", str(trials)]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, cwd=REPO, start_new_session=True)
+        self.lines: list = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line)
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def saved(self) -> list:
+        return [ln.split()[1] for ln in list(self.lines) if ln.startswith("saved ")]
+
+    def wait_for(self, cond, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.p.poll() is None:
+            if cond():
+                return True
+            time.sleep(0.05)
+        return cond()
+
+    def kill9(self):
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait()
+        self._reader.join(timeout=10)
+
+
+def _check_after_kill(run: _TuneRun, db, before: dict, tasks: dict) -> int:
+    """Every kernel the run printed as saved has a record that loads (a tuned trace
+    replays on its kernel); the run redid no task that was done before it; a resume
+    counted the done tasks.  Returns how many saved records were checked."""
+    database = TuningDatabase(db) if os.path.isdir(db) else None
+    recs = database.records(HOST) if database else {}
+    by_kernel = {r["kernel"]: r for r in recs.values()}
+    saved = run.saved()
+    assert set(saved) <= set(by_kernel), (saved, sorted(by_kernel), run.text()[-2000:])
+    for kernel in saved:
+        rec = by_kernel[kernel]
+        if rec["winner"] == "tuned":
+            assert apply_record(tasks[rec["task"]].func, rec) is not None
+    assert all("not JSON" in w for w in (database.warnings if database else [])), \
+        database.warnings  # at most a torn line (none expected: one write per record)
+    redone = set(saved) & {r["kernel"] for r in before.values()}
+    assert not redone, f"finished tasks tuned again: {redone}"
+    if before and "resuming:" in run.text():
+        assert f"resuming: {len(before)} of {len(tasks)} tasks already in" in run.text()
+    return len(saved)
+
+
+def _mlp(tmp_path):
+    import onnx
+
+    mlp = tmp_path / "mlp.onnx"
+    onnx.save(zoo_model("mlp"), mlp)
+    return mlp, {t.key: t for t in extract_tasks(zoo_model("mlp"), HOST)}
+
+
+def test_tune_killed_at_start_and_after_a_save_resumes_and_locks(tmp_path):
+    mlp, tasks = _mlp(tmp_path)
+    db = tmp_path / "db"
+    rng = random.Random(1)
+    run = _TuneRun(mlp, db)  # killed during start-up
+    time.sleep(rng.uniform(0.3, 3.0))
+    run.kill9()
+    _check_after_kill(run, db, {}, tasks)
+
+    run = _TuneRun(mlp, db)
+    lock = db / LOCK_FILE
+    assert run.wait_for(lambda: lock.exists() and f'"pid": {run.p.pid}' in lock.read_text(),
+                        60), run.text()
+    second = subprocess.run([sys.executable, "-m", "compiler.cli", "tune", str(mlp), "--db",
+                             str(db), "--trials", "16"], capture_output=True, text=True,
+                            cwd=REPO, timeout=120)
+    assert second.returncode == 1
+    assert f"is in use by another tuning job (pid {run.p.pid} on" in second.stderr
+    assert run.wait_for(lambda: run.saved(), 300), run.text()[-3000:]
+    time.sleep(rng.uniform(0, 0.3))  # killed right after its first "saved" line
+    run.kill9()
+    n = _check_after_kill(run, db, {}, tasks)
+    before = TuningDatabase(db).records(HOST)
+    assert n >= 1 and len(before) >= 1
+
+    run = _TuneRun(mlp, db)  # the resume: counts the finished tasks, does not redo them
+    assert run.wait_for(lambda: "resuming:" in run.text(), 120), run.text()
+    time.sleep(rng.uniform(0, 2.0))
+    run.kill9()
+    _check_after_kill(run, db, before, tasks)
+
+
+@pytest.mark.slow
+def test_tune_kill_9_at_20_random_points(tmp_path, capsys):
+    """20 kills at uniformly random times within the duration of a whole run (measured by
+    a first run that is not killed: on a loaded machine a fixed window never reached a
+    save); a run that finishes first is not killed.  When a database holds every task,
+    the next runs start a fresh one, so kills keep landing in real tuning."""
+    mlp, tasks = _mlp(tmp_path)
+    rng = random.Random(20)
+    rounds, kills, checked, resumed, finished_runs = 0, 0, 0, 0, 0
+    db = tmp_path / f"db{rounds}"
+    t0 = time.monotonic()
+    run = _TuneRun(mlp, db)  # calibration: one whole run (tunes one task)
+    assert run.p.wait(timeout=900) == 0, run.text()[-3000:]
+    run.kill9()
+    whole = time.monotonic() - t0
+    checked += _check_after_kill(run, db, {}, tasks)
+    while kills < 20:
+        before = TuningDatabase(db).records(HOST) if db.is_dir() else {}
+        run = _TuneRun(mlp, db)
+        run.wait_for(lambda: False, rng.uniform(0.3, 1.1 * whole))
+        finished = run.p.poll() is not None
+        run.kill9()
+        kills += not finished
+        finished_runs += finished
+        checked += _check_after_kill(run, db, before, tasks)
+        resumed += bool(before) and "resuming:" in run.text()
+        if finished:
+            assert run.p.returncode == 0, run.text()[-3000:]
+        if len(TuningDatabase(db).records(HOST)) == len(tasks):
+            rounds += 1
+            db = tmp_path / f"db{rounds}"
+    before = TuningDatabase(db).records(HOST) if db.is_dir() else {}
+    run = _TuneRun(mlp, db)  # a last run, not killed, resumes and finishes
+    assert run.p.wait(timeout=900) == 0, run.text()[-3000:]
+    run.kill9()
+    checked += _check_after_kill(run, db, before, tasks)
+    with capsys.disabled():
+        print(f"\n{kills} kills (whole run {whole:.0f} s; {finished_runs} runs finished before "
+              f"their kill time), {checked} saved records checked, {resumed} resumes checked, "
+              f"{rounds} databases completed")
+    assert checked >= 3 and resumed >= 3
+
+
+@pytest.mark.slow
+def test_interrupted_task_resumes_from_its_saved_measurements(tmp_path):
+    """A job killed after a round of its only task was measured (but before the task's
+    record was saved) is resumed from those measurements, not from scratch."""
+    import onnx
+
+    from schedules.database import PARTIAL_SUFFIX
+
+    model = tmp_path / "mm.onnx"
+    onnx.save(matmul_model(64), model)
+    db = tmp_path / "db"
+    run = _TuneRun(model, db, trials=64)
+    partial = lambda: [p for p in db.glob(f"*{PARTIAL_SUFFIX}")] if db.is_dir() else []  # noqa
+    assert run.wait_for(lambda: partial() and partial()[0].read_text().count("\n") >= 16, 300), \
+        run.text()[-3000:]
+    run.kill9()
+    assert not run.saved() and not TuningDatabase(db).records(HOST)
+    saved = len([ln for ln in partial()[0].read_text().splitlines() if ln.strip()])
+    r = subprocess.run([sys.executable, "-m", "compiler.cli", "tune", str(model), "--db", str(db),
+                        "--trials", str(saved)], capture_output=True, text=True, cwd=REPO,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resuming from {saved} saved measurements ({saved} valid" in r.stderr
+    assert f", {saved} saved by an interrupted job)" in r.stdout
+    # the job's record is the first line (the in-model check may append a demotion)
+    rec = json.loads(next(db.glob("*.jsonl")).read_text().splitlines()[0])
+    # its share (all the trials it needs) was spent before the kill: no new candidate
+    assert rec["resumed_trials"] == rec["trials"] == saved and "trial share spent" in rec["stop"]
+    assert not partial()  # dropped once the task has its record

@@ -169,3 +169,66 @@ def test_kill_9_loses_no_record_reported_saved(tmp_path):
     assert len(saved) >= 30
     missing = [i for i in saved if f"task-{i}" not in recs]
     assert missing == []
+
+
+def test_job_lock_refuses_a_second_job_and_is_released(tmp_path):
+    from schedules.database import DatabaseBusyError
+
+    db = TuningDatabase(tmp_path)
+    with db.job_lock("first.onnx"):
+        # flock conflicts between two open file descriptions, even in one process
+        with pytest.raises(DatabaseBusyError, match=rf"in use by another tuning job \(pid "
+                                                    rf"{os.getpid()} on .*first.onnx\)"):
+            with TuningDatabase(tmp_path).job_lock("second.onnx"):
+                pass
+        db.append(record(_matmul()))  # appends are not blocked by the job lock
+    with TuningDatabase(tmp_path).job_lock("third.onnx"):
+        pass
+    assert db.targets() == [target_file_name(TDICT)]  # the lock file is not a target file
+
+
+def test_job_lock_dies_with_its_holder(tmp_path):
+    code = ("import sys, time; sys.path.insert(0, {repo!r})\n"
+            "from schedules.database import TuningDatabase\n"
+            "with TuningDatabase({path!r}).job_lock('held'):\n"
+            "    print('locked', flush=True); time.sleep(600)\n")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.Popen([sys.executable, "-c", code.format(repo=repo, path=str(tmp_path))],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "locked\n"
+    from schedules.database import DatabaseBusyError
+
+    with pytest.raises(DatabaseBusyError, match=f"pid {p.pid} on"):
+        with TuningDatabase(tmp_path).job_lock():
+            pass
+    p.kill()
+    p.wait()
+    with TuningDatabase(tmp_path).job_lock():  # kill -9 released it
+        pass
+
+
+def test_partial_measurements_round_trip_and_are_dropped_when_done(tmp_path):
+    from schedules.database import PARTIAL_SUFFIX
+
+    db = TuningDatabase(tmp_path)
+    func = _matmul()
+    key = task_key(func, TDICT)
+    trace = [[], []]  # stored as given; replaying it is the job's business
+    db.append_partial(TDICT, [{"task": key, "round": 0, "trace": trace, "secs": 1e-5,
+                               "error": None},
+                              {"task": key, "round": 0, "trace": trace, "secs": None,
+                               "error": "timeout"}])
+    db.append_partial(TDICT, [{"task": "other", "round": 0, "trace": trace, "secs": 2e-5,
+                               "error": None}])
+    path = db.partial_file_for(TDICT)
+    assert path.endswith(PARTIAL_SUFFIX) and db.targets() == []  # not a record file
+    with open(path, "a") as f:
+        f.write('{"task": "' + key + '", "rou')  # torn by a kill: dropped silently
+    got = db.partials(TDICT, key)
+    assert [m["secs"] for m in got] == [1e-5, None]
+    db.append_partial(TDICT, [{"task": key, "round": 1, "trace": trace, "secs": 3e-5,
+                               "error": None}])  # starts on its own line after the torn one
+    assert [m["round"] for m in db.partials(TDICT, key)] == [0, 0, 1]
+    db.append(record(func))
+    assert not db.drop_finished_partials(TDICT)  # "other" has no record yet
+    assert os.path.exists(path)
