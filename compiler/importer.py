@@ -15,7 +15,7 @@ import warnings
 import onnx
 from onnx import helper
 
-from .errors import CompileError, UnsupportedError
+from .errors import CompileError, ModelError, UnsupportedError
 from .provenance import node_of_binding, rename_bindings
 from .registry import REGISTRY, ConvertContext
 
@@ -68,6 +68,9 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
         if not data:
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if not -len(data) <= axis < len(data):  # TVM's converter does not refuse it
+            raise ModelError(f"node {node.name or f'#{i}'!r} (Gather): axis {axis} is out of "
+                             f"range for its data input {node.input[0]!r} of rank {len(data)}")
         size = data[axis + len(data) if axis < 0 else axis]
         bounds.append({"input": node.input[1], "node": node.name or f"#{i}", "op": "Gather",
                        "size": size, "low": -size, "high": size - 1})

@@ -226,7 +226,8 @@ def _died(code, where, stage, crash_file) -> CompileError:
             f"isolate=False) compiles in-process for a debugger.{at}", sig, stage, dump)
     return CompileCrashError(
         f"{where}: the compile process exited with status {code}{during} without a result "
-        f"(something in it called exit); no artifact was written.{at}", None, stage, dump)
+        f"(its own error output, above, says why); no artifact was written.{at}", None, stage,
+        dump)
 
 
 def _rebuild_error(payload: dict) -> BaseException:

@@ -500,12 +500,22 @@ class _TooLarge(Exception):
     """The model compiled and its session was created, but the fuzzer will not feed it."""
 
 
-def _ours(tb) -> bool:
-    """Was the exception raised by onnxc's own code (not inside TVM/numpy/onnx)?"""
-    frames = traceback.extract_tb(tb)
-    if not frames:
-        return False
-    last = os.path.abspath(frames[-1].filename)
+def _ours(exc) -> bool:
+    """Was the exception raised by onnxc's own code (not inside TVM/numpy/onnx)?
+
+    An error raised again by compiler/isolate.py carries the compile process's traceback
+    as text in its ``__cause__``: its innermost frame is the one that counts."""
+    remote = exc.__cause__
+    if type(remote).__name__ == "RemoteTraceback":
+        files = re.findall(r'File "([^"]+)", line \d+', str(remote))
+        if not files:
+            return False
+        last = os.path.abspath(files[-1])
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if not frames:
+            return False
+        last = os.path.abspath(frames[-1].filename)
     return any(last.startswith(os.path.join(REPO, p) + os.sep)
                for p in ("compiler", "runtime", "passes", "schedules", "targets"))
 
@@ -519,7 +529,7 @@ def classify(exc: BaseException) -> str:
         return "isolated-hang"
     if isinstance(exc, compiler.CompileError):
         return "clean"
-    if isinstance(exc, ValueError) and _ours(exc.__traceback__):
+    if isinstance(exc, ValueError) and _ours(exc):
         return "clean"
     return "unclean"
 

@@ -195,3 +195,16 @@ def test_cli_compile_of_a_truncated_model_exits_1(tmp_path):
                         str(tmp_path / "t.so")], capture_output=True, text=True, cwd=str(REPO))
     assert r.returncode == 1
     assert "Traceback" not in r.stderr and "error:" in r.stderr
+
+
+def test_gather_axis_out_of_range_is_a_model_error():
+    """Found by fuzz_models.py (seed 0, case 38): onnx shape inference and TVM accept
+    axis 2^40, and the index-bounds check then indexed the data shape with it."""
+    table = numpy_helper.from_array(np.ones((4, 3), np.float32), "table")
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], name="gather", axis=2**40)],
+        "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [table])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(compiler.ModelError, match=f"axis {2**40} is out of range .* rank 2"):
+        compiler.compile(m)
