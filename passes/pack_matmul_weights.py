@@ -1,14 +1,17 @@
 """matmul(x, W[K, N]) => matmul_packed(x, Wp[N/nr, K, nr]), Wp packed at compile time.
 
 With the weight as ``N/nr`` contiguous ``K x nr`` panels, the x86 rule ``matmul_packed``
-streams each panel straight from memory into its ``mr x nr`` register tile: no per-kernel
-copy of a ``K x nr`` panel of W (rows ``4 N`` bytes apart: 12 KiB on BERT's 768x3072
-weights, where that copy held the kernel to 74-86 GFLOP/s single core).  Fires on float32
-``x[.., M, K] @ W[K, N]`` with a constant 2-D W, static shapes and ``N`` a multiple of
-``panel`` (two AVX-512 vectors by default).  Emitted through ``call_te`` (a call_tir of our
-own TE compute), so FoldConstant does not undo the packing, and a reduction that FuseOps
-fuses bias / GELU / residual adds into.  Runs after the passes that build the matmul chains
-(fuse_gelu, fuse_attention) and needs the weights folded to constants (fold_constants).
+streams each panel straight into its ``mr x nr`` register tile: no per-call copy of a
+strided ``K x nr`` panel of W (rows ``4 N`` bytes apart), as ``x86.matmul`` makes
+(single core, BERT-base M = 128: 207 -> 232 GFLOP/s on the 3072x768 weight, 231 -> 253 on
+768x768).  Fires on float32 ``x[.., M, K] @ W[K, N]`` with a constant 2-D W, static
+shapes and ``N`` a multiple of ``panel`` (two AVX-512 vectors by default).  When M has no
+divisor that makes a register tile (prime M: 37, 197), the kernel computes M rounded up
+to ``rows`` (x's row index clamped) and drops the extra rows: 67 -> 250 GFLOP/s at
+197 x 768 x 768.  Emitted through ``call_te`` (a call_tir of our own TE compute), so
+FoldConstant does not undo the packing, and a reduction that FuseOps fuses bias / GELU /
+residual adds into.  Runs after the passes that build the matmul chains (fuse_gelu,
+fuse_attention) and needs the weights folded to constants (fold_constants).
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ class PackMatmulWeights(GraphPass):
 
     name = "pack_matmul_weights"
     opt_level = 2
-    options = {"panel": 32}
+    options = {"panel": 32, "rows": 8}
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        m = _Pack(mod, int(options["panel"]))
+        m = _Pack(mod, int(options["panel"]), int(options["rows"]))
         main = m.visit_expr(mod["main"])
         if not m.rewritten:
             return mod
@@ -47,18 +50,37 @@ class PackMatmulWeights(GraphPass):
         return out
 
 
-def matmul_packed(x, wp):
+def matmul_packed(x, wp, rows: int = 1):
     """TE compute: ``out[.., i, j] = sum_k x[.., i, k] * wp[j // nr, k, j % nr]`` with
-    ``wp`` of shape [N/nr, K, nr]."""
+    ``wp`` of shape [N/nr, K, nr].  With ``rows`` > 1 that does not divide M, the sum runs
+    over M rounded up to a multiple of ``rows``, reading row ``min(i, M - 1)`` of x (no
+    branch in the inner loop), and the extra rows are dropped by a second stage."""
     *bat, m, kk = x.shape
     no, _, nr = (int(d) for d in wp.shape)
     k = te.reduce_axis((0, kk), "k")
-    return te.compute(
-        (*bat, m, no * nr),
+    m = int(m)
+    mp = -(-m // rows) * rows
+
+    def row(i):
+        return i if mp == m else te.min(i, m - 1)
+
+    out = te.compute(
+        (*bat, mp, no * nr),
         lambda *idx: te.sum(
-            x[(*idx[:-1], k)] * wp[te.indexdiv(idx[-1], nr), k, te.indexmod(idx[-1], nr)],
-            axis=k),
+            x[(*idx[:-2], row(idx[-2]), k)]
+            * wp[te.indexdiv(idx[-1], nr), k, te.indexmod(idx[-1], nr)], axis=k),
         name="matmul_packed")
+    if mp == m:
+        return out
+    return te.compute((*bat, m, no * nr), lambda *idx: out[idx], name="matmul_rows")
+
+
+def pad_rows(m: int, rows: int) -> int:
+    """``rows`` when M > 12 has no divisor in 4..12 (37, 197: the x86 rule tiles rows by a
+    divisor of M and would fall to 1-row tiles, ~65 GFLOP/s), else 1 (no padding)."""
+    if m <= 12 or any(m % d == 0 for d in range(4, 13)):
+        return 1
+    return rows
 
 
 def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:
@@ -69,9 +91,9 @@ def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:
 
 @mutator
 class _Pack(PyExprMutator):
-    def __init__(self, mod, panel):
+    def __init__(self, mod, panel, rows):
         super().__init__(mod)
-        self.panel = panel
+        self.panel, self.rows = panel, rows
         self.rewritten = []
 
     def visit_var_binding_(self, binding):
@@ -106,7 +128,8 @@ class _Pack(PyExprMutator):
             return None
         x = self.visit_expr(x)
         wp = relax.const(pack_kn(w, self.panel))
-        return self.builder_.call_te(matmul_packed, x, wp, primfunc_name_hint="matmul")
+        rows = pad_rows(int(xt.shape[-2]), self.rows)
+        return self.builder_.call_te(matmul_packed, x, wp, rows, primfunc_name_hint="matmul")
 
 
 def _is_matmul(value) -> bool:

@@ -5,8 +5,9 @@ weight is contiguous, so the micro-kernel reads it straight from memory (no pane
 ``x86.matmul`` must make of a [K, N] weight): an ``mr x nr`` tile of accumulators in
 registers, ``nr / lanes`` vector loads of ``Wp[jo, k, :]`` and ``mr`` broadcasts of
 ``A[i, k]`` per ``mr * nr / lanes`` FMAs.  The elementwise epilogue (bias, GELU, residual
-add) is inlined into the write-back of the tile.  Parallel over (batch, N panels, M
-tiles).
+add) is inlined into the write-back of the tile.  Rows padded to whole tiles (A read at
+``min(i, M - 1)``) cost no branch in the inner loop: only the write-back checks ``i < M``.
+Parallel over (batch, N panels, M tiles).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from . import common
 
 
 def match_packed_matmul(sch):
-    """(block rv, panel width nr) of a matmul reading ``A[.., i, k]`` and
-    ``Wp[j // nr, k, j % nr]``, writing float32 ``C[.., i, j]``, with only spatial blocks
-    around it; else None."""
+    """(block rv, panel width nr, rows clamped) of a matmul reading ``A[.., i, k]`` (or
+    ``A[.., min(i, M - 1), k]``: rows padded) and ``Wp[j // nr, k, j % nr]``, writing
+    float32 ``C[.., i, j]``, with only spatial blocks around it; else None."""
     cands = []
     for blk in common.blocks(sch):
         k = common.iter_kinds(sch.get(blk))
@@ -45,19 +46,27 @@ def match_packed_matmul(sch):
     if len(ins) != 2:
         return None
     nr = a_ok = None
+    clamped = False
     for r in ins:
         idx = common.region_vars(r)
-        if len(idx) == 3 and len(r.source.shape) == 3 and isinstance(r.source.shape[2], tirx.IntImm):
-            b = int(r.source.shape[2])
+        shape = r.source.shape
+        if len(idx) == 3 and len(shape) == 3 and isinstance(shape[2], tirx.IntImm):
+            b = int(shape[2])
             if (_is(idx[0], tirx.FloorDiv, j, b) and idx[1].same_as(k)
                     and _is(idx[2], tirx.FloorMod, j, b)):
                 nr = b
                 continue
-        if len(idx) >= 2 and idx[-2].same_as(i) and idx[-1].same_as(k):
-            a_ok = True
+        if len(idx) >= 2 and idx[-1].same_as(k):
+            row = idx[-2]
+            # min(i, M - 1): rows padded to whole register tiles (pack_matmul_weights)
+            if (isinstance(row, tirx.Min) and row.a.same_as(i)
+                    and isinstance(row.b, tirx.IntImm)):
+                a_ok = clamped = True
+            elif row.same_as(i):
+                a_ok = True
     if nr is None or not a_ok:
         return None
-    return rv, nr
+    return rv, nr, clamped
 
 
 def _is(e, op, var, const) -> bool:
@@ -74,7 +83,7 @@ class MatmulPacked(MatchingCPURule):
         return match_packed_matmul(sch)
 
     def schedule(self, sch, m, target):
-        mm, nr = m
+        mm, nr, padded = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, mm, keep_pads=False)
         loops = sch.get_loops(mm)
@@ -93,7 +102,13 @@ class MatmulPacked(MatchingCPURule):
         sch.reorder(*bat, jo, io, k, ii, ji)
         wb = sch.cache_write(mm, 0, "local")
         sch.reverse_compute_at(wb, io, preserve_unit_loops=True)
-        if tail is not None:
+        if tail is not None and padded:
+            # the epilogue covers the M real rows, the tile the padded ones: the tile's
+            # write-back is guarded by row, its inner loop is not
+            sch.reverse_compute_at(tail, io, preserve_unit_loops=True)
+            sch.compute_inline(wb)
+            wb = tail
+        elif tail is not None:
             sch.reverse_compute_inline(tail)
         else:  # several consumers left: schedule them as their own stages
             pads = pads + after

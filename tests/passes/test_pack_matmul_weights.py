@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from passes import PackMatmulWeights
-from passes.pack_matmul_weights import RULE, pack_kn
+from passes.pack_matmul_weights import RULE, pack_kn, pad_rows
 from passes.relax_util import bindings
 from tests.conftest import assert_close, ort_run
 
@@ -39,6 +39,25 @@ def test_pack_kn_layout():
     p = pack_kn(w, 32)
     assert p.shape == (2, 5, 32) and p.flags.c_contiguous
     assert p[1, 3, 7] == w[3, 32 + 7]
+
+
+def test_pad_rows_only_without_a_register_tile_divisor():
+    assert [pad_rows(m, 8) for m in (128, 77, 12, 5, 1, 37, 197, 26)] == [1, 1, 1, 1, 1, 8, 8, 8]
+
+
+def test_prime_rows_padded_plain_and_shared_outputs_match_ort():
+    # M = 37: rows padded to 40 inside the kernel; the matmul output is a graph output
+    # (no epilogue) and, in the second model, feeds two consumers
+    plain = model([node("MatMul", ["x", "w"], "y")], {"x": [37, 16]}, {"y": [37, 64]},
+                  {"w": _w(16, 64)})
+    shared = model([node("MatMul", ["x", "w"], "m"), node("Relu", ["m"], "r"),
+                    node("Sigmoid", ["m"], "s"), node("Add", ["r", "s"], "y")],
+                   {"x": [37, 16]}, {"y": [37, 64]}, {"w": _w(16, 64)})
+    feeds = {"x": np.random.default_rng(4).standard_normal((37, 16)).astype(np.float32)}
+    for m in (plain, shared):
+        outs, cm = compile_run(m, feeds, target="host")
+        assert cm.report["schedules"].get("x86.matmul_packed") == 1, cm.report["schedules"]
+        assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
 
 
 def test_structure_names_and_packed_constant():

@@ -29,6 +29,17 @@ def test_structure_gelu_epilogue_fuses_and_no_panel_copy():
     assert MatmulNN().apply(f, TARGET) is None    # [N/nr, K, nr] is not a [K, N] B
 
 
+def test_structure_padded_rows_guard_only_the_write_back():
+    def build(bb, a, wp, c):
+        return bb.emit(relax.op.add(
+            bb.call_te(matmul_packed, a, wp, 8, primfunc_name_hint="matmul"), c))
+    f = fused_primfunc(build, [(1, 37, 48), (2, 48, 32), (64,)], "fused_matmul_add")
+    text = MatmulPacked().apply(f, TARGET).mod["main"].script()
+    # rows 37..39 read row 36 of A; only the epilogue's write-back checks the row
+    assert "T.min(" in text and text.count("T.where(") == 1
+    assert "T.int64(40)" in text and "_local" in text
+
+
 def test_rejects_unpacked_matmul():
     f = fused_primfunc(lambda bb, a, b: bb.emit(relax.op.matmul(a, b)),
                        [(8, 16), (16, 32)], "matmul")
@@ -40,6 +51,7 @@ def test_rejects_unpacked_matmul():
     ((3, 20), 64, False),           # M below one register tile
     ((1, 37, 24), 96, False),       # odd M
     ((2, 16, 40), 32, True),        # batch dims, residual add epilogue
+    ((1, 197, 16), 64, True),       # prime M: rows padded to 200 (pack_matmul_weights)
 ])
 def test_numerics_matmul_add(a_shape, n, residual):
     rng = np.random.default_rng(0)
