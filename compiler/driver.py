@@ -167,6 +167,10 @@ def _layout_outcome(ctx) -> dict:
     rep = next((r for r in ctx.reports if r.name == "convert_layout"), None)
     if rep is None or rep.skipped:
         return {"convs_converted": 0}
+    kept = [k for k in rep.rewrites if k.startswith("kept NCHW")]
+    if kept:  # an op whose blocked layout TVM gets wrong: the whole graph stays NCHW
+        return {"chosen": "NCHW", "why": f"{kept[0]} (node {', '.join(rep.nodes) or '?'})",
+                "convs_converted": 0}
     conv = sum(v for k, v in rep.rewrites.items() if k.startswith("conv2d"))
     return {"convs_converted": conv,
             "activation_transforms": rep.rewrites.get("activation layout_transforms", 0)}

@@ -28,6 +28,7 @@ choice; ``auto`` is NCHWc on CPU targets.
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import relax, tirx
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -52,6 +53,13 @@ class ConvertLayout(GraphPass):
         if block < 1:
             raise PassConfigError(f"convert_layout: block must be positive, got {block}")
         if layout == "NCHW":
+            return mod
+        unsafe = _unverified_op(mod)
+        if unsafe is not None:
+            op, var = unsafe
+            names = report.node_names or []
+            report.rewrites[f"kept NCHW: {op} is not verified in {layout}"] = 1
+            report.nodes = [names[k] if k < len(names) else f"#{k}" for k in nodes_of(var.name)]
             return mod
         chosen = {}
 
@@ -83,6 +91,46 @@ class ConvertLayout(GraphPass):
         report.nodes = sorted({names[k] if k < len(names) else f"#{k}"
                                for v in convs for k in nodes_of(v.name)})
         return out
+
+
+# Ops TVM's ConvertLayout carries through NCHW[b]c and NHWC correctly (checked against onnxruntime:
+# tests/passes/test_convert_layout.py, the zoo).  Others exist whose layout inference is
+# wrong in TVM 0.27 on a channel-blocked input: split segfaults, conv2d_transpose fails
+# (and in NHWC is left unlowered), a mean over the channel axis fails to lower.  A graph with a 4-D op outside this list
+# keeps NCHW, and the report says which op.
+_VERIFIED = {
+    "relax.nn.conv2d", "relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+    "relax.maximum", "relax.minimum", "relax.power", "relax.nn.relu", "relax.nn.leakyrelu",
+    "relax.nn.prelu", "relax.sigmoid", "relax.tanh", "relax.exp", "relax.sqrt", "relax.rsqrt",
+    "relax.negative", "relax.abs", "relax.clip", "relax.nn.silu", "relax.nn.gelu",
+    "relax.erf", "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
+    "relax.concat", "relax.reshape", "relax.permute_dims", "relax.image.resize2d",
+    "relax.nn.pad", "relax.strided_slice", "relax.nn.softmax", "relax.nn.lrn",
+    "relax.nn.instance_norm", "relax.layout_transform", "relax.astype", "relax.flatten",
+}
+# reductions: verified when they keep the channel axis (axis 1)
+_REDUCTIONS = {"relax.mean", "relax.sum", "relax.max", "relax.min"}
+
+
+def _unverified_op(mod):
+    """(op name, binding var) of the first call on a 4-D tensor that is not verified in the
+    blocked layout, or None."""
+    for blk in mod["main"].body.blocks:
+        for b in blk.bindings:
+            v = b.value
+            if not isinstance(v, relax.Call) or not isinstance(v.op, tvm.ir.Op):
+                continue
+            if not any(getattr(getattr(a, "ty", None), "ndim", -1) == 4 for a in v.args
+                       if isinstance(a, relax.Expr)):
+                continue
+            name = v.op.name
+            if name in _VERIFIED:
+                continue
+            if name in _REDUCTIONS and v.attrs.axis is not None and all(
+                    int(ax) % 4 != 1 for ax in v.attrs.axis):
+                continue
+            return name, b.var
+    return None
 
 
 def _key(call):
