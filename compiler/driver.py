@@ -171,7 +171,7 @@ def _layout_outcome(ctx) -> dict:
     if kept:  # an op whose blocked layout TVM gets wrong: the whole graph stays NCHW
         return {"chosen": "NCHW", "why": f"{kept[0]} (node {', '.join(rep.nodes) or '?'})",
                 "convs_converted": 0}
-    conv = sum(v for k, v in rep.rewrites.items() if k.startswith("conv2d"))
+    conv = sum(v for k, v in rep.rewrites.items() if k.startswith("conv2d NCHW =>"))
     return {"convs_converted": conv,
             "activation_transforms": rep.rewrites.get("activation layout_transforms", 0)}
 

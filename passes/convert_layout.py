@@ -61,6 +61,14 @@ class ConvertLayout(GraphPass):
             report.rewrites[f"kept NCHW: {op} is not verified in {layout}"] = 1
             report.nodes = [names[k] if k < len(names) else f"#{k}" for k in nodes_of(var.name)]
             return mod
+        padded = []
+        if layout == "NCHWc":
+            padder = _PadOutputChannels(mod, block)
+            main = padder.visit_expr(mod["main"])
+            if padder.padded:
+                mod = padder.builder_.get()
+                mod["main"] = main
+                padded = padder.padded
         chosen = {}
 
         def decide(call):
@@ -85,6 +93,9 @@ class ConvertLayout(GraphPass):
         convs = _converted_convs(out)
         report.rewrites[f"conv2d NCHW => {layout if layout == 'NHWC' else f'NCHW{block}c'}"] = \
             len(convs)
+        if padded:
+            report.rewrites[f"conv2d output channels padded to a multiple of {block}"] = \
+                len(padded)
         report.rewrites["weight/bias transforms folded"] = folder.folded
         report.rewrites["activation layout_transforms"] = _layout_transforms(out) - before
         names = report.node_names or []
@@ -213,6 +224,65 @@ def _eval(e, env):
         if isinstance(e, cls):
             return fn(_eval(e.a, env), _eval(e.b, env))
     raise ValueError(f"unsupported index expression {e}")
+
+
+@mutator
+class _PadOutputChannels(PyExprMutator):
+    """conv2d(x, W) with F output channels, F not a multiple of ``block`` but large (the
+    1000-class 1x1 conv that ends SqueezeNet) => strided_slice(conv2d(x, W padded with zero
+    filters to F' = ceil(F / block) * block), channels [0, F)): the conv runs blocked,
+    the slice (with the transform back to NCHW in front of it) is a cheap copy.  Only when
+    the input channels are blockable and the padding adds at most 1/4 of the work."""
+
+    def __init__(self, mod, block):
+        super().__init__(mod)
+        self.block = block
+        self.padded = []
+        self._used = {}
+        for blk in mod["main"].body.blocks:
+            for b in blk.bindings:
+                if nodes_of(b.var.name):
+                    base, _, j = b.var.name.partition("_")
+                    self._used[base] = max(self._used.get(base, 0),
+                                           int(j) if j.isdigit() else 0)
+
+    def visit_var_binding_(self, binding):
+        v = binding.value
+        plan = self._plan(v)
+        if plan is None:
+            super().visit_var_binding_(binding)
+            return
+        f, wp = plan
+        nodes = nodes_of(binding.var.name)
+        base = tag(nodes) if nodes else "conv"
+        self._used[base] = self._used.get(base, 0) + 1
+        conv = relax.Call(v.op, [self.visit_expr(v.args[0]), relax.const(wp, str(wp.dtype))],
+                          v.attrs, v.ty_args)
+        conv_var = self.builder_.emit(conv, name_hint=f"{base}_{self._used[base]}")
+        sliced = self.builder_.normalize(relax.op.strided_slice(
+            conv_var, axes=[1], begin=[0], end=[f]))
+        cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
+        var = cls(binding.var.name, sliced.ty)
+        self.builder_.emit_normalized(relax.VarBinding(var, sliced))
+        self.set_var_remap(binding.var, var)
+        self.padded.append(binding.var)
+
+    def _plan(self, v):
+        if not (isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.nn.conv2d"
+                and isinstance(v.args[1], GenericConst)):
+            return None
+        want = _desired(v, "NCHWc", self.block)
+        w = v.args[1].value.numpy()
+        if want != ["NCHW", "OIHW"] or int(v.attrs.groups) != 1 or w.ndim != 4:
+            return None
+        f, c = w.shape[0], int(v.args[0].ty.shape[1]) if v.args[0].ty.ndim == 4 else 0
+        if not c or c % self.block or not f % self.block or f < 4 * self.block \
+                or str(v.args[0].ty.dtype) != "float32" or w.dtype != np.float32:
+            return None
+        fp = -(-f // self.block) * self.block
+        wp = np.zeros((fp, *w.shape[1:]), dtype=w.dtype)
+        wp[:f] = w
+        return f, wp
 
 
 @mutator

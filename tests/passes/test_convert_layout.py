@@ -151,3 +151,25 @@ def test_graph_with_an_unverified_op_keeps_nchw_and_says_why(case, layout):
 
 _OPS = {"split": "relax.split", "conv_transpose": "relax.nn.conv2d_transpose",
         "mean_over_channels": "relax.mean"}
+
+
+def test_wide_unblockable_output_is_padded_then_sliced():
+    # SqueezeNet's classifier: 512 -> 1000 channels (1000 = 62.5 blocks); here 32 -> 100
+    m = model([node("Conv", ["x", "w0", "b0"], "c0", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+               node("Relu", ["c0"], "r0"),
+               node("Conv", ["r0", "w1", "b1"], "cls", kernel_shape=[1, 1]),
+               node("Relu", ["cls"], "r1"),
+               node("GlobalAveragePool", ["r1"], "y")],
+              {"x": (1, 16, 6, 6)}, {"y": (1, 100, 1, 1)},
+              {"w0": _w(32, 16, 3, 3), "b0": _w(32), "w1": _w(100, 32, 1, 1), "b1": _w(100)})
+    cm = compiler.compile(m, target="x86-avx512")
+    rep = report(cm, "convert_layout")
+    assert rep["rewrites"]["conv2d output channels padded to a multiple of 16"] == 1
+    assert rep["rewrites"]["conv2d NCHW => NCHW16c"] == 2
+    assert cm.report["layout"]["convs_converted"] == 2
+    _check(cm, m, {"x": RNG.standard_normal((1, 16, 6, 6)).astype("float32")})
+    # narrow outputs (24 < 4 blocks) are not padded: the padding would be a third of the work
+    m2 = model([node("Conv", ["x", "w1"], "y", kernel_shape=[1, 1])], {"x": (1, 32, 4, 4)},
+               {"y": (1, 24, 4, 4)}, {"w1": _w(24, 32, 1, 1)})
+    rep2 = report(compiler.compile(m2, target="x86-avx512"), "convert_layout")
+    assert not rep2["rewrites"]
