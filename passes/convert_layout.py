@@ -20,7 +20,7 @@ weight and bias transforms of constants are computed here once (numpy), so no ke
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
 ``compiler/legalize_conv_nchwc.py`` does.
 
-``layout`` option: ``NCHW`` (no change), ``NCHWc`` or ``NHWC`` (``OHWI`` weights, every
+``layout`` option: ``NCHW`` (no change), ``NCHWc`` or ``NHWC`` (``HWIO`` weights, every
 float32 conv).  The compile driver sets it from ``--layout`` and the target and reports the
 choice; ``auto`` is NCHWc on CPU targets.
 """
@@ -159,7 +159,7 @@ def _desired(call, layout: str, block: int) -> list:
             or (a.out_dtype and str(a.out_dtype) not in ("", "void", "float32"))):
         return keep
     if layout == "NHWC":
-        return ["NHWC", "OHWI"]
+        return ["NHWC", "HWIO"]  # output channels contiguous: the x86 NHWC kernel's vector
     c, f = int(x.ty.shape[1]), int(w.ty.shape[0])
     if int(a.groups) == 1 and c % block and not f % block:
         # an RGB stem, or MobileNetV2's 24 -> 144 expansions: NCHW in, blocked out, so what

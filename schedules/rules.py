@@ -19,6 +19,7 @@ from tvm.target import codegen
 from .base import ScheduleRule
 from .x86.conv2d import Conv2dNCHW
 from .x86.conv2d_nchwc import Conv2dNCHWc
+from .x86.conv2d_nhwc import Conv2dNHWC
 from .x86.conv2d_packed import Conv2dPacked
 from .x86.depthwise import DepthwiseConv2dNCHW
 from .x86.pool import Pool2dNCHW
@@ -101,6 +102,7 @@ class Fallback(ScheduleRule):
 
 RULES = [
     Conv2dNCHWc(),  # convs convert_layout put in NCHW[b]c (dense and depthwise)
+    Conv2dNHWC(),  # --layout NHWC
     Conv2dPacked(),  # convs whose weights pack_conv_weights pre-packed OIHW[b]o
     DepthwiseConv2dNCHW(),  # before conv2d_nchw, which would take it as a 1-channel GEMM
     Conv2dNCHW(),
