@@ -52,7 +52,9 @@ class ConvertLayout(GraphPass):
             raise PassConfigError(f"convert_layout: layout {layout!r} is not one of {LAYOUTS}")
         if block < 1:
             raise PassConfigError(f"convert_layout: block must be positive, got {block}")
-        if layout == "NCHW":
+        if layout == "NCHW" or not _wants_conversion(mod, layout, block):
+            # no conv to convert: TVM's ConvertLayout is not even run (on graphs without
+            # convs it rejected some reductions and crashed on others)
             return mod
         unsafe = _unverified_op(mod)
         if unsafe is not None:
@@ -142,6 +144,19 @@ def _unverified_op(mod):
                 continue
             return name, b.var
     return None
+
+
+def _wants_conversion(mod, layout: str, block: int) -> bool:
+    """Some conv2d in main would change layout (or be padded to whole blocks)."""
+    for blk in mod["main"].body.blocks:
+        for b in blk.bindings:
+            v = b.value
+            if isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.nn.conv2d":
+                if _desired(v, layout, block) != ["NCHW", "OIHW"]:
+                    return True
+                if layout == "NCHWc" and _PadOutputChannels.plan(v, block) is not None:
+                    return True
+    return False
 
 
 def _key(call):
@@ -268,18 +283,23 @@ class _PadOutputChannels(PyExprMutator):
         self.padded.append(binding.var)
 
     def _plan(self, v):
+        return self.plan(v, self.block)
+
+    @staticmethod
+    def plan(v, block):
+        """(F, zero-padded weight) when conv2d call ``v`` is padded; else None."""
         if not (isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.nn.conv2d"
                 and isinstance(v.args[1], GenericConst)):
             return None
-        want = _desired(v, "NCHWc", self.block)
+        want = _desired(v, "NCHWc", block)
         w = v.args[1].value.numpy()
         if want != ["NCHW", "OIHW"] or int(v.attrs.groups) != 1 or w.ndim != 4:
             return None
         f, c = w.shape[0], int(v.args[0].ty.shape[1]) if v.args[0].ty.ndim == 4 else 0
-        if not c or c % self.block or not f % self.block or f < 4 * self.block \
+        if not c or c % block or not f % block or f < 4 * block \
                 or str(v.args[0].ty.dtype) != "float32" or w.dtype != np.float32:
             return None
-        fp = -(-f // self.block) * self.block
+        fp = -(-f // block) * block
         wp = np.zeros((fp, *w.shape[1:]), dtype=w.dtype)
         wp[:f] = w
         return f, wp

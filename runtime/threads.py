@@ -12,6 +12,9 @@ compiled for (the target's ``num-cores``), at most the CPUs this process may run
 ``TVM_NUM_THREADS`` the user exported wins over both.  The pool can shrink later
 (``runtime.config_threadpool``) but never grow past the size it started with, and it is
 shared by every session of the calling thread: the last session configured sets it.
+Threads are not pinned to cores (``TVM_BIND_THREADS=0`` unless the user set it): on a
+shared machine pinning ties a kernel to a busy core, and pinning the calling thread changed
+what the rest of the process saw as available CPUs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ def configure(requested: int, compiled_for: int) -> int:
     """
     import tvm_ffi
 
+    # TVM pins its pool's threads to cores unless told not to; pinning the calling thread
+    # shrinks os.sched_getaffinity for the rest of the process (a 1-thread session left the
+    # process on one CPU, and the next compile for "host" saw one core)
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
     cpus = available_cpus()
     if requested > 0:
         want = min(int(requested), cpus)
