@@ -153,3 +153,27 @@ def nchw_fp32_output(block, spatial):
             region_vars(out), spatial):
         return None
     return out, [r for r in block.reads if not r.source.same_as(out.source)]
+
+
+def write_back_at(sch, main, at, tail, pads, after, write_layout=None):
+    """The register tile's write-back: cache ``main``'s output in registers ("local"),
+    optionally lay the tile out by ``write_layout`` (an index map of the written buffer),
+    write it back under loop ``at``, and inline the single elementwise consumer ``tail``
+    (bias, activation, residual add) into that write-back.  Returns (write-back block, the
+    blocks left to schedule as elementwise stages: ``pads``, plus ``after`` when there was
+    no single consumer to inline)."""
+    wb = sch.cache_write(main, 0, "local")
+    if write_layout is not None:
+        sch.transform_layout(main, ("write", 0), write_layout)
+    sch.reverse_compute_at(wb, at, preserve_unit_loops=True)
+    if tail is not None:
+        sch.reverse_compute_inline(tail)
+        return wb, list(pads)
+    return wb, list(pads) + list(after)
+
+
+def parallel(sch, loops, ncores: int) -> None:
+    """Fuse ``loops`` and run them across the cores (nothing on one core).  Annotate before
+    ``decompose_reduction``: the update block alone is no longer a reduction there."""
+    if ncores > 1 and loops:
+        sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])

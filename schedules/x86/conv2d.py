@@ -98,14 +98,8 @@ class Conv2dNCHW(MatchingCPURule):
         else:
             sch.reorder(n, fo, y, so, rc, ry, rx, fi, xi)
             par = [n, fo, y]
-        wb = sch.cache_write(conv, 0, "local")
-        sch.reverse_compute_at(wb, so, preserve_unit_loops=True)
-        if tail is not None:
-            sch.reverse_compute_inline(tail)
-        else:  # several consumers left: schedule them as their own stages
-            pads = pads + after
-        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
-            sch.parallel(sch.fuse(*par))
+        wb, pads = common.write_back_at(sch, conv, so, tail, pads, after)
+        common.parallel(sch, par, ncores)
         sch.unroll(fi)
         sch.vectorize(xi)
         sch.unroll(rx)

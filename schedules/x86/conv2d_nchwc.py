@@ -139,14 +139,8 @@ class Conv2dNCHWc(MatchingCPURule):
             xo, xi = sch.split(x, [None, xt])
             sch.reorder(n, f, y, xo, ry, rx, xi, v)
             outer, first_red, unrolled = (n, f, y), ry, (ry, rx, xi)
-        wb = sch.cache_write(conv, 0, "local")
-        sch.reverse_compute_at(wb, xo, preserve_unit_loops=True)
-        if tail is not None:
-            sch.reverse_compute_inline(tail)
-        else:  # several consumers left: schedule them as their own stages
-            pads = pads + after
-        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
-            sch.parallel(sch.fuse(*outer))
+        wb, pads = common.write_back_at(sch, conv, xo, tail, pads, after)
+        common.parallel(sch, outer, ncores)
         for lp in unrolled:
             sch.unroll(lp)
         sch.vectorize(v)

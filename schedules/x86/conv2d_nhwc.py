@@ -82,14 +82,8 @@ class Conv2dNHWC(MatchingCPURule):
         fo, fi = sch.split(f, [None, ft])
         fv, fl = sch.split(fi, [None, lanes])
         sch.reorder(n, y, fo, xo, ry, rx, rc, xi, fv, fl)
-        wb = sch.cache_write(conv, 0, "local")
-        sch.reverse_compute_at(wb, xo, preserve_unit_loops=True)
-        if tail is not None:
-            sch.reverse_compute_inline(tail)
-        else:  # several consumers left: schedule them as their own stages
-            pads = pads + after
-        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
-            sch.parallel(sch.fuse(n, y, fo))
+        wb, pads = common.write_back_at(sch, conv, xo, tail, pads, after)
+        common.parallel(sch, [n, y, fo], ncores)
         sch.unroll(rx)
         sch.unroll(xi)
         sch.unroll(fv)

@@ -102,16 +102,10 @@ class Conv2dPacked(MatchingCPURule):
         xo, xi = sch.split(x, [None, xt])
         fm, fi = sch.split(fi, [None, b // vectors * vt])
         sch.reorder(n, fo, yo, xo, fm, rc, ry, rx, yi, xi, fi)
-        wb = sch.cache_write(conv, 0, "local")
         # channels innermost in the register tile: one vector register per (y, x) pixel
-        sch.transform_layout(conv, ("write", 0), lambda a, c, h, w: (a, h, w, c))
-        sch.reverse_compute_at(wb, fm, preserve_unit_loops=True)
-        if tail is not None:
-            sch.reverse_compute_inline(tail)
-        else:  # several consumers left: schedule them as their own stages
-            pads = pads + after
-        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
-            sch.parallel(sch.fuse(n, fo, yo))
+        wb, pads = common.write_back_at(sch, conv, fm, tail, pads, after,
+                                        write_layout=lambda a, c, h, w: (a, h, w, c))
+        common.parallel(sch, [n, fo, yo], ncores)
         sch.unroll(rx)
         sch.unroll(yi)
         sch.unroll(xi)

@@ -105,12 +105,7 @@ def schedule_window(sch, conv, pad, target):
     yo, yi = sch.split(y, [None, yt])
     xo, xi = sch.split(x, [None, xt])
     sch.reorder(n, f, yo, xo, *red, yi, xi)
-    wb = sch.cache_write(conv, 0, "local")
-    sch.reverse_compute_at(wb, xo, preserve_unit_loops=True)
-    if tail is not None:
-        sch.reverse_compute_inline(tail)
-    else:  # several consumers left: schedule them as their own stages
-        pads = pads + after
+    wb, pads = common.write_back_at(sch, conv, xo, tail, pads, after)
     nf = sch.fuse(n, f)
     if ncores > 1:
         sch.parallel(nf)

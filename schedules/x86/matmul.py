@@ -93,15 +93,8 @@ class MatmulNN(MatchingCPURule):
             pb = sch.cache_read(mm, _b_index(sch.get(mm)), "global")
             sch.compute_at(pb, jo, preserve_unit_loops=True)
             sch.vectorize(sch.get_loops(pb)[-1])
-        wb = sch.cache_write(mm, 0, "local")
-        sch.reverse_compute_at(wb, io, preserve_unit_loops=True)
-        if tail is not None:
-            sch.reverse_compute_inline(tail)
-        else:  # several consumers left: schedule them as their own stages
-            pads = pads + after
-        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
-            par = [*bat, jo] if panel else [*bat, jo, io]
-            sch.parallel(sch.fuse(*par) if len(par) > 1 else par[0])
+        wb, pads = common.write_back_at(sch, mm, io, tail, pads, after)
+        common.parallel(sch, [*bat, jo] if panel else [*bat, jo, io], ncores)
         sch.unroll(ii)
         sch.vectorize(ji)
         init = sch.decompose_reduction(mm, k)

@@ -112,9 +112,7 @@ class MatmulPacked(MatchingCPURule):
             sch.reverse_compute_inline(tail)
         else:  # several consumers left: schedule them as their own stages
             pads = pads + after
-        if ncores > 1:  # annotate before decompose_reduction: the update alone is no reduction
-            par = [*bat, jo, io]
-            sch.parallel(sch.fuse(*par))
+        common.parallel(sch, [*bat, jo, io], ncores)
         sch.unroll(ii)
         _vectorize_j(sch, ji, nr, lanes)
         init = sch.decompose_reduction(mm, k)
