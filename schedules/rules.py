@@ -50,6 +50,16 @@ def _extent(sch, loop):
     return e.value if isinstance(e, tirx.IntImm) else None
 
 
+def _lane_dependent_select(sch, info) -> bool:
+    """The block chooses between loads with ``if_then_else`` on an index it also divides
+    or takes modulo (RotaryEmbedding's half rotation: ``x[.., v % 8 - 4]`` when
+    ``v % 8 >= 4``).  TVM 0.27 vectorises such a block wrongly when its outer loops are
+    serial (lanes 8-15 of 16 read the wrong elements: ONNX
+    ``test_rotary_embedding_3d_input`` on a 1-core target); such blocks are left scalar."""
+    body = str(sch.get(info.block_rv).body)
+    return "if_then_else" in body and ("%" in body or "//" in body)
+
+
 class Fallback(ScheduleRule):
     """Inline elementwise producers; per remaining block, fuse and parallelise the leading
     spatial loops and vectorise the innermost loop when every loop is spatial."""
@@ -78,7 +88,7 @@ class Fallback(ScheduleRule):
             if len(loops) != len(kinds):  # not in one-loop-per-iter form: leave it
                 continue
             n_lead = len(kinds) - len(kinds.lstrip("S"))
-            if n_lead == len(kinds) and n_lead:
+            if n_lead == len(kinds) and n_lead and not _lane_dependent_select(sch, info):
                 ext = _extent(sch, loops[-1])
                 # odd widths (56, 28, 7): fuse the last two spatial loops when their product
                 # is whole vectors (56x56 = 196 x 16), instead of leaving the loop scalar
