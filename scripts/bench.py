@@ -6,7 +6,11 @@ outputs match, and the memory plan: arena vs the liveness lower bound vs no reus
 Then the graph runtime's dispatch overhead per kernel call.
 
     python scripts/bench.py                         # the default set
-    python scripts/bench.py --models resnet50 bert --rounds 3 --runs 5
+    python scripts/bench.py --models resnet50 bert --rounds 3 --runs 50
+
+Use many runs per worker process: onnxc's first runs in a fresh process are slow (thread
+pool start-up, cold caches), and with ``--runs 5`` they weighed on the median (MobileNetV2
+1.65x onnxruntime with 5 runs per process, 1.01x with 50, same machine, same hour).
     python scripts/bench.py --dispatch-only
 """
 
