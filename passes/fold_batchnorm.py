@@ -39,18 +39,34 @@ class FoldBatchNorm(GraphPass):
         return rewrite(mod, matches, lambda m: (_plan if "conv" in m.info else _plan_affine)(m))
 
 
-def _match(df: Dataflow, root, value):
+def _inference_bn(df: Dataflow, value):
+    """(batch_norm call, its tuple's binding var, (s, beta, mean) as float64) when ``value``
+    is item 0 of an inference batch_norm over axis 1 with constant 1-D params and no other
+    item used; s = gamma / sqrt(var + eps), honouring ``scale``/``center``."""
     if not (isinstance(value, relax.TupleGetItem) and value.index == 0):
         return None
     bn = df.call(value.tuple_value, "nn.batch_norm")
     if bn is None or bn.attrs.training or int(bn.attrs.axis) != 1:
         return None
     params = [df.const(a) for a in bn.args[1:5]]
-    if any(p is None or p.ndim != 1 for p in params):
+    if any(p is None or p.ndim != 1 for p in params) or len({p.shape[0] for p in params}) != 1:
         return None
     # only item 0 of the BN tuple may be used (inference: mean/var outputs are unused)
     if df.uses(bn_var := df.source(value.tuple_value)) != 1:
         return None
+    gamma, beta, mean, var = (p.astype(np.float64) for p in params)
+    if not bn.attrs.scale:
+        gamma = np.ones_like(gamma)
+    if not bn.attrs.center:
+        beta = np.zeros_like(beta)
+    return bn, bn_var, (gamma / np.sqrt(var + float(bn.attrs.epsilon)), beta, mean)
+
+
+def _match(df: Dataflow, root, value):
+    found = _inference_bn(df, value)
+    if found is None:
+        return None
+    bn, bn_var, (s, beta, mean) = found
     y, inner, bias = bn.args[0], [bn_var], None
     add = df.call(y, "add")
     if add is not None:
@@ -69,15 +85,9 @@ def _match(df: Dataflow, root, value):
                                                                      "float64"):
         return None
     channels = out_shape[1]
-    if any(p.shape[0] != channels for p in params):
+    if s.shape[0] != channels:
         return None
     inner.append(df.source(y))
-    gamma, beta, mean, var = (p.astype(np.float64) for p in params)
-    if not bn.attrs.scale:
-        gamma = np.ones_like(gamma)
-    if not bn.attrs.center:
-        beta = np.zeros_like(beta)
-    s = gamma / np.sqrt(var + float(bn.attrs.epsilon))
     b = np.zeros(channels) if bias is None else bias
     return Match("conv -> batch_norm => conv(W*s) + bias", root, inner,
                  {"conv": conv, "conv_var": df.source(y), "w": w, "scale": s,
@@ -87,25 +97,14 @@ def _match(df: Dataflow, root, value):
 def _match_affine(df: Dataflow, root, value):
     """An inference batch_norm over axis 1 with constant params whose only used output is
     item 0 => x * s + t."""
-    if not (isinstance(value, relax.TupleGetItem) and value.index == 0):
+    found = _inference_bn(df, value)
+    if found is None:
         return None
-    bn = df.call(value.tuple_value, "nn.batch_norm")
-    if bn is None or bn.attrs.training or int(bn.attrs.axis) != 1:
-        return None
-    params = [df.const(a) for a in bn.args[1:5]]
+    bn, bn_var, (s, beta, mean) = found
     shape = shape_of(bn.args[0])
-    if (any(p is None or p.ndim != 1 for p in params) or shape is None or len(shape) < 2
-            or str(bn.args[0].ty.dtype) not in ("float32", "float16", "float64")
-            or any(p.shape[0] != shape[1] for p in params)):
+    if (shape is None or len(shape) < 2 or s.shape[0] != shape[1]
+            or str(bn.args[0].ty.dtype) not in ("float32", "float16", "float64")):
         return None
-    if df.uses(bn_var := df.source(value.tuple_value)) != 1:
-        return None
-    gamma, beta, mean, var = (p.astype(np.float64) for p in params)
-    if not bn.attrs.scale:
-        gamma = np.ones_like(gamma)
-    if not bn.attrs.center:
-        beta = np.zeros_like(beta)
-    s = gamma / np.sqrt(var + float(bn.attrs.epsilon))
     return Match("batch_norm => x * s + t", root, [bn_var],
                  {"x": bn.args[0], "scale": s, "shift": beta - mean * s, "ndim": len(shape)})
 
