@@ -15,7 +15,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassReport
-from .dataflow import nodes_of
+from .dataflow import nodes_of, rebind
 
 RULE = "x = y; f(x) => f(y)"
 
@@ -55,7 +55,4 @@ class _DropAliases(PyExprMutator):
             self.set_var_remap(binding.var, value)      # uses of the alias read its source
             self.dropped.append(binding.var.name)
             return
-        cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
-        var = cls(binding.var.name, value.ty)
-        self.builder_.emit_normalized(relax.VarBinding(var, value))
-        self.set_var_remap(binding.var, var)
+        rebind(self, binding, value)

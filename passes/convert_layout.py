@@ -34,7 +34,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassConfigError, PassReport
-from .dataflow import nodes_of, tag
+from .dataflow import nodes_of, rebind, tag
 
 LAYOUTS = ("NCHW", "NCHWc", "NHWC")
 
@@ -274,12 +274,7 @@ class _PadOutputChannels(PyExprMutator):
         conv = relax.Call(v.op, [self.visit_expr(v.args[0]), relax.const(wp, str(wp.dtype))],
                           v.attrs, v.ty_args)
         conv_var = self.builder_.emit(conv, name_hint=f"{base}_{self._used[base]}")
-        sliced = self.builder_.normalize(relax.op.strided_slice(
-            conv_var, axes=[1], begin=[0], end=[f]))
-        cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
-        var = cls(binding.var.name, sliced.ty)
-        self.builder_.emit_normalized(relax.VarBinding(var, sliced))
-        self.set_var_remap(binding.var, var)
+        rebind(self, binding, relax.op.strided_slice(conv_var, axes=[1], begin=[0], end=[f]))
         self.padded.append(binding.var)
 
     def _plan(self, v):
@@ -340,11 +335,7 @@ class _NameTransforms(PyExprMutator):
         if name is None:
             super().visit_var_binding_(binding)
             return
-        value = self.visit_expr(binding.value)
-        cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
-        var = cls(name, value.ty)
-        self.builder_.emit_normalized(relax.VarBinding(var, value))
-        self.set_var_remap(binding.var, var)
+        rebind(self, binding, self.visit_expr(binding.value), name)
 
 
 @mutator

@@ -195,6 +195,18 @@ def record(report, df: Dataflow, matches: list) -> None:
                 report.nodes.append(label)
 
 
+def rebind(mutator, binding, value, name: str | None = None):
+    """Emit ``value`` in place of ``binding`` in ``mutator``'s builder, under a var of the
+    same kind named ``name`` (default: the binding's own name, so the kernel that computes
+    it keeps naming its ONNX node), and make later uses of the old var read it."""
+    value = mutator.builder_.normalize(value)
+    cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
+    var = cls(name or binding.var.name, value.ty)
+    mutator.builder_.emit_normalized(relax.VarBinding(var, value))
+    mutator.set_var_remap(binding.var, var)
+    return var
+
+
 class Emitter:
     """What a rewrite callback gets: ``emit`` binds a helper value, named after the nodes
     of the match or of the binding ``like`` (the one it stands for, so that its kernel
@@ -262,11 +274,7 @@ def rewrite(mod, matches: list, plan, func: str = "main"):
                     name = base if base not in names else self.fresh_name(base)
                     names.add(name)
                 value = self.visit_expr(plan(m)(Emitter(self, base)))
-            value = self.builder_.normalize(value)
-            cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
-            var = cls(name, value.ty)
-            self.builder_.emit_normalized(relax.VarBinding(var, value))
-            self.set_var_remap(binding.var, var)
+            rebind(self, binding, value, name)
 
     # the builder adds kernels (call_te) to the module it is given: give it a copy
     mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,

@@ -23,6 +23,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassReport
+from .dataflow import rebind
 
 # Channel blocks, best first: two AVX-512 vectors, one, three (the x86 rule also takes
 # ragged blocks such as 24 or 40, through the ``blocks`` option)
@@ -107,12 +108,7 @@ class _Pack(PyExprMutator):
         if new is None:
             super().visit_var_binding_(binding)
             return
-        # same name as the conv it replaces: kernels keep naming their ONNX node
-        new = self.builder_.normalize(new)
-        cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
-        var = cls(binding.var.name, new.ty)
-        self.builder_.emit_normalized(relax.VarBinding(var, new))
-        self.set_var_remap(binding.var, var)
+        rebind(self, binding, new)  # same name as the conv: its kernel names the node
         self.rewritten.append(binding.var)
 
     def _packed(self, call):

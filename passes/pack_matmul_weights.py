@@ -23,7 +23,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassReport
-from .dataflow import nodes_of
+from .dataflow import nodes_of, rebind
 
 RULE = "matmul(x, W) => matmul_packed(x, [N/nr, K, nr](W))"
 
@@ -102,12 +102,7 @@ class _Pack(PyExprMutator):
         if new is None:
             super().visit_var_binding_(binding)
             return
-        # same name as the matmul it replaces: kernels keep naming their ONNX node
-        new = self.builder_.normalize(new)
-        cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
-        var = cls(binding.var.name, new.ty)
-        self.builder_.emit_normalized(relax.VarBinding(var, new))
-        self.set_var_remap(binding.var, var)
+        rebind(self, binding, new)  # same name as the matmul: its kernel names the node
         self.rewritten.append(binding.var)
 
     def _packed(self, call):
