@@ -177,3 +177,27 @@ def parallel(sch, loops, ncores: int) -> None:
     ``decompose_reduction``: the update block alone is no longer a reduction there."""
     if ncores > 1 and loops:
         sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+
+
+# accumulator registers per register tile, of 32 zmm: 24 and more spilled (conv2d_packed,
+# measured 2.5x slower on znver5); the rest hold the tile's weight vectors and a broadcast
+ACC_BUDGET = 20
+
+
+def pixel_tile(oh: int, ow: int, groups: int, width: int = 1, max_group=None) -> tuple:
+    """(yt, xt, gt): a ``yt x xt`` pixel tile (divisors of oh, ow) times ``gt`` channel
+    groups (a divisor of ``groups``, at most ``max_group``; each ``width`` registers wide)
+    within ``ACC_BUDGET`` accumulators, with the fewest loads per FMA: a weight vector
+    serves ``yt * xt`` FMAs, a broadcast ``gt``.  Ties go to wider rows (contiguous input)."""
+    best, best_cost = (1, 1, 1), None
+    for gt in divisors(groups):
+        if max_group is not None and gt > max_group:
+            break
+        for xt in divisors(ow):
+            for yt in divisors(oh):
+                if xt > 16 or yt * xt * gt * width > ACC_BUDGET:
+                    continue
+                cost = (1 / gt + 1 / (yt * xt), -xt)
+                if best_cost is None or cost < best_cost:
+                    best, best_cost = (yt, xt, gt), cost
+    return best

@@ -28,11 +28,6 @@ from __future__ import annotations
 from ..base import MatchingCPURule
 from . import common
 
-# accumulator registers per tile, of 32 zmm: the rest hold the tile's weight vectors and
-# a broadcast (24 and more spilled in conv2d_packed, measured on znver5)
-_BUDGET = 20
-
-
 def match_nchwc_conv(sch):
     """(block rv, "dense" | "depthwise", vector block) of a blocked conv reading a 5-D input
     and a 6-D weight and writing ``out[n, f, y, x, v]``, with only spatial blocks around
@@ -80,22 +75,9 @@ def match_nchwc_conv(sch):
 
 
 def tile(oh: int, ow: int, fblocks: int, width: int = 1) -> tuple:
-    """(yt, xt, ft): ``ft`` channel blocks (each ``width`` registers) x a ``yt x xt`` pixel
-    tile within the accumulator budget, with the fewest loads per FMA: a weight vector
-    serves ``yt * xt`` FMAs, a broadcast ``ft``.  Ties go to wider rows (contiguous
-    input)."""
-    best, best_cost = (1, 1, 1), None
-    for ft in common.divisors(fblocks):
-        if ft > 4:
-            break
-        for xt in common.divisors(ow):
-            for yt in common.divisors(oh):
-                if xt > 16 or yt * xt * ft * width > _BUDGET:
-                    continue
-                cost = (1 / ft + 1 / (yt * xt), -xt)
-                if best_cost is None or cost < best_cost:
-                    best, best_cost = (yt, xt, ft), cost
-    return best
+    """(yt, xt, ft): up to 4 of the ``fblocks`` output channel blocks (each ``width``
+    registers) x a pixel tile; see common.pixel_tile."""
+    return common.pixel_tile(oh, ow, fblocks, width, max_group=4)
 
 
 def depthwise_tile(ow: int, width: int = 1) -> int:

@@ -15,9 +15,6 @@ from __future__ import annotations
 from ..base import MatchingCPURule
 from . import common
 
-_BUDGET = 20
-
-
 def match_nhwc_conv(sch):
     """(block rv,) of a conv reading ``data[n, ., ., rc]`` and ``w[ry, rx, rc, f]`` and
     writing ``out[n, y, x, f]``, with only spatial blocks around it; else None."""
@@ -52,7 +49,7 @@ def tile(ow: int, f: int, lanes: int) -> tuple:
         if f % ft:
             continue
         for xt in common.divisors(ow):
-            if xt > 16 or xt * fv > _BUDGET:
+            if xt > 16 or xt * fv > common.ACC_BUDGET:
                 continue
             cost = (1 / fv + 1 / xt, -xt)
             if best_cost is None or cost < best_cost:

@@ -18,10 +18,6 @@ from tvm import tirx
 from ..base import MatchingCPURule
 from . import common
 
-# accumulator vectors per register tile, of 32 zmm: 24 and more spill (measured 2.5x
-# slower on znver5); the rest hold the tap's weight vectors and a broadcast
-_BUDGET = 20
-
 
 def match_packed_conv(sch):
     """(conv block rv, channel block b) of a conv reading ``wp[f // b, rc, ry, rx, f % b]``
@@ -59,21 +55,9 @@ def _is(e, op, var, const) -> bool:
 
 
 def tile(oh: int, ow: int, vectors: int, width: int = 1) -> tuple:
-    """(yt, xt, vt): a ``yt x xt`` pixel tile (divisors of oh, ow) times ``vt`` channel
-    vectors (a divisor of ``vectors``, each ``width`` registers wide: a ragged block is
-    one vector of ceil(b / lanes) registers) within the accumulator budget, with the fewest
-    loads per FMA: each FMA loads 1/vt of a broadcast and 1/(yt*xt) of a weight vector.
-    Ties go to wider rows (contiguous input)."""
-    best, best_cost = (1, 1, 1), None
-    for vt in common.divisors(vectors):
-        for xt in common.divisors(ow):
-            for yt in common.divisors(oh):
-                if xt > 16 or yt * xt * vt * width > _BUDGET:
-                    continue
-                cost = (1 / vt + 1 / (yt * xt), -xt)
-                if best_cost is None or cost < best_cost:
-                    best, best_cost = (yt, xt, vt), cost
-    return best
+    """(yt, xt, vt): pixel tile x ``vt`` of the block's ``vectors`` channel vectors (a ragged
+    block is one vector of ``width`` = ceil(b / lanes) registers); see common.pixel_tile."""
+    return common.pixel_tile(oh, ow, vectors, width)
 
 
 class Conv2dPacked(MatchingCPURule):
