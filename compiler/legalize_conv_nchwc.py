@@ -58,20 +58,31 @@ def blocked_layouts(attrs):
 
 
 def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool):
-    """TE compute of a blocked conv; ``padding`` is (top, left, bottom, right)."""
-    if len(data.shape) == 4:
-        return _conv2d_nchw_in(data, kernel, strides, padding, dilation)
-    n, _, h, w, _ = (int(d) for d in data.shape)
-    fo, _, kh, kw, _, ob = (int(d) for d in kernel.shape)
+    """TE compute of a blocked conv (the three forms above; a 4-D ``data`` is the NCHW
+    input form); ``padding`` is (top, left, bottom, right)."""
+    rank = len(data.shape)
+    n, h, w = (int(data.shape[k]) for k in (0, 2, 3))
+    fo, kh, kw, ob = (int(kernel.shape[k]) for k in (0, 2, 3, -1))
     sh, sw = (int(s) for s in strides)
     dh, dw = (int(d) for d in dilation)
     pt, pl, pb, pr = (int(p) for p in padding)
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
     if pt or pl or pb or pr:
-        data = topi.nn.pad(data, [0, 0, pt, pl, 0], [0, 0, pb, pr, 0], name="pad_temp")
+        tail = [0] * (rank - 4)
+        data = topi.nn.pad(data, [0, 0, pt, pl, *tail], [0, 0, pb, pr, *tail],
+                           name="pad_temp")
+    if rank == 4:
+        rc = te.reduce_axis((0, int(data.shape[1])), "rc")
     ry = te.reduce_axis((0, kh), "ry")
     rx = te.reduce_axis((0, kw), "rx")
+    if rank == 4:
+        return te.compute(
+            (n, fo, oh, ow, ob),
+            lambda i, f, y, x, v: te.sum(
+                data[i, rc, y * sh + ry * dh, x * sw + rx * dw] * kernel[f, rc, ry, rx, v],
+                axis=[rc, ry, rx]),
+            name="conv2d_NCHWc_from_NCHW")
     if depthwise:
         return te.compute(
             (n, fo, oh, ow, ob),
@@ -89,29 +100,8 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool):
         name="conv2d_NCHWc")
 
 
-def _conv2d_nchw_in(data, kernel, strides, padding, dilation):
-    n, c, h, w = (int(d) for d in data.shape)
-    fo, _, kh, kw, ob = (int(d) for d in kernel.shape)
-    sh, sw = (int(s) for s in strides)
-    dh, dw = (int(d) for d in dilation)
-    pt, pl, pb, pr = (int(p) for p in padding)
-    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
-    if pt or pl or pb or pr:
-        data = topi.nn.pad(data, [0, 0, pt, pl], [0, 0, pb, pr], name="pad_temp")
-    rc = te.reduce_axis((0, c), "rc")
-    ry = te.reduce_axis((0, kh), "ry")
-    rx = te.reduce_axis((0, kw), "rx")
-    return te.compute(
-        (n, fo, oh, ow, ob),
-        lambda i, f, y, x, v: te.sum(
-            data[i, rc, y * sh + ry * dh, x * sw + rx * dw] * kernel[f, rc, ry, rx, v],
-            axis=[rc, ry, rx]),
-        name="conv2d_NCHWc_from_NCHW")
-
-
 def _supported(call):
-    """True when ``call`` is a float32 conv2d in one of the two blocked forms above."""
+    """True when ``call`` is a float32 conv2d in one of the three blocked forms above."""
     a = call.attrs
     blocks = blocked_layouts(a)
     if blocks is None:
