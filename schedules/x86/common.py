@@ -201,3 +201,30 @@ def pixel_tile(oh: int, ow: int, groups: int, width: int = 1, max_group=None) ->
                 if best_cost is None or cost < best_cost:
                     best, best_cost = (yt, xt, gt), cost
     return best
+
+
+def matmul_block(sch):
+    """(block rv, iter vars, the reads other than the output) of the function's only
+    reduction block when it reduces over its last iter alone (``S..SR``, at least three
+    iters), all other blocks being spatial, and writes one float32 buffer indexed by
+    exactly its spatial iters; else None.  The matmul rules then check the operands."""
+    cands = []
+    for blk in blocks(sch):
+        k = iter_kinds(sch.get(blk))
+        if k is None:
+            return None
+        if "R" in k:
+            cands.append((blk, k))
+    if len(cands) != 1:
+        return None
+    rv, kinds = cands[0]
+    if len(kinds) < 3 or kinds[-1] != "R" or "R" in kinds[:-1]:
+        return None
+    block = sch.get(rv)
+    ivs = [iv.var for iv in block.iter_vars]
+    if len(block.writes) != 1:
+        return None
+    out = block.writes[0]
+    if out.source.dtype != "float32" or not same_vars(region_vars(out), ivs[:-1]):
+        return None
+    return rv, ivs, [r for r in block.reads if not r.source.same_as(out.source)]

@@ -19,27 +19,11 @@ from . import common
 
 def match_matmul(sch):
     """(block rv, number of batch dims) of the single NN matmul block, else None."""
-    cands = []
-    for blk in common.blocks(sch):
-        k = common.iter_kinds(sch.get(blk))
-        if k is None:
-            return None
-        if "R" in k:
-            cands.append((blk, k))
-    if len(cands) != 1:
+    m = common.matmul_block(sch)
+    if m is None:
         return None
-    rv, kinds = cands[0]
-    if kinds[-1] != "R" or "R" in kinds[:-1] or len(kinds) < 3:
-        return None
-    block = sch.get(rv)
-    ivs = [iv.var for iv in block.iter_vars]
+    rv, ivs, ins = m
     *bat, i, j, k = ivs
-    if len(block.writes) != 1:
-        return None
-    out = block.writes[0]
-    if out.source.dtype != "float32" or not common.same_vars(common.region_vars(out), ivs[:-1]):
-        return None
-    ins = [r for r in block.reads if r.source != out.source]
     if len(ins) != 2:
         return None
     a_ok = b_ok = False

@@ -22,27 +22,11 @@ def match_packed_matmul(sch):
     """(block rv, panel width nr, rows clamped) of a matmul reading ``A[.., i, k]`` (or
     ``A[.., min(i, M - 1), k]``: rows padded) and ``Wp[j // nr, k, j % nr]``, writing
     float32 ``C[.., i, j]``, with only spatial blocks around it; else None."""
-    cands = []
-    for blk in common.blocks(sch):
-        k = common.iter_kinds(sch.get(blk))
-        if k is None:
-            return None
-        if "R" in k:
-            cands.append((blk, k))
-    if len(cands) != 1:
+    m = common.matmul_block(sch)
+    if m is None:
         return None
-    rv, kinds = cands[0]
-    if len(kinds) < 3 or kinds[-1] != "R" or "R" in kinds[:-1]:
-        return None
-    block = sch.get(rv)
-    ivs = [iv.var for iv in block.iter_vars]
+    rv, ivs, ins = m
     *_, i, j, k = ivs
-    if len(block.writes) != 1:
-        return None
-    out = block.writes[0]
-    if out.source.dtype != "float32" or not common.same_vars(common.region_vars(out), ivs[:-1]):
-        return None
-    ins = [r for r in block.reads if not r.source.same_as(out.source)]
     if len(ins) != 2:
         return None
     nr = a_ok = None
