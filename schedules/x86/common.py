@@ -126,9 +126,9 @@ def same_vars(exprs, want) -> bool:
     return len(exprs) == len(want) and all(w is None or e.same_as(w) for e, w in zip(exprs, want))
 
 
-def single_reduction(sch, kinds: str):
-    """(block rv, block, iter vars) of the function's only reduction block when its iter
-    kinds are ``kinds`` and every other block is spatial; else None."""
+def only_reduction(sch):
+    """(block rv, its iter kinds) of the function's only block with a reduction iter when
+    every other block is spatial (and no block has scan/opaque iters); else None."""
     cands = []
     for blk in blocks(sch):
         k = iter_kinds(sch.get(blk))
@@ -136,9 +136,16 @@ def single_reduction(sch, kinds: str):
             return None
         if "R" in k:
             cands.append((blk, k))
-    if len(cands) != 1 or cands[0][1] != kinds:
+    return cands[0] if len(cands) == 1 else None
+
+
+def single_reduction(sch, kinds: str):
+    """(block rv, block, iter vars) of the function's only reduction block when its iter
+    kinds are ``kinds`` and every other block is spatial; else None."""
+    found = only_reduction(sch)
+    if found is None or found[1] != kinds:
         return None
-    rv = cands[0][0]
+    rv = found[0]
     block = sch.get(rv)
     return rv, block, [iv.var for iv in block.iter_vars]
 
@@ -208,16 +215,10 @@ def matmul_block(sch):
     reduction block when it reduces over its last iter alone (``S..SR``, at least three
     iters), all other blocks being spatial, and writes one float32 buffer indexed by
     exactly its spatial iters; else None.  The matmul rules then check the operands."""
-    cands = []
-    for blk in blocks(sch):
-        k = iter_kinds(sch.get(blk))
-        if k is None:
-            return None
-        if "R" in k:
-            cands.append((blk, k))
-    if len(cands) != 1:
+    found = only_reduction(sch)
+    if found is None:
         return None
-    rv, kinds = cands[0]
+    rv, kinds = found
     if len(kinds) < 3 or kinds[-1] != "R" or "R" in kinds[:-1]:
         return None
     block = sch.get(rv)
