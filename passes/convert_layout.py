@@ -286,14 +286,17 @@ class _PadOutputChannels(PyExprMutator):
         if not (isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.nn.conv2d"
                 and isinstance(v.args[1], GenericConst)):
             return None
-        want = _desired(v, "NCHWc", block)
+        xt, wt = v.args[0].ty, v.args[1].ty
+        if (_desired(v, "NCHWc", block) != ["NCHW", "OIHW"] or int(v.attrs.groups) != 1
+                or xt.ndim != 4 or wt.ndim != 4 or str(xt.dtype) != "float32"
+                or str(wt.dtype) != "float32"
+                or not all(isinstance(d, tirx.IntImm) for d in (xt.shape[1], wt.shape[0]))):
+            return None
+        f, c = int(wt.shape[0]), int(xt.shape[1])
+        if c % block or not f % block or f < 4 * block:
+            return None
+        # the weight is copied only for a conv that is padded (this runs on every conv)
         w = v.args[1].value.numpy()
-        if want != ["NCHW", "OIHW"] or int(v.attrs.groups) != 1 or w.ndim != 4:
-            return None
-        f, c = w.shape[0], int(v.args[0].ty.shape[1]) if v.args[0].ty.ndim == 4 else 0
-        if not c or c % block or not f % block or f < 4 * block \
-                or str(v.args[0].ty.dtype) != "float32" or w.dtype != np.float32:
-            return None
         fp = -(-f // block) * block
         wp = np.zeros((fp, *w.shape[1:]), dtype=w.dtype)
         wp[:f] = w
