@@ -91,6 +91,10 @@ def tune(model, target="host", db="tuning-db", *, trials: int | None = None,
         if not opts.rpc_key:
             raise ValueError("--rpc-tracker needs --rpc-key (the key the RPC servers "
                              "registered)")
+    elif runner is None and tinfo.toolchain is not None:
+        raise ValueError(f"target {tinfo.name!r} is for {tinfo.host_arch}, which this "
+                         f"{targets._this_arch()} host cannot run: measure on such a device "
+                         "with --rpc-tracker HOST:PORT --rpc-key KEY (docs/targets.md)")
     database = TuningDatabase(db, create=True)
     provenance = {"onnxc": __version__, "model": _model_id(model)}
     with database.job_lock(provenance["model"]["name"]):  # one job per directory: refuse a second

@@ -219,6 +219,22 @@ def _build_function():
     return build
 
 
+def _export_function(cxx: str):
+    # A candidate for another architecture (--target arm) is linked here with the cross g++
+    # into a .so the remote RPC server loads as is: MetaSchedule's default export writes a
+    # .tar of object files, which the server would link with its own compiler (an emulated
+    # aarch64 Python has none).  Nested for cloudpickle, like _build_function.
+    def export(mod) -> str:
+        import os as _os
+        import tempfile as _tempfile
+
+        path = _os.path.join(_tempfile.mkdtemp(), "tvm_tmp_mod.so")
+        mod.export_library(path, cc=cxx)
+        return path
+
+    return export
+
+
 class Measurer:
     """Builds scheduled kernels and measures them, always with the same runner.
 
@@ -228,16 +244,20 @@ class Measurer:
     options : TuneOptions
     runner : a MetaSchedule Runner, optional
         Replaces the LocalRunner / RPCRunner the options ask for (tests).
+    toolchain : dict, optional
+        ``targets.TargetInfo.toolchain`` when the target is another architecture: candidates
+        are then linked with its ``cxx`` (they can only be measured over RPC).
     """
 
-    def __init__(self, target, options: TuneOptions, runner=None):
+    def __init__(self, target, options: TuneOptions, runner=None, toolchain=None):
         from tvm.s_tir.meta_schedule.builder import LocalBuilder
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
 
         self.target = target
         workers = options.build_workers or max(1, min(os.cpu_count() or 1, 4))
+        export = {} if toolchain is None else {"f_export": _export_function(toolchain["cxx"])}
         self.builder = LocalBuilder(max_workers=workers, timeout_sec=options.timeout_s,
-                                    f_build=_build_function())
+                                    f_build=_build_function(), **export)
         evaluator = EvaluatorConfig(number=1, repeat=options.repeat, min_repeat_ms=0,
                                     enable_cpu_cache_flush=options.cache_flush)
         self.where = "local"
@@ -423,7 +443,8 @@ class _Job:
                              None if self.opt.time_budget else 32 * len(pending))
         from tvm.s_tir.meta_schedule.cost_model import XGBModel
 
-        self.measurer = Measurer(self.target, self.opt, self.custom_runner)
+        self.measurer = Measurer(self.target, self.opt, self.custom_runner,
+                                 toolchain=self.tinfo.toolchain)
         self.summary["measured_with"] = self.measurer.where
         self.cost_model = XGBModel(num_tuning_cores=self._cores())
         runs = self._measure_defaults(pending)

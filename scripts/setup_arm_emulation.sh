@@ -11,7 +11,8 @@
 #
 # Layout of the cache:
 #   root/   an aarch64 sysroot: Debian's arm64 python3.11 + libc etc., unpacked with dpkg -x
-#   site/   aarch64 wheels unpacked: apache-tvm, apache-tvm-ffi, numpy, ml_dtypes, typing_extensions
+#   site/   aarch64 wheels unpacked: apache-tvm, apache-tvm-ffi, numpy, ml_dtypes, typing_extensions,
+#           cloudpickle and psutil (TVM's RPC server)
 #   wheels/ debs/  downloads
 #   ok      marker written when the emulated interpreter imported tvm and numpy
 #
@@ -58,6 +59,18 @@ if [ ! -f "$SITE/.done" ]; then
         $HOST_PY -m zipfile -e "$w" "$SITE"
     done
     touch "$SITE/.done"
+fi
+# 2b. what TVM's RPC server needs besides (scripts/arm_rpc_server.py): cloudpickle, psutil
+if [ ! -f "$SITE/.rpc-done" ]; then
+    log "downloading aarch64 wheels for the RPC server: cloudpickle psutil"
+    $HOST_PY -m pip download -q --only-binary=:all: --no-deps --python-version 3.11 \
+        --implementation cp --abi cp311 --abi abi3 --abi none \
+        --platform manylinux_2_28_aarch64 --platform manylinux2014_aarch64 \
+        --platform manylinux_2_17_aarch64 --platform any -d "$WHEELS" cloudpickle psutil
+    for w in "$WHEELS"/cloudpickle-*.whl "$WHEELS"/psutil-*.whl; do
+        $HOST_PY -m zipfile -e "$w" "$SITE"
+    done
+    touch "$SITE/.rpc-done"
 fi
 
 # 3. Debian arm64 python3.11 and the shared libraries it, TVM and numpy need.

@@ -151,3 +151,75 @@ def test_arm_emulated_matches_onnxruntime(name, tmp_path):
     out = run_on_arm(so, feeds, tmp_path)
     names = [o.name for o in model.graph.output]
     assert_close([out[n] for n in names], ort_run(model, feeds))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_arm_tuning_over_rpc_under_qemu(tmp_path):
+    """`onnxc tune --target arm` measured on an aarch64 RPC server (emulated) registered at a
+    loopback tracker; the database it writes is applied by an ARM compile whose artifact
+    still matches onnxruntime under emulation.  Emulated timings prove the plumbing only."""
+    import time
+
+    reason = _emulation_reason()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("tornado")  # TVM's tracker needs it
+    port = _free_port()
+    key = "arm-qemu-test"
+    env = dict(os.environ, PYTHONNOUSERSITE="1")
+    env.pop("PYTHONPATH", None)
+    tracker = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host",
+                                "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = CACHE / "root"
+    server = subprocess.Popen([QEMU, "-L", str(root), str(root / "usr/bin/python3.11"),
+                               str(REPO / "scripts" / "arm_rpc_server.py"), "--site",
+                               str(CACHE / "site"), "--tracker", f"127.0.0.1:{port}",
+                               "--key", key, "--port", str(sp := _free_port()), "--port-end", str(sp + 1)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env)
+    try:
+        from tvm import rpc
+
+        deadline = time.time() + 240
+        while True:  # the emulated server takes tens of seconds to import tvm
+            try:
+                summary = rpc.connect_tracker("127.0.0.1", port).summary()
+                if summary.get("queue_info", {}).get(key, {}).get("free", 0) > 0:
+                    break
+            except Exception:
+                pass
+            assert time.time() < deadline, "the emulated RPC server never registered"
+            assert server.poll() is None, f"the emulated RPC server exited: {server.stdout.read()}"
+            time.sleep(2)
+        db = tmp_path / "db"
+        r = subprocess.run([sys.executable, "-m", "compiler.cli", "tune", str(REPO / "examples" /
+                            "cnn.onnx"), "--target", "arm", "--db", str(db), "--trials", "16",
+                            "--rpc-tracker", f"127.0.0.1:{port}", "--rpc-key", key],
+                           capture_output=True, text=True, cwd=REPO, timeout=900)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert f"measured with rpc 127.0.0.1:{port} key {key}" in r.stdout + r.stderr
+        lines = [json.loads(ln) for f in db.glob("*.jsonl") for ln in f.read_text().splitlines()]
+        assert lines and all(rec["target"]["mtriple"].startswith("aarch64") for rec in lines)
+        assert all(rec["valid_trials"] > 0 for rec in lines)
+        import onnx
+
+        cnn = onnx.load(str(REPO / "examples" / "cnn.onnx"))
+        cm = compiler.compile(cnn, target="arm", tuning_db=str(db))
+        assert cm.report["tuned_kernels"] >= 1  # the records apply to the ARM compile
+        so = tmp_path / "cnn.so"
+        cm.export(str(so))
+        feeds = zoo.random_inputs(cnn, seed=5)
+        out = run_on_arm(so, feeds, tmp_path)
+        assert_close([out[o.name] for o in cnn.graph.output], ort_run(cnn, feeds))
+    finally:
+        server.kill()
+        tracker.kill()
