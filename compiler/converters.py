@@ -60,15 +60,23 @@ def constant(bb, inputs, attrs, ctx):
 
 @_register("Dropout")
 def dropout(bb, inputs, attrs, ctx):
-    """Inference Dropout: output = input, mask = all true (bool); training mode refused."""
+    """Dropout where it is deterministic: inference (training_mode false) or a ratio of 0
+    give output = input and mask = all true (bool).  Training with a ratio > 0 draws
+    random numbers and is refused.  training_mode and ratio given as inputs must be
+    constants (the session binds them as values when they are graph inputs)."""
     node = ctx.node
     training = bool(attrs.get("training_mode", 0)) if "training_mode" in attrs else False
     if len(inputs) > 2 and inputs[2] is not None:
         value = _const_input(inputs[2], "training_mode", node)
         training = bool(np.asarray(value).item())
     if training:
-        raise UnsupportedError(f"node {node.name!r} (Dropout): training_mode=True is not "
-                               "supported (onnxc compiles inference)")
+        ratio = 0.5
+        if len(inputs) > 1 and inputs[1] is not None:
+            ratio = float(np.asarray(_const_input(inputs[1], "ratio", node)).item())
+        if ratio != 0:
+            raise UnsupportedError(f"node {node.name!r} (Dropout): training_mode=True with "
+                                   f"ratio={ratio} is not supported (random dropout; onnxc "
+                                   "compiles inference)")
     x = inputs[0]
     if len(node.output) > 1 and node.output[1]:
         return relax.Tuple([x, relax.op.ones_like(x, dtype="bool")])
@@ -77,11 +85,33 @@ def dropout(bb, inputs, attrs, ctx):
 
 @_register("BatchNormalization")
 def batch_norm(bb, inputs, attrs, ctx):
-    """Inference BatchNormalization (TVM's); training_mode=1 refused."""
-    if attrs.get("training_mode", 0):
-        raise UnsupportedError(f"node {ctx.node.name!r} (BatchNormalization): training_mode=1 "
-                               "is not supported (onnxc compiles inference)")
-    return tvm_converter("BatchNormalization")(bb, inputs, attrs, ctx)
+    """BatchNormalization: inference is TVM's; training_mode=1 (opset 14+) normalizes with
+    the batch statistics and returns the running mean and variance updated with
+    ``momentum``, as the reference computes them (population variance)."""
+    if not attrs.get("training_mode", 0):
+        return tvm_converter("BatchNormalization")(bb, inputs, attrs, ctx)
+    x, scale, bias, mean, var = inputs[:5]
+    ndim = x.ty.ndim
+    axes = [0] + list(range(2, ndim))
+    dtype = str(x.ty.dtype)
+    eps = relax.const(np.array(attrs.get("epsilon", 1e-5), dtype), dtype)
+    momentum = float(attrs.get("momentum", 0.9))
+
+    def per_channel(t):
+        return relax.op.reshape(t, [1, -1] + [1] * (ndim - 2))
+
+    batch_mean = bb.emit(relax.op.mean(x, axis=axes))
+    centered = bb.emit(relax.op.subtract(x, per_channel(batch_mean)))
+    batch_var = bb.emit(relax.op.mean(relax.op.multiply(centered, centered), axis=axes))
+    y = relax.op.divide(relax.op.multiply(per_channel(scale), centered),
+                        relax.op.sqrt(relax.op.add(per_channel(batch_var), eps)))
+    y = bb.emit(relax.op.add(y, per_channel(bias)))
+    m = relax.const(np.array(momentum, dtype), dtype)
+    m1 = relax.const(np.array(1 - momentum, dtype), dtype)
+    running_mean = relax.op.add(relax.op.multiply(mean, m), relax.op.multiply(batch_mean, m1))
+    running_var = relax.op.add(relax.op.multiply(var, m), relax.op.multiply(batch_var, m1))
+    outs = [y, bb.emit(running_mean), bb.emit(running_var)][:max(len(ctx.node.output), 1)]
+    return outs[0] if len(outs) == 1 else relax.Tuple(outs)
 
 
 @_register("Clip")
@@ -158,7 +188,49 @@ def _refuse_attr(op, attr, why, since=1):
     return convert
 
 
-_refuse_attr("ConvTranspose", "output_shape", lambda v: True)
+@_register("ConvTranspose")
+def conv_transpose(bb, inputs, attrs, ctx):
+    """ConvTranspose with the output_shape attribute (TVM ignores it), as the reference:
+    pads from output_shape under auto_pad SAME_UPPER/SAME_LOWER, else the pads given (0 by
+    default); output pixel o reads the unpadded full result at o + pad_begin, zero where
+    that falls outside it; the bias is added everywhere.  Without output_shape: TVM's."""
+    if "output_shape" not in attrs:
+        return tvm_converter("ConvTranspose")(bb, inputs, attrs, ctx)
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    dims = _static_dims_of(x, ctx)
+    k = len(dims) - 2
+    out_shape = [int(v) for v in attrs["output_shape"]][-k:]
+    strides = [int(v) for v in attrs.get("strides", [1] * k)]
+    dilations = [int(v) for v in attrs.get("dilations", [1] * k)]
+    kernel = [int(v) for v in attrs.get("kernel_shape", _static_dims_of(w, ctx)[2:])]
+    out_pad = [int(v) for v in attrs.get("output_padding", [0] * k)]
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if "pads" in attrs or auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        begin = [int(v) for v in attrs.get("pads", [0] * 2 * k)][:k]
+    else:
+        total = [s * (n - 1) + op + (kk - 1) * d + 1 - o for s, n, op, kk, d, o in
+                 zip(strides, dims[2:], out_pad, kernel, dilations, out_shape)]
+        begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
+    full_attrs = {a: v for a, v in attrs.items()
+                  if a not in ("output_shape", "pads", "output_padding", "auto_pad")}
+    full = bb.normalize(tvm_converter("ConvTranspose")(bb, [x, w, None], full_attrs, ctx))
+    full_dims = _static_dims_of(full, ctx)[2:]
+    lo = [max(b, 0) for b in begin]
+    hi = [min(b + o, f) for b, o, f in zip(begin, out_shape, full_dims)]
+    if any(h <= l for l, h in zip(lo, hi)):
+        raise UnsupportedError(f"node {ctx.node.name!r} (ConvTranspose): output_shape "
+                               f"{out_shape} with pads {begin} leaves no computed pixel")
+    y = relax.op.strided_slice(full, axes=list(range(2, 2 + k)), begin=lo, end=hi)
+    before = [max(-b, 0) for b in begin]
+    after = [o - p - (h - l) for o, p, l, h in zip(out_shape, before, lo, hi)]
+    if any(before) or any(after):
+        y = relax.op.nn.pad(bb.normalize(y), [0, 0, 0, 0] + [v for pa in zip(before, after)
+                                                            for v in pa])
+    if bias is not None:
+        y = relax.op.add(bb.normalize(y), relax.op.reshape(bias, [1, -1] + [1] * k))
+    return y
 _refuse_attr("RoiAlign", "mode", lambda v: (v.decode() if isinstance(v, bytes) else v) != "avg",
              since=10)
 
@@ -202,25 +274,140 @@ def space_to_depth(bb, inputs, attrs, ctx):
     return relax.op.reshape(t, [n, c * b * b, h // b, w // b])
 
 
-def _refuse_empty_reduce(op):
+# The value of a reduction over no elements, as ONNX's reference gives it (per dtype kind).
+def _empty_identity(op: str, dtype: np.dtype):
+    kind = "bool" if dtype == np.bool_ else "int" if np.issubdtype(dtype, np.integer) else "float"
+    if op in ("ReduceSum", "ReduceL1", "ReduceL2", "ReduceSumSquare"):
+        return 0
+    if op == "ReduceProd":
+        return 1
+    if op == "ReduceMax":
+        return {"bool": False, "int": np.iinfo(dtype).min if kind == "int" else 0,
+                "float": -np.inf}[kind]
+    if op == "ReduceMin":
+        return {"bool": True, "int": np.iinfo(dtype).max if kind == "int" else 0,
+                "float": np.inf}[kind]
+    if kind != "float":
+        return None  # log / mean of no integers: no value in the type
+    return np.nan if op == "ReduceMean" else -np.inf  # mean of nothing; log(0)
+
+
+def _reduce_axes(inputs, attrs, ctx, ndim):
+    """The reduced axes (a sorted list; [] means none, the noop), as the reference reads
+    them: the attribute (older opsets) or the constant second input; none given reduces all
+    unless noop_with_empty_axes."""
+    axes = attrs.get("axes")
+    if axes is None and len(inputs) > 1 and inputs[1] is not None:
+        axes = _static_value(inputs[1])
+        if axes is None:
+            raise UnsupportedError(f"node {ctx.node.name!r} ({ctx.node.op_type}): axes must "
+                                   "be a constant (an initializer) for onnxc")
+    axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    if not axes:
+        return [] if attrs.get("noop_with_empty_axes", 0) else list(range(ndim))
+    return sorted({a + ndim if a < 0 else a for a in axes})
+
+
+def _reduce_with_identity(op):
     @_register(op)
     def convert(bb, inputs, attrs, ctx):
-        shape = getattr(inputs[0].ty, "shape", None)
+        x = inputs[0]
+        dtype = str(x.ty.dtype)
+        shape = getattr(x.ty, "shape", None)
         values = getattr(shape, "values", None) or []
         if any(getattr(v, "value", 1) == 0 for v in values):
-            raise UnsupportedError(f"node {ctx.node.name!r} ({op}): reducing an empty tensor "
-                                   f"(shape {[int(v) for v in values]}) is not supported")
+            dims = [int(v) for v in values]
+            axes = _reduce_axes(inputs, attrs, ctx, len(dims))
+            if not axes:
+                return x  # noop_with_empty_axes
+            keep = bool(attrs.get("keepdims", 1))
+            out = [1 if i in axes else d for i, d in enumerate(dims) if keep or i not in axes]
+            ident = _empty_identity(op, np.dtype(dtype))
+            if ident is None:
+                raise UnsupportedError(f"node {ctx.node.name!r} ({op}): reducing an empty "
+                                       f"{dtype} tensor (shape {dims}) has no value")
+            return tensor_const(np.full(out, ident, dtype=dtype))
+        if dtype == "bool" and op in ("ReduceMax", "ReduceMin"):
+            # any / all: TVM has no min/max value for bool; uint8 0/1 reduces the same
+            as_u8 = bb.normalize(relax.op.astype(x, "uint8"))
+            out = tvm_converter(op)(bb, [as_u8] + list(inputs[1:]), attrs, ctx)
+            return relax.op.astype(bb.normalize(out), "bool")
         return tvm_converter(op)(bb, inputs, attrs, ctx)
 
-    convert.__doc__ = f"{op} (TVM's), refusing empty inputs (TVM returns the wrong identity)"
+    convert.__doc__ = (f"{op} (TVM's); over an empty input the constant ONNX's reference "
+                       "gives (TVM returns the wrong identity)"
+                       + ("; bool inputs as uint8" if op in ("ReduceMax", "ReduceMin") else ""))
     return convert
 
 
 for _op in ("ReduceMin", "ReduceMax", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1",
             "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"):
-    _refuse_empty_reduce(_op)
+    _reduce_with_identity(_op)
 
 _refuse_attr("Resize", "antialias", lambda v: bool(v), since=10)
+
+
+@_register("Split", since=1)
+def split(bb, inputs, attrs, ctx):
+    """Split with some parts of size 0 (TVM's ``split`` wants strictly increasing indices):
+    each part is a slice, an empty one a constant of its (empty) shape.  Else TVM's."""
+    x = inputs[0]
+    sizes = attrs.get("split")
+    if ctx.opset >= 13 and len(inputs) > 1 and inputs[1] is not None:
+        sizes = _static_value(inputs[1])
+    if sizes is None or 0 not in [int(s) for s in np.asarray(sizes).reshape(-1)]:
+        return tvm_converter("Split")(bb, inputs, attrs, ctx)
+    sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+    dims = _static_dims_of(x, ctx)
+    axis = int(attrs.get("axis", 0))
+    axis = axis + len(dims) if axis < 0 else axis
+    if sum(sizes) != dims[axis]:
+        raise UnsupportedError(f"node {ctx.node.name!r} (Split): split sizes {sizes} do not "
+                               f"add up to the length {dims[axis]} of axis {axis}")
+    parts, start = [], 0
+    for n in sizes:
+        if n == 0:
+            shape = dims[:axis] + [0] + dims[axis + 1:]
+            parts.append(tensor_const(np.zeros(shape, dtype=str(x.ty.dtype))))
+        else:
+            parts.append(relax.op.strided_slice(x, axes=[axis], begin=[start], end=[start + n]))
+        start += n
+    return relax.Tuple(parts)
+
+
+@_register("Mod", since=10)
+def mod(bb, inputs, attrs, ctx):
+    """Mod; floats with fmod=0 as numpy's ``np.mod`` (the reference) computes it from C's
+    fmod: r = fmod(a, b); r += b where r is non-zero and of the other sign than b; a zero
+    r takes b's sign.  TVM's ``a - floor(a / b) * b`` gives NaN for a finite ``a`` and an
+    infinite ``b`` (numpy: ``mod(-3, inf) = inf``, ``mod(3, inf) = 3``).  Else TVM's."""
+    a, b = inputs
+    dtype = str(a.ty.dtype)
+    if attrs.get("fmod", 0) or not dtype.startswith("float") or str(b.ty.dtype) != dtype:
+        return tvm_converter("Mod")(bb, inputs, attrs, ctx)
+    zero = relax.const(np.array(0, dtype), dtype)
+    r = bb.normalize(relax.op.mod(a, b))  # C fmod for floats
+    other_sign = relax.op.logical_xor(relax.op.less(b, zero), relax.op.less(r, zero))
+    fix = relax.op.logical_and(relax.op.not_equal(r, zero), other_sign)
+    r = bb.normalize(relax.op.where(fix, relax.op.add(r, b), r))
+    neg_zero = relax.const(np.array(-0.0, dtype), dtype)
+    signed_zero = relax.op.where(relax.op.less(b, zero), neg_zero, zero)
+    return relax.op.where(relax.op.equal(r, zero), signed_zero, r)
+
+
+@_register("Pow", since=7)
+def pow_(bb, inputs, attrs, ctx):
+    """Pow with a base and an exponent of different types (opset 12+ allows it): the
+    result has the base's type.  As the reference (``np.power(a, b).astype(a.dtype)``),
+    both are widened (float64, or int64 for two integer types), raised, and cast back
+    (truncating toward zero for an integer base).  Same types: TVM's."""
+    a, b = inputs
+    at, bt = str(a.ty.dtype), str(b.ty.dtype)
+    if at == bt:
+        return tvm_converter("Pow")(bb, inputs, attrs, ctx)
+    wide = "int64" if not (at.startswith("float") or bt.startswith("float")) else "float64"
+    out = relax.op.power(relax.op.astype(a, wide), relax.op.astype(b, wide))
+    return relax.op.astype(bb.normalize(out), at)
 
 
 # --- Real exports: shape arithmetic of PyTorch's TorchScript exporter (HuggingFace models) --

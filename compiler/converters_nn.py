@@ -360,6 +360,154 @@ def softmax_cross_entropy_loss(bb, inputs, attrs, ctx):
 
 
 # --------------------------------------------------------------------------- #
+# RMSNormalization (23+) over every axis
+# --------------------------------------------------------------------------- #
+
+
+@_register("RMSNormalization", since=23)
+def rms_normalization(bb, inputs, attrs, ctx):
+    """RMSNormalization; over all axes (axis 0 or -rank) decomposed as the reference
+    computes it, x / sqrt(mean(x^2) + epsilon) * scale in the stash type, because TVM
+    0.27's rms_norm kernel fails to build there ("Tensor dimension mismatch in read").
+    Other axes: TVM's."""
+    from .registry import tvm_converter
+
+    x, scale = inputs[0], inputs[1]
+    ndim = x.ty.ndim
+    axis = int(attrs.get("axis", -1))
+    if (axis + ndim if axis < 0 else axis) != 0:
+        return tvm_converter("RMSNormalization")(bb, inputs, attrs, ctx)
+    if int(attrs.get("stash_type", 1)) != 1:
+        _refuse(ctx, f"attribute stash_type={attrs.get('stash_type')}")
+    dtype = _dtype(x)
+    xs = relax.op.astype(x, "float32") if dtype != "float32" else x
+    ws = relax.op.astype(scale, "float32") if _dtype(scale) != "float32" else scale
+    xs = bb.emit(xs)
+    ms = relax.op.mean(relax.op.multiply(xs, xs), axis=list(range(ndim)), keepdims=True)
+    eps = _scalar(float(attrs.get("epsilon", 1e-5)), "float32")
+    inv = bb.emit(relax.op.divide(_scalar(1, "float32"), relax.op.sqrt(relax.op.add(ms, eps))))
+    y = relax.op.multiply(relax.op.multiply(xs, inv), ws)
+    return relax.op.astype(y, dtype) if dtype != "float32" else y
+
+
+# --------------------------------------------------------------------------- #
+# MaxPool with its Indices output (8+), MaxUnpool with output_shape (11+)
+# --------------------------------------------------------------------------- #
+
+
+def _pool_geometry(ctx, attrs, in_spatial):
+    """(kernel, strides, dilations, begin pads, output spatial shape) of a pool, as the
+    spec gives them (ceil_mode, auto_pad)."""
+    k = len(in_spatial)
+    kernel = [int(v) for v in attrs["kernel_shape"]]
+    strides = [int(v) for v in attrs.get("strides", [1] * k)]
+    dil = [int(v) for v in attrs.get("dilations", [1] * k)]
+    pads = [int(v) for v in attrs.get("pads", [0] * 2 * k)]
+    auto_pad = _text(attrs.get("auto_pad"), "NOTSET")
+    ceil_mode = bool(attrs.get("ceil_mode", 0))
+    begin, out = pads[:k], []
+    for i, n in enumerate(in_spatial):
+        span = (kernel[i] - 1) * dil[i] + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # the spec (and onnxruntime): ceil(n / stride) outputs, the odd padding pixel at
+            # the end (UPPER) or the start (LOWER); the reference floors for SAME_LOWER
+            o = -(-n // strides[i])
+            total = max((o - 1) * strides[i] + span - n, 0)
+            begin[i] = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        elif auto_pad == "VALID":
+            o, begin[i] = -(-(n - span + 1) // strides[i]), 0
+        elif auto_pad == "NOTSET":
+            size = n + pads[i] + pads[i + k] - span
+            o = (-(-size // strides[i]) if ceil_mode else size // strides[i]) + 1
+            if ceil_mode and (o - 1) * strides[i] >= n + pads[i]:
+                o -= 1
+        else:
+            _refuse(ctx, f"attribute auto_pad={auto_pad!r}")
+        out.append(o)
+    return kernel, strides, dil, begin, out
+
+
+@_register("MaxPool", since=8)
+def max_pool(bb, inputs, attrs, ctx):
+    """MaxPool; with the Indices output requested, one TE argmax reduction gives both the
+    maximum and its flat index into the input (n, c, then row-major over the spatial
+    axes, or column-major for storage_order=1), the first maximum winning ties as in the
+    reference.  One output: TVM's."""
+    from tvm import te, tirx
+
+    from .registry import tvm_converter
+
+    node = ctx.node
+    if len(node.output) < 2 or not node.output[1]:
+        return tvm_converter("MaxPool")(bb, inputs, attrs, ctx)
+    x = inputs[0]
+    shape = _shape(x)
+    dtype = _dtype(x)
+    spatial = shape[2:]
+    k = len(spatial)
+    order = int(attrs.get("storage_order", 0))
+    if order == 1 and k != 2:
+        _refuse(ctx, f"storage_order=1 with {k} spatial axes")
+    kernel, strides, dil, begin, out = _pool_geometry(ctx, attrs, spatial)
+    lowest = -np.inf if _is_float(dtype) else np.iinfo(np.dtype(dtype)).min
+    big = np.iinfo(np.int64).max
+
+    def compute(t):
+        def combine(a, b):  # (index, value): the larger value, then the smaller index
+            take_a = tirx.Or(a[1] > b[1], tirx.And(a[1] == b[1], a[0] < b[0]))
+            return tirx.Select(take_a, a[0], b[0]), tirx.Select(take_a, a[1], b[1])
+
+        argmax = te.comm_reducer(combine, lambda t0, t1: (tirx.const(big, t0),
+                                                          tirx.const(lowest, t1)),
+                                 name="argmax_first")
+        rk = [te.reduce_axis((0, kernel[i]), name=f"r{i}") for i in range(k)]
+
+        def body(n, c, *o):
+            pos = [o[i] * strides[i] - begin[i] + rk[i] * dil[i] for i in range(k)]
+            inside = tirx.const(True, "bool")
+            for i in range(k):
+                inside = tirx.And(inside, tirx.And(pos[i] >= 0, pos[i] < spatial[i]))
+            flat = (n * shape[1] + c).astype("int64")
+            dims = list(range(k)) if order == 0 else list(reversed(range(k)))
+            for i in dims:
+                flat = flat * spatial[i] + pos[i].astype("int64")
+            safe = [tirx.max(tirx.min(p, spatial[i] - 1), 0) for i, p in enumerate(pos)]
+            value = tirx.Select(inside, t[(n, c, *safe)], tirx.const(lowest, dtype))
+            index = tirx.Select(inside, flat, tirx.const(big, "int64"))
+            return argmax((index, value), axis=rk)
+
+        idx, val = te.compute(shape[:2] + out, body, name="max_pool_argmax")
+        return [val, idx]
+
+    res = bb.emit_te(compute, x, primfunc_name_hint="max_pool_with_indices")
+    return relax.Tuple([bb.emit(relax.TupleGetItem(res, 0)),
+                        bb.emit(relax.TupleGetItem(res, 1))])
+
+
+@_register("MaxUnpool", since=9)
+def max_unpool(bb, inputs, attrs, ctx):
+    """MaxUnpool; with output_shape, as the reference: the values are scattered into the
+    shape inferred from kernel, strides and pads (the indices index that shape), which is
+    then placed at the origin of a zero tensor of output_shape.  Without it: TVM's."""
+    from .converters import _static_value
+    from .registry import tvm_converter
+
+    if len(inputs) < 3 or inputs[2] is None:
+        return tvm_converter("MaxUnpool")(bb, inputs, attrs, ctx)
+    out_shape = _static_value(inputs[2])
+    if out_shape is None:
+        _refuse(ctx, "a non-constant output_shape input")
+    out_shape = [int(v) for v in np.asarray(out_shape).reshape(-1)]
+    y = bb.normalize(tvm_converter("MaxUnpool")(bb, [inputs[0], inputs[1], None], attrs, ctx))
+    inferred = _shape(y)
+    if len(out_shape) != len(inferred) or any(o < i for o, i in zip(out_shape, inferred)):
+        _refuse(ctx, f"output_shape {out_shape} smaller than the unpooled shape {inferred}")
+    if out_shape == inferred:
+        return y
+    return relax.op.nn.pad(y, [v for o, i in zip(out_shape, inferred) for v in (0, o - i)])
+
+
+# --------------------------------------------------------------------------- #
 # Resize: refuse what TVM 0.27's converter computes wrongly
 # --------------------------------------------------------------------------- #
 

@@ -30,6 +30,7 @@ from .fold_onnx import fold_constants as fold_onnx_constants
 from .graph import extract, plan_storage
 from .importer import import_onnx, index_bounds, input_signature
 from .loader import load_model
+from .narrow_import import io_types
 from .pipeline import FUSE, graph_passes, lowering
 from .provenance import name_fused_calls
 
@@ -272,9 +273,14 @@ def _count(values) -> dict:
 def _manifest(proto: onnx.ModelProto, tinfo, graph_meta: dict, payload: bytes) -> dict:
     import tvm
 
+    narrow = io_types(proto)  # bfloat16, float8, int4...: the runtime views their codes
+
     def sig(items):
         return [{"name": it["name"], "shape": graph_meta["tensors"][it["tensor"]]["shape"],
-                 "dtype": graph_meta["tensors"][it["tensor"]]["dtype"]} for it in items]
+                 "dtype": graph_meta["tensors"][it["tensor"]]["dtype"],
+                 **({"elem_type": narrow[it["name"]].name,
+                     "ml_dtype": narrow[it["name"]].ml_dtype} if it["name"] in narrow else {})}
+                for it in items]
 
     return {
         "format_version": runtime.FORMAT_VERSION,

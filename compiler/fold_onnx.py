@@ -63,6 +63,18 @@ def _evaluate(node, values: list, opsets) -> list | None:
         return None
 
 
+def _inputs_with_subgraphs(node) -> set:
+    """The tensor names ``node`` reads, those its If/Loop/Scan bodies read from the outer
+    scope included (a folded constant they use must stay an initializer)."""
+    names = set(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            names |= {o.name for o in g.output}  # a branch may return an outer tensor as is
+            for n in g.node:
+                names |= _inputs_with_subgraphs(n)
+    return names
+
+
 def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """Return (model with foldable nodes replaced by initializers, nodes folded)."""
     graph = model.graph
@@ -90,7 +102,7 @@ def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         folded += 1
     if not folded:
         return model, 0
-    used = {i for n in kept for i in n.input} | {o.name for o in graph.output}
+    used = {i for n in kept for i in _inputs_with_subgraphs(n)} | {o.name for o in graph.output}
     inits = {t.name for t in graph.initializer}
     out = onnx.ModelProto()
     out.CopyFrom(model)

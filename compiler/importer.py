@@ -16,6 +16,7 @@ import onnx
 from onnx import helper
 
 from .errors import CompileError, ModelError, UnsupportedError
+from .narrow_import import narrow_converter, storage_model
 from .provenance import node_of_binding, rename_bindings
 from .registry import REGISTRY, ConvertContext
 
@@ -102,10 +103,12 @@ def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str |
     (in the model's order) and returns the graph outputs (a tuple when there are several).
     """
     refuse_unsupported(model, where, target_arch)
+    model, elem_types = storage_model(model)  # narrow types as codes (narrow_import.py)
     sig = input_signature(model, where, shapes)
     importer = _Importer({s["name"]: s["shape"] for s in sig},
                          {s["name"]: s["dtype"] for s in sig})
     importer.where = where
+    importer.elem_types = elem_types
     importer.domain_opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
     opset = importer.domain_opsets.get("ai.onnx", 1)
     try:
@@ -166,11 +169,15 @@ class _Importer(_importer_base()):
 
     where = "model"
     domain_opsets: dict = {}
+    elem_types: dict = {}   # tensor name -> narrow_types.Format of its codes
 
     def _check_for_unsupported_ops(self, graph):
         pass  # done by the registry before conversion (import_onnx)
 
-    def _construct_nodes(self, graph):
+    def _construct_nodes(self, graph, scope: str | None = None):
+        """Convert ``graph``'s nodes in order.  ``scope`` is set for a control-flow
+        subgraph (``compiler/control_flow.py``): it prefixes every error's node label, and
+        the bindings go untagged, so they take the parent node's tag (``_tag_bindings``)."""
         from tvm import relax
         from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
 
@@ -185,14 +192,18 @@ class _Importer(_importer_base()):
             entry = REGISTRY.lookup(domain, node.op_type, opset)
             label = f"node {node.name or '#' + str(idx)!r} ({node.op_type}, domain {domain}, " \
                     f"opset {opset})"
+            if scope:
+                label = f"{scope} > {label}"
             if entry is None:  # checked before conversion; guard against registry changes
                 raise UnsupportedError(f"{self.where}: {label}: no converter registered")
             if not (entry.implementation == "tvm" and node.op_type in _SHAPE_OK) or (
                     node.op_type == "Concat" and _mixes_shapes_and_tensors(inputs)):
                 inputs = self._shape_values_as_tensors(inputs, label)
-            ctx = ConvertContext(node=node, opset=opset, tensors=self._nodes, params=self._params)
+            convert = narrow_converter(entry, node, self.elem_types, f"{self.where}: {label}")
+            ctx = ConvertContext(node=node, opset=opset, tensors=self._nodes, params=self._params,
+                                importer=self, label=label)
             try:
-                out = entry.converter(self.bb, inputs, attr, ctx)
+                out = convert(self.bb, inputs, attr, ctx)
                 if isinstance(out, relax.Expr):
                     out = _fold_shape_arithmetic(self.bb.normalize(out))
             except CompileError:
@@ -201,7 +212,8 @@ class _Importer(_importer_base()):
                 msg = str(e).strip().splitlines()
                 raise CompileError(f"{self.where}: {label}: conversion failed: "
                                    f"{msg[-1] if msg else type(e).__name__}") from e
-            outs = self._bind_outputs(out, len(node.output), f"n{idx}", label)
+            outs = self._bind_outputs(out, len(node.output), "sub" if scope else f"n{idx}",
+                                     label)
             for name, value in zip(node.output, outs):
                 if name:
                     self._nodes[name] = value

@@ -13,17 +13,19 @@ import onnx
 from onnx import TensorProto, shape_inference
 
 from .errors import ModelError, UnsupportedError
+from .narrow_types import FORMATS as NARROW_FORMATS
 
 # The default ONNX domain's opsets this importer handles: TVM 0.27's converters pick the
 # newest implementation <= the model's opset; ops re-versioned after that mostly added
 # element types, which the dtype check below refuses where the runtime cannot hold them.
 MIN_OPSET, MAX_OPSET = 7, onnx.defs.onnx_opset_version()
 
-# Element types the runtime holds (numpy dtypes through DLPack).
+# Element types the runtime holds (numpy dtypes through DLPack); the narrow ones (bfloat16,
+# float8, float4, int4/int2) as their bit codes in uint8 / uint16 (compiler/narrow_types.py).
 SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                    TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                    TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
-                   TensorProto.UINT64, TensorProto.BOOL}
+                   TensorProto.UINT64, TensorProto.BOOL, *NARROW_FORMATS}
 
 
 def load_model(model) -> onnx.ModelProto:
@@ -46,8 +48,7 @@ def load_model(model) -> onnx.ModelProto:
         raise ModelError(f"{where}: invalid ONNX model: a name in it is not valid UTF-8; "
                          "the file is corrupted") from None
     try:
-        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                data_prop=True)
+        inferred = _infer_shapes(model)
     except Exception as e:  # onnx raises InferenceError/ValidationError/RuntimeError
         raise ModelError(f"{where}: shape inference failed: {_first_line(e)}") from None
     _check_inputs(inferred, where)
@@ -55,6 +56,51 @@ def load_model(model) -> onnx.ModelProto:
     _check_attributes(inferred.graph, where)
     _check_tensors(inferred, where)
     return inferred
+
+
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Strict shape inference; if it fails, once more with the schema's default values
+    written into the nodes of function ops: onnx infers a function body whose Constant
+    reads an omitted attribute (``MeanVarianceNormalization``'s ``axes``) as having no
+    value at all, and fails."""
+    def infer(m):
+        return shape_inference.infer_shapes(m, check_type=True, strict_mode=True,
+                                            data_prop=True)
+
+    try:
+        return infer(model)
+    except Exception:
+        filled = onnx.ModelProto()
+        filled.CopyFrom(model)
+        if not _fill_function_defaults(filled):
+            raise
+        return infer(filled)
+
+
+def _fill_function_defaults(model: onnx.ModelProto) -> bool:
+    """Write default attribute values into default-domain nodes of ops defined by a
+    function body; whether any node changed."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                 MAX_OPSET)
+    changed = False
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset)
+        except onnx.defs.SchemaError:
+            continue
+        if not (schema.has_function or schema.has_context_dependent_function):
+            continue
+        present = {a.name for a in node.attribute}
+        for name, attr in schema.attributes.items():
+            default = attr.default_value
+            if name not in present and default is not None and default.type:
+                a = node.attribute.add()
+                a.CopyFrom(default)
+                a.name = name
+                changed = True
+    return changed
 
 
 def _read(path: str) -> onnx.ModelProto:
@@ -71,11 +117,35 @@ def _read(path: str) -> onnx.ModelProto:
 
 def _check_opsets(model: onnx.ModelProto, where: str) -> None:
     for op in model.opset_import:
+        if op.domain in ("", "ai.onnx") and op.version < MIN_OPSET and \
+                not _changed_since(model, op.version):
+            continue  # every op of the graph reads the same at this opset as at MIN_OPSET
         if op.domain in ("", "ai.onnx") and not MIN_OPSET <= op.version <= MAX_OPSET:
             raise UnsupportedError(
                 f"{where}: default-domain opset {op.version} is outside the supported range "
                 f"{MIN_OPSET}..{MAX_OPSET}; convert the model with "
-                "onnx.version_converter.convert_version(model, 17)")
+                "onnx.version_converter.convert_version(model, 17)"
+                + (f" (node(s) defined differently before opset {MIN_OPSET}: "
+                   f"{', '.join(_changed_since(model, op.version))})"
+                   if op.version < MIN_OPSET else ""))
+
+
+def _changed_since(model: onnx.ModelProto, opset: int) -> list[str]:
+    """Default-domain op types of the graph whose definition at ``opset`` is not the one at
+    MIN_OPSET (a new version in between, or none yet): the range check is per operator,
+    so that a model of an older opset whose ops all kept their definition (``Not`` is
+    unchanged since opset 1) is accepted."""
+    changed = []
+    for op_type in sorted({n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")}):
+        try:
+            old = onnx.defs.get_schema(op_type, opset).since_version
+            new = onnx.defs.get_schema(op_type, MIN_OPSET).since_version
+        except onnx.defs.SchemaError:
+            changed.append(op_type)
+            continue
+        if old != new:
+            changed.append(op_type)
+    return changed
 
 
 def _check_inputs(model: onnx.ModelProto, where: str) -> None:
@@ -99,8 +169,9 @@ def _check_types(model: onnx.ModelProto, where: str) -> None:
         if elem_type and elem_type not in SUPPORTED_TYPES:
             tname = TensorProto.DataType.Name(elem_type).lower()
             raise UnsupportedError(f"{where}: {kind} {name!r} has element type {tname}, which "
-                                   "onnxc does not support (float, double, float16, bool and "
-                                   "integer types are)")
+                                   "onnxc does not support (float, double, float16, bool, "
+                                   "integer types, bfloat16, float8, float4 and int4/int2 "
+                                   "are)")
 
     for vi in list(model.graph.input) + list(model.graph.output):
         if vi.type.HasField("tensor_type"):

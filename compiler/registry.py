@@ -39,6 +39,8 @@ class ConvertContext:
     opset: int              # the model's opset for the node's domain
     tensors: dict           # ONNX tensor name -> Relax expression converted so far
     params: dict            # the importer's params map (TVM converters take it)
+    importer: object = None  # the importer (control flow converts subgraphs with it)
+    label: str = ""          # how errors name the node (subgraph nodes: with their parents)
 
 
 @dataclass
@@ -86,10 +88,9 @@ class OperatorRegistry:
         """One dict per node no entry supports: node, op, domain, model opset, supported."""
         opsets = {_norm_domain(o.domain): o.version for o in model.opset_import}
         problems = []
-        for i, node in enumerate(model.graph.node):
+        for name, node in _nodes_with_subgraphs(model.graph):
             domain = _norm_domain(node.domain)
             opset = opsets.get(domain)
-            name = node.name or f"#{i} ({node.op_type})"
             versions = self.versions(domain, node.op_type)
             entry = self.lookup(domain, node.op_type, opset) if opset is not None else None
             why = ""
@@ -110,6 +111,17 @@ class OperatorRegistry:
     def table(self) -> list[OpEntry]:
         """The newest entry of every (domain, op), sorted by domain then op."""
         return [v[-1] for _, v in sorted(self.entries.items())]
+
+
+def _nodes_with_subgraphs(graph, parent: str = ""):
+    """(display name, node) of every node, those of If/Loop/Scan bodies included (named
+    ``parent > node``), in graph order."""
+    for i, node in enumerate(graph.node):
+        name = parent + (node.name or f"#{i} ({node.op_type})")
+        yield name, node
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _nodes_with_subgraphs(g, f"{name} > ")
 
 
 REGISTRY = OperatorRegistry()

@@ -1,12 +1,14 @@
 """Dynamic shapes: specialise on the concrete input shapes (and shape-determining values).
 
 Our runtime runs static graphs: every tensor has a planned offset.  A model with symbolic
-input dimensions, or whose small integer inputs determine shapes or axes (``Reshape``'s
-shape, ``ReduceSum``'s axes, ``Resize``'s sizes given as graph inputs), is compiled when
-it is run: the session compiles one variant per distinct key, as XLA and torch.compile
-do, and keeps the most recent ``max_variants`` (LRU).  The key holds every input's shape
-and dtype, plus the values of the small integer inputs only when the shapes alone do not
-compile.  Values are never guessed: a variant is compiled from what was fed.
+input dimensions, or whose small inputs determine shapes or axes (``Reshape``'s shape,
+``ReduceSum``'s axes, ``Resize``'s sizes given as graph inputs; and, of any dtype, the
+inputs ``_shape_value_inputs`` traces to a shape-determining slot: Range's float bounds,
+OneHot's depth, an If's or Compress's bool condition, a Loop's trip count...), is compiled
+when it is run: the session compiles one variant per distinct key, as XLA and
+torch.compile do, and keeps the most recent ``max_variants`` (LRU).  The key holds every
+input's shape and dtype, plus the values of those small inputs only when the shapes alone
+do not compile.  Values are never guessed: a variant is compiled from what was fed.
 
 ``compile(..., input_shapes=..., input_values=...)`` fixes them up front instead, which
 is what exporting one artifact needs.
@@ -74,8 +76,10 @@ def _declared(vi) -> tuple[list, str]:
     return dims, helper.tensor_dtype_to_np_dtype(tt.elem_type).name
 
 
-# Float inputs that determine output shapes: (op_type, input index).
-_SHAPE_FLOAT_SLOTS = {("Resize", 2), ("Upsample", 1)}
+# Float inputs that determine output shapes, or (Resize's roi) the sampling grid that the
+# Resize converter computes at compile time: (op_type, input index).
+_SHAPE_FLOAT_SLOTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1),
+                      ("MelWeightMatrix", 3), ("MelWeightMatrix", 4)}  # mel: a constant output
 
 
 def _shape_float_inputs(model) -> set:
@@ -84,13 +88,56 @@ def _shape_float_inputs(model) -> set:
             for k, name in enumerate(node.input) if (node.op_type, k) in _SHAPE_FLOAT_SLOTS}
 
 
+# Inputs (any dtype) whose values fix output shapes or which branch / how often control
+# flow runs: op_type -> input indices (None: every input, the ops whose output shape
+# depends on the data itself; Pad's constant_value because TVM's converter bakes it into
+# the kernel).  Graph inputs these read, directly or through the nodes that compute them,
+# are "shape-determining": bound like the small integer inputs.
+_SHAPE_VALUE_SLOTS = {
+    "Range": (0, 1, 2), "OneHot": (1,), "TopK": (1,), "Pad": (1, 2, 3), "Compress": (1,),
+    "If": (0,), "Loop": (0, 1), "NonZero": None, "Unique": None, "NonMaxSuppression": None,
+    "Dropout": (1, 2),  # ratio, training_mode: deterministic (identity) or random (refused)
+}
+
+
+def _shape_value_inputs(model) -> set:
+    """Graph inputs whose values determine shapes: Resize/Upsample's float ones, and those
+    that reach a ``_SHAPE_VALUE_SLOTS`` input, through the nodes computing it (a Loop's
+    trip count computed from Range's float start/limit/delta) and from inside subgraphs."""
+    wanted = set()
+
+    def slots(graph):
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in _SHAPE_VALUE_SLOTS:
+                which = _SHAPE_VALUE_SLOTS[node.op_type]
+                wanted.update(n for k, n in enumerate(node.input)
+                              if n and (which is None or k in which))
+            for a in node.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    slots(g)
+
+    slots(model.graph)
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    seen, todo = set(), list(wanted)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type not in ("Shape", "Size"):  # those read shapes only
+            todo.extend(i for i in node.input if i)
+    fed = {vi.name for vi in graph_inputs(model)}
+    return _shape_float_inputs(model) | (seen & fed)
+
+
 def _is_value_input(dims, dtype, name, shape_floats) -> bool:
     small = all(isinstance(d, int) for d in dims) and int(np.prod(dims)) <= MAX_VALUE_ELEMENTS
     return small and (np.issubdtype(np.dtype(dtype), np.integer) or name in shape_floats)
 
 
 def _has_symbolic_or_value_inputs(model) -> bool:
-    floats = _shape_float_inputs(model)
+    floats = _shape_value_inputs(model)
     for vi in graph_inputs(model):
         dims, dtype = _declared(vi)
         if any(not isinstance(d, int) for d in dims):
@@ -212,7 +259,7 @@ class SpecializingSession:
         return sess.run(output_names, {k: v for k, v in input_feed.items() if k not in bound})
 
     def _value_inputs(self, feed) -> list:
-        floats = _shape_float_inputs(self.model.proto)
+        floats = _shape_value_inputs(self.model.proto)
         return [n for n, _, d in self.model.inputs
                 if feed[n].size <= MAX_VALUE_ELEMENTS and (
                     np.issubdtype(np.dtype(d), np.integer) or n in floats)]

@@ -80,14 +80,32 @@ def onnx_type(dtype: str) -> str:
     return f"tensor({_ONNX_TYPE.get(dtype, dtype)})"
 
 
+def narrow_dtypes(manifest: dict) -> dict:
+    """{input / output name: (numpy dtype, ONNX type name)} for the narrow element types
+    (bfloat16, float8, float4, int4/int2), which the graph holds as their bit codes in
+    uint8 / uint16; ml_dtypes (their numpy dtypes) is imported only for such a model."""
+    entries = [e for e in list(manifest.get("inputs", ())) + list(manifest.get("outputs", ()))
+               if e.get("ml_dtype")]
+    if not entries:
+        return {}
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise RuntimeError(f"the model has {entries[0]['elem_type']} inputs or outputs, whose "
+                           "numpy dtypes come from the ml_dtypes package: pip install "
+                           "ml_dtypes") from None
+    return {e["name"]: (np.dtype(getattr(ml_dtypes, e["ml_dtype"])), e["elem_type"])
+            for e in entries}
+
+
 class NodeArg:
     """An input or output of a session, shaped like onnxruntime's ``NodeArg``."""
 
-    def __init__(self, name: str, shape, dtype: str):
+    def __init__(self, name: str, shape, dtype: str, elem_type: str | None = None):
         self.name = name
         self.shape = list(shape)
         self.dtype = dtype
-        self.type = onnx_type(dtype)
+        self.type = f"tensor({elem_type})" if elem_type else onnx_type(dtype)
 
     def __repr__(self):
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
@@ -156,6 +174,7 @@ class Session:
         self._input_index = {name: view for name, view in self._inputs}
         self._outputs = {o["name"]: self._np[o["tensor"]] for o in graph["outputs"]}
         self._output_names = [o["name"] for o in graph["outputs"]]
+        self._narrow = narrow_dtypes(self.manifest)  # name -> (ml_dtypes dtype, ONNX name)
 
         # Concurrent run(): a pool of arenas (this one first), grown on demand up to one per
         # CPU, never past available memory.  scripts/bench_threads.py: 8 threads on a
@@ -224,11 +243,16 @@ class Session:
 
     # -- onnxruntime-shaped API ------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
-        return [NodeArg(n, v.shape, v.dtype.name) for n, v in self._inputs]
+        return [self._node_arg(n, v) for n, v in self._inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [NodeArg(n, self._outputs[n].shape, self._outputs[n].dtype.name)
-                for n in self._output_names]
+        return [self._node_arg(n, self._outputs[n]) for n in self._output_names]
+
+    def _node_arg(self, name: str, view: np.ndarray) -> NodeArg:
+        if name in self._narrow:
+            dtype, elem_type = self._narrow[name]
+            return NodeArg(name, view.shape, dtype.name, elem_type)
+        return NodeArg(name, view.shape, view.dtype.name)
 
     def get_modelmeta(self) -> dict:
         return dict(self.manifest)
@@ -264,7 +288,8 @@ class Session:
                     fn(*args)
             else:  # max_arenas is 1: ctx is the first arena, which the instruments read
                 self._run_instrumented()
-            return [outputs[n].copy() for n in names]
+            return [outputs[n].copy() if n not in self._narrow else
+                    outputs[n].copy().view(self._narrow[n][0]) for n in names]
         finally:
             self._release(ctx)
 
@@ -312,9 +337,13 @@ class Session:
             if not isinstance(a, np.ndarray):
                 raise ValueError(f"input {name!r}: expected a numpy array, got "
                                  f"{type(a).__name__}")
-            if a.dtype != view.dtype:
-                raise ValueError(f"input {name!r}: expected dtype {onnx_type(view.dtype.name)}"
+            want, elem_type = self._narrow.get(name, (view.dtype, None))
+            if a.dtype != want:
+                raise ValueError(f"input {name!r}: expected dtype "
+                                 f"{f'tensor({elem_type})' if elem_type else onnx_type(want.name)}"
                                  f", got {onnx_type(a.dtype.name)}")
+            if elem_type:  # the graph holds the codes (ml_dtypes stores them so)
+                a = a.view(view.dtype)
             if a.shape != view.shape:
                 raise ValueError(f"input {name!r}: expected shape {list(view.shape)}, got "
                                  f"{list(a.shape)}")

@@ -53,12 +53,23 @@ SUBSET = [
     "test_linear_attention_gated_delta_gqa", "test_lstm_bidirectional", "test_gru_batchwise",
     "test_simple_rnn_reverse", "test_qlinearmatmul_3D_int8_float16", "test_qlinearconv",
     "test_convinteger_with_padding", "test_bitcast_float64_to_int64",
+    # narrow element types (compiler/narrow_types.py, converters_narrow.py)
+    "test_cast_FLOAT_to_FLOAT8E4M3FN", "test_cast_no_saturate_FLOAT_to_FLOAT8E5M2",
+    "test_castlike_BFLOAT16_to_FLOAT", "test_cast_FLOAT_to_INT4", "test_quantizelinear_int4",
+    "test_dequantizelinear_e4m3fn_zero_point", "test_cast_FLOAT_to_FLOAT4E2M1",
+    # control flow and value-determined shapes (compiler/control_flow.py, specialize.py)
+    "test_scan9_sum", "test_loop11", "test_if", "test_top_k", "test_range_float_type_positive_delta",
+    "test_compress_0",
+    # new and fixed converters
+    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside", "test_dft_inverse",
+    "test_center_crop_pad_crop_and_pad", "test_col2im_pads", "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5",
+    "test_pow_types_float32_int64", "test_reduce_log_sum_exp_empty_set",
 ]
 
 # Measured on onnx 1.23.2 (docs/conformance.md): the stride-9 sample of the 1848 tensor
 # cases is 206 cases, of which 67-68 passed (32.5-33.0%); the whole suite 587/1848 (31.8%).
 SAMPLE_STRIDE = 9
-MIN_SAMPLE_PASS_RATE = 0.65  # measured 0.699 (144/206) on 2026-11-29
+MIN_SAMPLE_PASS_RATE = 0.92  # measured 0.961 (198/206) on 2026-11-29 (whole suite 95.6%)
 
 
 @pytest.fixture(scope="module")

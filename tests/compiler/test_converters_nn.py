@@ -159,13 +159,13 @@ def test_reduce_max_min_of_all_infinite_rows():
         np.testing.assert_array_equal(got, np.array(want, np.float32))
 
 
-def test_resize_refuses_non_integral_scales():
+def test_resize_non_integral_scales_sample_with_the_scale():
+    """TVM samples with the size ratio; compiler/converters_resize.py with the scale."""
     scales = helper.make_tensor("scales", F, [4], [1, 1, 0.6, 0.6])
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
     model = _model(node, [_vi("x", F, [1, 1, 2, 4])], [_vi("y", F, [1, 1, 1, 2])], 19,
                    [scales])
-    with pytest.raises(UnsupportedError, match="scales"):
-        compiler.compile(model)
+    _check(model, {"x": np.arange(8, dtype=np.float32).reshape(1, 1, 2, 4)})
 
 
 def test_resize_integral_scales_from_input_specialise():

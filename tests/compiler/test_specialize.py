@@ -102,3 +102,73 @@ def test_unsupported_ops_are_not_deferred():
     m.opset_import.append(helper.make_opsetid("com.acme", 1))
     with pytest.raises(compiler.UnsupportedError, match="NoSuchOp"):
         compiler.compile(m)
+
+
+def _range_by_float_inputs():
+    """n = ceil((limit - start) / delta) computed in the graph, then Range: the float
+    inputs determine the output shape through the nodes computing it."""
+    f = TensorProto.FLOAT
+    g = helper.make_graph(
+        [helper.make_node("Sub", ["limit", "start"], ["span"]),
+         helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
+         helper.make_node("Shape", ["x"], ["xs"]),
+         helper.make_node("Cast", ["xs"], ["xf"], to=f),
+         helper.make_node("ReduceSum", ["xf"], ["xsum"], keepdims=1),
+         helper.make_node("Add", ["span", "xsum"], ["off"]),
+         helper.make_node("Add", ["r", "off"], ["y"])], "g",
+        [helper.make_tensor_value_info("start", f, []),
+         helper.make_tensor_value_info("limit", f, []),
+         helper.make_tensor_value_info("delta", f, []),
+         helper.make_tensor_value_info("x", f, [2, 3])],
+        [helper.make_tensor_value_info("y", f, ["n"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_determining_inputs_are_traced_through_the_graph():
+    from compiler.specialize import _shape_value_inputs
+
+    # start/limit/delta reach Range; x only through Shape (its values never matter)
+    assert _shape_value_inputs(_range_by_float_inputs()) == {"start", "limit", "delta"}
+
+
+def test_float_range_inputs_specialise_on_their_values():
+    m = _range_by_float_inputs()
+    cm = compiler.compile(m)
+    assert isinstance(cm, compiler.DynamicModel)
+    sess = cm.session()
+    x = np.zeros((2, 3), np.float32)
+    for start, limit, delta in ((0.0, 2.0, 0.5), (1.0, 2.5, 0.5), (0.0, 2.0, 0.5)):
+        feeds = {"start": np.float32(start), "limit": np.float32(limit),
+                 "delta": np.float32(delta), "x": x}
+        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        (y,) = sess.run(None, feeds)
+        assert_close([y], ort_run(m, feeds))
+    assert sess.compiles == 3  # shapes alone fail once, then one variant per value
+
+
+def test_bool_condition_of_if_is_bound_only_when_needed():
+    """An If whose branches agree in shape compiles once (where); the condition of one
+    whose branches differ is bound per value."""
+    f = TensorProto.FLOAT
+
+    def model(else_node):
+        then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "t", [],
+                                   [helper.make_tensor_value_info("t", f, ["a"])])
+        else_g = helper.make_graph([else_node], "e", [],
+                                   [helper.make_tensor_value_info("e", f, ["a"])])
+        g = helper.make_graph(
+            [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+            "g", [helper.make_tensor_value_info("x", f, [4]),
+                  helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+            [helper.make_tensor_value_info("y", f, ["a"])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    same = model(helper.make_node("Abs", ["x"], ["e"]))
+    assert isinstance(compiler.compile(same), compiler.CompiledModel)
+    differ = model(helper.make_node("Concat", ["x", "x"], ["e"], axis=0))
+    sess = compiler.compile(differ).session()
+    x = np.array([1, -2, 3, -4], np.float32)
+    for c in (True, False):
+        feeds = {"x": x, "c": np.array(c)}
+        assert_close(sess.run(None, feeds), ort_run(differ, feeds))
+    assert sess.compiles == 3
