@@ -76,6 +76,17 @@ def _declared(vi) -> tuple[list, str]:
     return dims, helper.tensor_dtype_to_np_dtype(tt.elem_type).name
 
 
+def _node_arg(vi):
+    """A session's NodeArg for a declared input / output; narrow types by their ONNX name
+    (``tensor(float8e4m3fn)``, as the compiled session reports them)."""
+    from runtime.session import NodeArg
+
+    from .narrow_types import fmt_of
+
+    fmt = fmt_of(vi.type.tensor_type.elem_type)
+    return NodeArg(vi.name, *_declared(vi), fmt.name if fmt else None)
+
+
 # Float inputs that determine output shapes, or (Resize's roi) the sampling grid that the
 # Resize converter computes at compile time: (op_type, input index).
 _SHAPE_FLOAT_SLOTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1),
@@ -224,14 +235,10 @@ class SpecializingSession:
         self.evictions = 0
 
     def get_inputs(self):
-        from runtime.session import NodeArg
-
-        return [NodeArg(n, s, d) for n, s, d in self.model.inputs]
+        return [_node_arg(vi) for vi in graph_inputs(self.model.proto)]
 
     def get_outputs(self):
-        from runtime.session import NodeArg
-
-        return [NodeArg(vi.name, *_declared(vi)) for vi in self.model.proto.graph.output]
+        return [_node_arg(vi) for vi in self.model.proto.graph.output]
 
     def _check(self, feed: dict) -> None:
         names = [n for n, _, _ in self.model.inputs]

@@ -226,3 +226,22 @@ def test_session_types_and_feed_checks(tmp_path):
         np.testing.assert_array_equal(z.view(np.uint16), x.view(np.uint16))
         with pytest.raises(ValueError, match=r"tensor\(bfloat16\)"):
             sess.run(None, {"x": x.astype(np.float32)})
+
+
+def test_dynamic_model_with_a_narrow_input_reports_and_runs_it():
+    """A symbolic-dimension model specialises per shape; its session names the narrow type
+    as ONNX does and takes / converts ml_dtypes arrays like a compiled session."""
+    import ml_dtypes
+    from onnx import TensorProto, helper
+
+    import compiler
+
+    g = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, ["n", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    sess = compiler.compile(m).session()
+    assert [a.type for a in sess.get_inputs()] == ["tensor(float8e4m3fn)"]
+    x = np.array([[0.5, -3, 448], [1e-3, 17, -0.0]], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(y, x.astype(np.float32))
