@@ -156,17 +156,23 @@ class DeviceSession:
         self._outputs = {o["name"]: (self._views[o["tensor"]], tensors[o["tensor"]])
                          for o in graph["outputs"]}
         self._output_names = [o["name"] for o in graph["outputs"]]
+        from .session import narrow_dtypes
+
+        self._narrow = narrow_dtypes(self.manifest)  # name -> (ml_dtypes dtype, ONNX name)
+
+    def _node_arg(self, name: str, t: dict):
+        from .session import NodeArg
+
+        if name in self._narrow:
+            dtype, elem_type = self._narrow[name]
+            return NodeArg(name, t["shape"], dtype.name, elem_type)
+        return NodeArg(name, t["shape"], t["dtype"])
 
     def get_inputs(self):
-        from .session import NodeArg
-
-        return [NodeArg(n, t["shape"], t["dtype"]) for n, _, t in self._inputs]
+        return [self._node_arg(n, t) for n, _, t in self._inputs]
 
     def get_outputs(self):
-        from .session import NodeArg
-
-        return [NodeArg(n, self._outputs[n][1]["shape"], self._outputs[n][1]["dtype"])
-                for n in self._output_names]
+        return [self._node_arg(n, self._outputs[n][1]) for n in self._output_names]
 
     def get_modelmeta(self) -> dict:
         return dict(self.manifest)
@@ -190,12 +196,16 @@ class DeviceSession:
                     raise ValueError(f"missing input {name!r}; the model's inputs are "
                                      f"{expected}")
                 a = input_feed[name]
-                if not isinstance(a, np.ndarray) or a.dtype != np.dtype(t["dtype"]) \
+                want, elem_type = self._narrow.get(name, (np.dtype(t["dtype"]), None))
+                if not isinstance(a, np.ndarray) or a.dtype != want \
                         or list(a.shape) != list(t["shape"]):
                     raise ValueError(f"input {name!r}: expected a numpy array of dtype "
-                                     f"{t['dtype']} and shape {list(t['shape'])}")
+                                     f"{elem_type or t['dtype']} and shape {list(t['shape'])}")
+                if elem_type:  # the graph holds the bit codes (runtime.session.narrow_dtypes)
+                    a = a.view(t["dtype"])
                 view.copyfrom(np.ascontiguousarray(a))
             for fn, args in self._calls:
                 fn(*args)
             self.device.sync()
-            return [self._outputs[n][0].numpy() for n in names]
+            return [self._outputs[n][0].numpy() if n not in self._narrow else
+                    self._outputs[n][0].numpy().view(self._narrow[n][0]) for n in names]

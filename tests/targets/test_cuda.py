@@ -121,6 +121,32 @@ def test_device_session_mechanism_on_cpu(name):
     assert [i.name for i in sess.get_inputs()] == list(feeds)
 
 
+def test_device_session_takes_and_returns_narrow_types_on_cpu():
+    """bfloat16 / float8 inputs and outputs through the device session (on tvm.cpu(0)): fed
+    and returned as ml_dtypes arrays, held as their bit codes, as the CPU session does."""
+    import ml_dtypes
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["f", "f"], ["sq"]),
+         helper.make_node("Cast", ["sq"], ["y"], to=TensorProto.FLOAT8E5M2)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT8E5M2, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    cm = compiler.compile(m)
+    sess = DeviceSession(cm.meta, cm._payload, cm._kernels, device=tvm.cpu(0))
+    assert [a.type for a in sess.get_inputs()] == ["tensor(bfloat16)"]
+    assert [a.type for a in sess.get_outputs()] == ["tensor(float8e5m2)"]
+    x = np.array([[1.5, -2, 3], [0.25, 100, -7]], np.float32).astype(ml_dtypes.bfloat16)
+    (y,) = sess.run(None, {"x": x})
+    assert y.dtype == np.dtype(ml_dtypes.float8_e5m2)
+    want = np.square(x.astype(np.float32)).astype(ml_dtypes.float8_e5m2)
+    np.testing.assert_array_equal(y.view(np.uint8), want.view(np.uint8))
+    with pytest.raises(ValueError, match="bfloat16"):
+        sess.run(None, {"x": x.astype(np.float32)})
+
+
 def _gpu_ready():
     return tvm.runtime.enabled("cuda") and tvm.cuda(0).exist
 
