@@ -18,6 +18,8 @@ from . import converters_signal  # noqa: E402,F401  (windows, MelWeightMatrix, D
 from . import converters_ml  # noqa: E402,F401  (ai.onnx.ml, TfIdfVectorizer, RoiAlign max)
 from . import converters_resize  # noqa: E402,F401  (Resize 11+, Upsample: exact gathers)
 from . import converters_narrow  # noqa: E402,F401  (Cast, Q/DQ on bfloat16, float8, int4, ...)
+from . import converters_deform  # noqa: E402,F401  (DeformConv)
+from . import converters_flexattention  # noqa: E402,F401  (FlexAttention, ai.onnx.preview)
 from .driver import CompiledModel  # noqa: E402
 from .specialize import DynamicModel, compile  # noqa: E402
 from .errors import (CompileCrashError, CompileError, CompileTimeoutError,  # noqa: E402

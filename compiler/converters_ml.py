@@ -1,5 +1,6 @@
 """onnxc's converters for ai.onnx.ml ops (Binarizer, ArrayFeatureExtractor, TreeEnsemble)
-and the default-domain TfIdfVectorizer, DeformConv and RoiAlign's ``max`` mode.
+and the default-domain TfIdfVectorizer and RoiAlign's ``max`` mode (DeformConv is in
+converters_deform.py).
 
 Each follows ONNX's reference implementation (``onnx/reference/ops``), written with Relax
 ops or, where those lack the op, a TE compute.  Whatever is not implemented is refused with

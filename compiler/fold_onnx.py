@@ -18,6 +18,8 @@ from onnx import helper, numpy_helper
 
 # Results above this many elements are left to the Relax constant folder (weights).
 MAX_ELEMENTS = 1 << 20
+# Fold rounds, each after shape inference on the previous round's result.
+MAX_ROUNDS = 4
 # Ops whose result is not a function of their inputs, or that hold subgraphs.
 _NEVER = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
           "Bernoulli", "Multinomial", "If", "Loop", "Scan", "SequenceConstruct",
@@ -76,7 +78,51 @@ def _inputs_with_subgraphs(node) -> set:
 
 
 def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    """Return (model with foldable nodes replaced by initializers, nodes folded)."""
+    """Return (model with foldable nodes replaced by initializers, nodes folded).
+
+    Folding can make a tensor's shape static that shape inference could not give before
+    (``Pad`` whose pads were computed from a bound input): while a ``Shape``/``Size`` is
+    left whose input has no static shape, shapes are inferred again on the folded model
+    and it is folded again (at most ``MAX_ROUNDS`` rounds)."""
+    total = 0
+    for _ in range(MAX_ROUNDS):
+        model, folded = _fold_round(model)
+        total += folded
+        if not folded or not _unknown_shape_reads(model):
+            break
+        reinferred = _reinfer_shapes(model)
+        if reinferred is None:
+            break
+        model = reinferred
+    return model, total
+
+
+def _unknown_shape_reads(model: onnx.ModelProto) -> set:
+    """Inputs of ``Shape``/``Size`` nodes whose shapes are not static."""
+    shapes = _static_shapes(model)
+    shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
+    return {n.input[0] for n in model.graph.node if n.op_type in ("Shape", "Size")
+            and n.domain in ("", "ai.onnx") and n.input[0] not in shapes}
+
+
+def _reinfer_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The model with shapes inferred afresh (stale intermediate shapes dropped), if that
+    gives any ``Shape``/``Size`` input a static shape it lacked; else None."""
+    from onnx import shape_inference
+
+    before = _unknown_shape_reads(model)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.value_info[:]
+    try:
+        m = shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:  # the loader's strict inference passed; a failure here is not fatal
+        return None
+    return m if _unknown_shape_reads(m) < before else None
+
+
+def _fold_round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """One pass over the graph in order: fold every node whose inputs are known."""
     graph = model.graph
     known = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     shapes = _static_shapes(model)

@@ -67,6 +67,7 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         return shape_inference.infer_shapes(m, check_type=True, strict_mode=True,
                                             data_prop=True)
 
+    model = _with_stft_onesided(model)
     try:
         return infer(model)
     except Exception:
@@ -75,6 +76,29 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         if not _fill_function_defaults(filled):
             raise
         return infer(filled)
+
+
+def _with_stft_onesided(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose STFT nodes that omit ``onesided`` state the schema's
+    default (1): onnx's STFT shape inference reads an omitted ``onesided`` as 0, and with
+    constant frame_step/frame_length infers a two-sided output shape that contradicts the
+    declared one-sided output (onnx 1.23)."""
+    def missing(graph):
+        for node in graph.node:
+            if node.op_type == "STFT" and node.domain in ("", "ai.onnx") and \
+                    not any(a.name == "onesided" for a in node.attribute):
+                yield node
+            for a in node.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    yield from missing(g)
+
+    if next(missing(model.graph), None) is None:
+        return model
+    filled = onnx.ModelProto()
+    filled.CopyFrom(model)
+    for node in list(missing(filled.graph)):
+        node.attribute.append(onnx.helper.make_attribute("onesided", 1))
+    return filled
 
 
 def _fill_function_defaults(model: onnx.ModelProto) -> bool:

@@ -4,8 +4,9 @@ onnx.reference.ReferenceEvaluator on a small model: Resize/Upsample computed exa
 bools, Split with empty parts, Mod's float edge cases, ConvTranspose's output_shape,
 BatchNormalization in training mode, deterministic Dropout (compiler/converters.py),
 RMSNormalization over all axes, MaxPool's Indices, MaxUnpool's output_shape
-(compiler/converters_nn.py), and the loader's per-operator opset check and function-op
-defaults (compiler/loader.py)."""
+(compiler/converters_nn.py), the loader's per-operator opset check, function-op defaults
+and STFT's omitted ``onesided`` (compiler/loader.py), and fold_onnx folding again after
+shape inference on a folded graph (compiler/fold_onnx.py)."""
 
 from __future__ import annotations
 
@@ -359,3 +360,57 @@ def test_opset_below_7_accepted_when_every_op_is_unchanged():
     model = _model(node, [_vi("x", F, [2])], [_vi("y", F, [2])], 6)
     with pytest.raises(UnsupportedError, match=r"opset 6 is outside .*Add"):
         compiler.compile(model)
+
+
+# --------------------------------------------------------------------------- #
+# fold_onnx: shapes inferred again after folding (CenterCropPad's expanded body)
+# --------------------------------------------------------------------------- #
+
+
+def _pad_then_slice_by_shape():
+    """y = padded[h // 2:, w // 2:] where padded = Pad(x, max(p, 0)): Pad's output shape is
+    static only once ``p`` is bound and ``max(p, 0)`` folded (shape inference does not
+    propagate values through Max)."""
+    nodes = [helper.make_node("Max", ["p", "zero"], ["pads"]),
+             helper.make_node("Pad", ["x", "pads"], ["padded"]),
+             helper.make_node("Shape", ["padded"], ["sh"]),
+             helper.make_node("Div", ["sh", "two"], ["half"]),
+             helper.make_node("Slice", ["padded", "half", "sh"], ["y"])]
+    g = helper.make_graph(nodes, "g", [_vi("x", F, [3, 4]), _vi("p", I64, [4])], [_out("y")],
+                          [_init("zero", np.zeros(4, np.int64)), _init("two", np.int64(2))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_fold_onnx_refolds_after_shape_inference():
+    from compiler.fold_onnx import fold_constants
+    from compiler.loader import load_model
+    from compiler.specialize import specialize_model
+
+    x = _RNG.standard_normal((3, 4)).astype(np.float32)
+    p = np.array([1, -2, 2, 3], np.int64)
+    model, (want,) = _typed(_pad_then_slice_by_shape(), {"x": x, "p": p})
+    folded, n = fold_constants(load_model(specialize_model(model, values={"p": p})))
+    assert [node.op_type for node in folded.graph.node] == ["Pad", "Slice"] and n == 3
+    inits = {t.name for t in folded.graph.initializer}
+    assert {"pads", "half", "sh"} <= inits
+    (got,) = compiler.compile(model, input_values={"p": p}).session().run(None, {"x": x})
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+# --------------------------------------------------------------------------- #
+# The loader: STFT's omitted ``onesided`` is the spec's default, 1
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_stft_omitted_onesided_with_constant_frames(window):
+    x = _RNG.standard_normal((1, 64, 1)).astype(np.float32)
+    inits = [_init("step", np.int64(8)), _init("length", np.int64(16))]
+    if window:
+        inits.append(_init("w", np.hanning(16).astype(np.float32)))
+    node = helper.make_node("STFT", ["x", "step", "w" if window else "", "length"], ["y"])
+    model = _model(node, [_vi("x", F, [1, 64, 1])], [_vi("y", F, [1, 7, 9, 2])], 17, inits)
+    got = _check(model, {"x": x})[0]
+    assert got.shape == (1, 7, 9, 2)
+    assert not any(a.name == "onesided" for a in model.graph.node[0].attribute)  # not mutated
