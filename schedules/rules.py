@@ -22,7 +22,7 @@ from .x86.conv2d_nchwc import Conv2dNCHWc
 from .x86.conv2d_nhwc import Conv2dNHWC
 from .x86.conv2d_packed import Conv2dPacked
 from .x86.depthwise import DepthwiseConv2dNCHW
-from .x86.pool import Pool2dNCHW
+from .x86.pool import Pool2dNCHW, Pool2dNCHWc
 from .x86.matmul import MatmulNN
 from .x86.matmul_packed import MatmulPacked
 from .x86.row_reduction import RowReduction
@@ -117,6 +117,7 @@ RULES = [
     DepthwiseConv2dNCHW(),  # before conv2d_nchw, which would take it as a 1-channel GEMM
     Conv2dNCHW(),
     Pool2dNCHW(),
+    Pool2dNCHWc(),
     MatmulPacked(),  # matmuls whose weights pack_matmul_weights pre-packed [N/32, K, 32]
     MatmulNN(),
     RowReduction(),  # softmax / layer norm rows: vectorised (rfactored) reductions

@@ -9,7 +9,7 @@ from onnx import helper
 from tvm import relax
 
 from schedules.x86.depthwise import DepthwiseConv2dNCHW
-from schedules.x86.pool import Pool2dNCHW
+from schedules.x86.pool import Pool2dNCHW, Pool2dNCHWc
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -105,3 +105,41 @@ def test_pool_numerics(op, attrs, shape):
     m = onnx.shape_inference.infer_shapes(m)
     check_against_ort(m, {"x": rng.standard_normal(shape).astype("float32")},
                       "x86.pool2d_nchw", layout="NCHW")
+
+
+def test_pool_nchwc_structure_and_negatives():
+    """ResNet's stem pool in NCHW16c: parallel over (image, channel block, output row),
+    the 16-lane channel block vectorised, a register row of pixels, taps unrolled."""
+    f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(
+        x, (3, 3), strides=2, padding=1, layout="NCHW16c")), [(1, 4, 112, 112, 16)], "pool")
+    sch = Pool2dNCHWc().apply(f, TARGET)
+    assert sch is not None
+    text = sch.mod["main"].script()
+    assert "T.parallel(T.int64(224))" in text           # 4 channel blocks x 56 rows
+    assert "T.vectorized(T.int64(16))" in text and "T.unroll" in text and "_local" in text
+    assert Pool2dNCHW().apply(f, TARGET) is None        # the NCHW rule does not take it
+    nchw = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, (3, 3))),
+                          [(1, 16, 8, 8)], "pool")
+    assert Pool2dNCHWc().apply(nchw, TARGET) is None
+    gap = fused_primfunc(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)),
+                         [(1, 2, 7, 7, 16)], "mean")
+    assert Pool2dNCHWc().apply(gap, TARGET) is None
+
+
+@pytest.mark.parametrize("pool, attrs, side", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), 12),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]), 23),
+    ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), 12),
+])
+def test_pool_nchwc_matches_onnxruntime(pool, attrs, side):
+    """conv -> pool -> conv: convert_layout keeps the pool in NCHW16c, our rule schedules it."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((32, 3, 3, 3)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((32, 32, 1, 1)).astype(np.float32) * 0.2
+    model = onnx_model(
+        [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+         helper.make_node(pool, ["a"], ["p"], **attrs),
+         helper.make_node("Conv", ["p", "w2"], ["y"])],
+        [("x", [1, 3, 23, 23])], [("y", [1, 32, side, side])], {"w1": w1, "w2": w2})
+    feeds = {"x": rng.standard_normal((1, 3, 23, 23)).astype(np.float32)}
+    check_against_ort(model, feeds, "x86.pool2d_nchwc")
