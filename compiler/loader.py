@@ -40,6 +40,8 @@ def load_model(model) -> onnx.ModelProto:
     if len(model.graph.node) == 0:
         raise ModelError(f"{where}: the graph has no nodes")
     _check_opsets(model, where)
+    for vi in model.graph.input:  # before shape inference: onnx's data propagation runs
+        _check_size(vi, where)     # for ever on a 2^62-element input feeding Range (fuzzer)
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
@@ -326,8 +328,13 @@ def _check_tensors(model: onnx.ModelProto, where: str) -> None:
     for t in model.graph.initializer:
         _check_tensor(t, f"initializer {t.name!r}", where)
     for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-        if not vi.type.HasField("tensor_type"):
-            continue
+        _check_size(vi, where)
+
+
+def _check_size(vi, where: str) -> None:
+    """A declared tensor (value_info) has no negative dimension and at most
+    MAX_TENSOR_ELEMENTS elements."""
+    if vi.type.HasField("tensor_type"):
         count = 1
         for d in vi.type.tensor_type.shape.dim:
             if d.HasField("dim_value"):
@@ -339,5 +346,5 @@ def _check_tensors(model: onnx.ModelProto, where: str) -> None:
             dims = [d.dim_value if d.HasField("dim_value") else d.dim_param
                     for d in vi.type.tensor_type.shape.dim]
             raise ModelError(f"{where}: tensor {vi.name!r} has shape {dims} "
-                                   f"({count} elements), more than onnxc handles "
-                                   f"({MAX_TENSOR_ELEMENTS}); check the model's shapes")
+                             f"({count} elements), more than onnxc handles "
+                             f"({MAX_TENSOR_ELEMENTS}); check the model's shapes")

@@ -147,6 +147,13 @@ def _is_value_input(dims, dtype, name, shape_floats) -> bool:
     return small and (np.issubdtype(np.dtype(dtype), np.integer) or name in shape_floats)
 
 
+def _tensor_inputs(model) -> bool:
+    """Every graph input is a tensor of a known element type (a sequence input, or an
+    element type 0, fails at load whatever it is fed)."""
+    return all(vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type
+               in helper.get_all_tensor_dtypes() for vi in graph_inputs(model))
+
+
 def _has_symbolic_or_value_inputs(model) -> bool:
     floats = _shape_value_inputs(model)
     for vi in graph_inputs(model):
@@ -189,8 +196,8 @@ def compile(model, target="host", *, input_shapes=None, input_values=None,
         proto = model if isinstance(model, onnx.ModelProto) else _load(model)
         where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "model"
         refuse_unsupported(proto, where)  # unsupported operators are never deferred
-        if not _has_symbolic_or_value_inputs(proto):
-            raise
+        if not _tensor_inputs(proto) or not _has_symbolic_or_value_inputs(proto):
+            raise  # nothing a concrete shape or value could fix
         return DynamicModel(proto, target, kwargs, max_variants, reason=str(e))
 
 

@@ -30,6 +30,7 @@ status 1 when there is any.
     python scripts/fuzz_models.py -n 1000 --jobs 2
     python scripts/fuzz_models.py -n 60 --seed 1 --json out.json
     python scripts/fuzz_models.py -n 1000 --jobs 2 --isolate
+    python scripts/fuzz_models.py -n 400 --isolate --conformance-ops Loop,Scan,If,DFT,Resize
 """
 
 from __future__ import annotations
@@ -131,6 +132,23 @@ def _hand_made():
         [init("zero", np.zeros((), "f4")), init("shp", np.array([2, 3], "i8"))])
     for m in out.values():
         onnx.checker.check_model(m)
+    return out
+
+
+def conformance_bases(ops) -> dict:
+    """The ONNX backend node tests' models (tensor cases) whose node list uses any of ``ops``:
+    mutating those reaches converters the zoo models do not use (control flow, narrow types,
+    signal ops, ...)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    want = set(ops)
+    out = {}
+    for case in collect_testcases(None):
+        used = {n.op_type for n in case.model.graph.node}
+        if used & want and case.model.graph.input:
+            out[f"onnx.{case.name}"] = case.model
+    if not out:
+        raise SystemExit(f"no ONNX backend test uses any of {sorted(want)}")
     return out
 
 
@@ -441,11 +459,11 @@ MUTATIONS = [
 ]
 
 
-def generate(n: int, seed: int = 0):
+def generate(n: int, seed: int = 0, bases: dict | None = None):
     """Yield n cases: dict(id, base, what, kind ('bytes'|'proto'), data)."""
     import onnx
 
-    bases = base_models()
+    bases = bases or base_models()
     names = sorted(bases)
     funcs = [f for f, w in MUTATIONS for _ in range(w)]
     for i in range(n):
@@ -709,10 +727,14 @@ def main(argv=None) -> int:
     p.add_argument("--isolate", action="store_true",
                    help="compile each case in its own compile process (compiler/isolate.py, as "
                         "`onnxc compile` does); count crashes and hangs it contained")
+    p.add_argument("--conformance-ops", default=None, metavar="OP,OP",
+                   help="mutate the ONNX backend test models using these ops instead of the "
+                        "zoo and hand-made models")
     args = p.parse_args(argv)
 
     t0 = time.time()
-    cases = list(generate(args.n, args.seed))
+    bases = conformance_bases(args.conformance_ops.split(",")) if args.conformance_ops else None
+    cases = list(generate(args.n, args.seed, bases))
 
     def progress(meta, res, k):
         if args.verbose:

@@ -208,3 +208,30 @@ def test_gather_axis_out_of_range_is_a_model_error():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(compiler.ModelError, match=f"axis {2**40} is out of range .* rank 2"):
         compiler.compile(m)
+
+
+def test_huge_input_is_refused_before_shape_inference():
+    """A 2^62-element input feeding Range (BlackmanWindow's expanded body, found by
+    `fuzz_models.py --conformance-ops`): onnx's shape inference with data propagation never
+    returned; the size is now checked first."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    (case,) = [c for c in collect_testcases(None) if c.name == "test_blackmanwindow_expanded"]
+    m = onnx.ModelProto()
+    m.CopyFrom(case.model)
+    dims = m.graph.input[0].type.tensor_type.shape
+    del dims.dim[:]
+    dims.dim.add().dim_value = 2 ** 62
+    with pytest.raises(compiler.ModelError, match=r"'x'.*more than onnxc handles"):
+        compiler.compile(m)
+
+
+def test_sequence_input_with_a_failing_compile_is_not_deferred():
+    """A model with a sequence input and a shape-determining input (Loop's trip count) is
+    refused as unsupported at compile time, not turned into a dynamic model that crashed
+    with a KeyError on the sequence input (fuzzer, test_loop13_seq)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    (case,) = [c for c in collect_testcases(None) if c.name == "test_loop13_seq"]
+    with pytest.raises(compiler.UnsupportedError, match="not a tensor"):
+        compiler.compile(case.model)
