@@ -150,16 +150,33 @@ def single_reduction(sch, kinds: str):
     return rv, block, [iv.var for iv in block.iter_vars]
 
 
-def nchw_fp32_output(block, spatial):
-    """(output region, the other reads) when ``block`` writes one float32 4-D buffer indexed
-    exactly by the ``spatial`` vars; else None."""
+def fp32_output(block, spatial):
+    """(output region, the other reads) when ``block`` writes one float32 buffer, of as many
+    dimensions as ``spatial`` (4-D NCHW / NHWC, 5-D NCHW[b]c), indexed exactly by the
+    ``spatial`` vars; else None."""
     if len(block.writes) != 1:
         return None
     out = block.writes[0]
-    if out.source.dtype != "float32" or len(out.source.shape) != 4 or not same_vars(
+    if out.source.dtype != "float32" or len(out.source.shape) != len(spatial) or not same_vars(
             region_vars(out), spatial):
         return None
     return out, [r for r in block.reads if not r.source.same_as(out.source)]
+
+
+def schedule_pads(sch, pads, pad_name, at, lanes, ncores):
+    """The blocks a window reduction leaves before it (``inline_around``): the one named
+    ``pad_name`` (its padded input) is built under loop ``at``, its innermost loop
+    vectorised when at most 4 vectors wide; the others become parallel, vectorised
+    elementwise stages."""
+    for p in pads:
+        if sch.get(p).name_hint == pad_name:
+            sch.compute_at(p, at, preserve_unit_loops=True)
+            inner = sch.get_loops(p)[-1]
+            extent = const_extent(sch, inner)
+            if extent is not None and extent <= 4 * lanes:
+                sch.vectorize(inner)
+        else:
+            schedule_elementwise(sch, p, lanes, ncores)
 
 
 def write_back_at(sch, main, at, tail, pads, after, write_layout=None):

@@ -38,7 +38,7 @@ def match_conv(sch, kinds: str):
     if m is None:
         return None
     rv, block, ivs = m
-    if len(block.reads) < 2 or common.nchw_fp32_output(block, ivs[:4]) is None:
+    if len(block.reads) < 2 or common.fp32_output(block, ivs[:4]) is None:
         return None
     out = block.writes[0]
     want_w = [ivs[1]] + ivs[4:]

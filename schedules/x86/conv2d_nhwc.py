@@ -22,7 +22,7 @@ def match_nhwc_conv(sch):
     if m is None:
         return None
     rv, block, (n, y, x, f, ry, rx, rc) = m
-    o = common.nchw_fp32_output(block, [n, y, x, f])  # any 4-D fp32 output indexed so
+    o = common.fp32_output(block, [n, y, x, f])  # any 4-D fp32 output indexed so
     if o is None:
         return None
     _, ins = o

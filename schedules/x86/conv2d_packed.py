@@ -27,7 +27,7 @@ def match_packed_conv(sch):
     if m is None:
         return None
     rv, block, (n, f, y, x, rc, ry, rx) = m
-    o = common.nchw_fp32_output(block, [n, f, y, x])
+    o = common.fp32_output(block, [n, f, y, x])
     if o is None:
         return None
     out, ins = o

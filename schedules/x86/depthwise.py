@@ -32,7 +32,7 @@ def match_depthwise(sch):
     rc_dom = block.iter_vars[4].dom
     if not (_int(rc_dom.extent) == 1 and _int(rc_dom.min) == 0):
         return None
-    o = common.nchw_fp32_output(block, [n, f, y, x])
+    o = common.fp32_output(block, [n, f, y, x])
     if o is None:
         return None
     out, ins = o
@@ -117,14 +117,6 @@ def schedule_window(sch, conv, pad, target):
     sch.vectorize(sch.get_loops(init)[-1])
     *_, w_y, w_x = sch.get_loops(wb)
     sch.vectorize(w_x)
-    for p in pads:
-        if sch.get(p).name_hint == pad_name:
-            # one channel's padded plane, built inside the channel's task
-            sch.compute_at(p, nf, preserve_unit_loops=True)
-            pl = sch.get_loops(p)[1:]
-            inner = common.const_extent(sch, pl[-1])
-            if inner is not None and inner <= 4 * lanes:
-                sch.vectorize(pl[-1])
-        else:
-            common.schedule_elementwise(sch, p, lanes, ncores)
+    # one channel's padded plane, built inside the channel's task
+    common.schedule_pads(sch, pads, pad_name, nf, lanes, ncores)
     return sch

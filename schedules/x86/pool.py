@@ -16,35 +16,36 @@ and left the kernel scalar: ResNet-50's 3x3/2 stem pool took 630 us alone, cold.
 
 from __future__ import annotations
 
-
 from ..base import MatchingCPURule
 from . import common
 from .depthwise import schedule_window
 
 
-def match_pool(sch):
-    """(pool block rv, pad block rv or None) of a 2-D window pooling kernel, else None:
-    one reduction block with iters ``SSSSRR`` writing ``out[n, c, y, x]`` from one
-    input read at ``[n, c, ., .]``, every other block spatial."""
-    m = common.single_reduction(sch, "SSSSRR")
+def match_pool(sch, blocked: bool = False):
+    """(pool block rv, pad block rv or None) of a 2-D window pooling kernel, else None: one
+    reduction block writing a float32 ``out[n, c, y, x]`` (``blocked``: NCHW[b]c,
+    ``out[n, C, y, x, c]``) from one input read at ``[n, c, ., .]`` (``[n, C, ., ., c]``),
+    every other block spatial.  Global pooling (one window) is a plain reduction: not
+    matched."""
+    m = common.single_reduction(sch, "SSSSSRR" if blocked else "SSSSRR")
     if m is None:
         return None
-    rv, block, (n, c, y, x, ry, rx) = m
-    o = common.nchw_fp32_output(block, [n, c, y, x])
+    rv, block, ivs = m
+    spatial = ivs[:-2]
+    o = common.fp32_output(block, spatial)
     if o is None:
         return None
     out, ins = o
-    if len(ins) != 1 or len(ins[0].region) != 4:
+    if len(ins) != 1 or len(ins[0].region) != len(spatial):
         return None
     idx = common.region_vars(ins[0])
-    if not (idx[0].same_as(n) and idx[1].same_as(c)):
+    same = (0, 1, 4) if blocked else (0, 1)  # image, channel (block), lane of the block
+    if not all(idx[k].same_as(spatial[k]) for k in same):
         return None
-    if all(_extent(iv) == 1 for iv in block.iter_vars[2:4]):  # global pooling: one window
+    if all(_extent(iv) == 1 for iv in block.iter_vars[2:4]):
         return None
-    pad = None
-    for p in sch.get_producers(rv):
-        if sch.get(p).writes[0].source.same_as(ins[0].source):
-            pad = p
+    pad = next((p for p in sch.get_producers(rv)
+                if sch.get(p).writes[0].source.same_as(ins[0].source)), None)
     return rv, pad
 
 
@@ -62,33 +63,6 @@ class Pool2dNCHW(MatchingCPURule):
 
     def schedule(self, sch, m, target):
         return schedule_window(sch, m[0], m[1], target)
-
-
-def match_pool_nchwc(sch):
-    """(pool block rv, pad block rv or None) of a 2-D window pooling kernel in NCHW[b]c:
-    one reduction block ``SSSSSRR`` writing a float32 ``out[n, C, y, x, c]`` from one
-    input read at ``[n, C, ., ., c]``, every other block spatial; else None."""
-    m = common.single_reduction(sch, "SSSSSRR")
-    if m is None:
-        return None
-    rv, block, (n, cb, y, x, c, _ry, _rx) = m
-    if len(block.writes) != 1 or all(_extent(iv) == 1 for iv in block.iter_vars[2:4]):
-        return None  # global pooling (one window) is a plain reduction
-    out = block.writes[0]
-    if out.source.dtype != "float32" or len(out.source.shape) != 5 or not common.same_vars(
-            common.region_vars(out), [n, cb, y, x, c]):
-        return None
-    ins = [r for r in block.reads if not r.source.same_as(out.source)]
-    if len(ins) != 1 or len(ins[0].region) != 5:
-        return None
-    idx = common.region_vars(ins[0])
-    if not (idx[0].same_as(n) and idx[1].same_as(cb) and idx[4].same_as(c)):
-        return None
-    pad = None
-    for p in sch.get_producers(rv):
-        if sch.get(p).writes[0].source.same_as(ins[0].source):
-            pad = p
-    return rv, pad
 
 
 def schedule_window_nchwc(sch, pool, pad, target):
@@ -117,15 +91,8 @@ def schedule_window_nchwc(sch, pool, pad, target):
     init = sch.decompose_reduction(pool, ry)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(wb)[-1])
-    for p in pads:
-        if sch.get(p).name_hint == pad_name:
-            # the padded input rows of one output row, built inside its task
-            sch.compute_at(p, row, preserve_unit_loops=True)
-            inner = sch.get_loops(p)[-1]
-            if (common.const_extent(sch, inner) or 0) <= 4 * lanes:
-                sch.vectorize(inner)
-        else:
-            common.schedule_elementwise(sch, p, lanes, ncores)
+    # the padded input rows of one output row, built inside its task
+    common.schedule_pads(sch, pads, pad_name, row, lanes, ncores)
     return sch
 
 
@@ -135,7 +102,7 @@ class Pool2dNCHWc(MatchingCPURule):
     name = "x86.pool2d_nchwc"
 
     def match(self, sch):
-        return match_pool_nchwc(sch)
+        return match_pool(sch, blocked=True)
 
     def schedule(self, sch, m, target):
         return schedule_window_nchwc(sch, m[0], m[1], target)
