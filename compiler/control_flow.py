@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 from tvm import relax, tirx
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .converters import _static_value as constant_value  # a constant's numpy value or None
 from .errors import CompileError, UnsupportedError
-from .fold_onnx import _NEVER as _NEVER_FOLD, MAX_ELEMENTS as _FOLD_MAX_ELEMENTS, _evaluate
+from .fold_onnx import fold_node, opset_ids
 from .registry import register_op
 
 # Unrolling bounds: loop iterations, and subgraph nodes converted for one Loop/Scan node.
@@ -114,19 +114,16 @@ def _fold(graph, names: dict, domain_opsets: dict):
     """Evaluate the subgraph's nodes whose inputs are all constants (as ``fold_onnx`` does
     for the main graph; here the subgraph's inputs are known per branch or iteration),
     binding their outputs in ``names``; returns the graph of the nodes left to convert."""
-    opsets = [helper.make_opsetid("" if d == "ai.onnx" else d, v)
-              for d, v in domain_opsets.items()]
+    opsets = opset_ids(domain_opsets)
     kept = []
     for node in graph.node:
         result = None
-        if node.domain in ("", "ai.onnx") and node.op_type not in _NEVER_FOLD and all(
-                not n or isinstance(names.get(n), (GenericConst, relax.ShapeExpr))
-                for n in node.input):
+        if all(not n or isinstance(names.get(n), (GenericConst, relax.ShapeExpr))
+               for n in node.input):
             values = [constant_value(names[n]) if n else None for n in node.input]
             if all(v is not None for n, v in zip(node.input, values) if n):
-                result = _evaluate(node, values, opsets)
-        if result is None or len(result) < len(node.output) or any(
-                r.dtype == object or r.size > _FOLD_MAX_ELEMENTS for r in result):
+                result = fold_node(node, values, opsets)
+        if result is None:
             kept.append(node)
             continue
         for name, value in zip(node.output, result):

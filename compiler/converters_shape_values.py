@@ -158,14 +158,13 @@ def _evaluated_or_refused(op: str):
     """A data-dependent op: its value when all its inputs are constants, else refused."""
 
     def convert(bb, inputs, attrs, ctx):
-        from .fold_onnx import _evaluate
+        from .fold_onnx import _evaluate, opset_ids
 
         values = [None if x is None else constant_value(x) for x in inputs]
         for k, (x, v) in enumerate(zip(inputs, values)):
             if x is not None and v is None:
                 _need_constant(ctx, k, "the output shape")
-        opsets = [_opset(d, v) for d, v in ctx.importer.domain_opsets.items()]
-        result = _evaluate(ctx.node, values, opsets)
+        result = _evaluate(ctx.node, values, opset_ids(ctx.importer.domain_opsets))
         if result is None:
             raise UnsupportedError(f"{_where(ctx)}: could not evaluate {op} on its constant inputs")
         outs = [_const(r) for r in result]
@@ -174,12 +173,6 @@ def _evaluated_or_refused(op: str):
     convert.__doc__ = f"{op} on constant inputs, evaluated at import (its output shape " \
                       "depends on its data)."
     return convert
-
-
-def _opset(domain: str, version: int):
-    from onnx import helper
-
-    return helper.make_opsetid("" if domain == "ai.onnx" else domain, version)
 
 
 _register("NonZero", since=9)(_evaluated_or_refused("NonZero"))

@@ -65,6 +65,25 @@ def _evaluate(node, values: list, opsets) -> list | None:
         return None
 
 
+def opset_ids(domain_opsets: dict) -> list:
+    """The importer's ``{domain: opset}`` as the model's ``opset_import`` entries."""
+    return [helper.make_opsetid("" if d == "ai.onnx" else d, v) for d, v in domain_opsets.items()]
+
+
+def fold_node(node, values: list, opsets) -> list | None:
+    """The outputs of ``node`` evaluated on ``values`` (numpy arrays, None for an omitted
+    input) by onnx's reference, or None when it is not to be folded: another domain, an op
+    in ``_NEVER``, one the reference cannot evaluate, or a result that is missing an
+    output, holds objects or exceeds MAX_ELEMENTS."""
+    if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
+        return None
+    result = _evaluate(node, values, opsets)
+    if result is None or len(result) < len(node.output) or any(
+            r.dtype == object or r.size > MAX_ELEMENTS for r in result):
+        return None
+    return result
+
+
 def _inputs_with_subgraphs(node) -> set:
     """The tensor names ``node`` reads, those its If/Loop/Scan bodies read from the outer
     scope included (a folded constant they use must stay an initializer)."""
@@ -130,16 +149,14 @@ def _fold_round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     kept, folded = [], 0
     for node in graph.node:
         result = None
-        if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
-            pass
-        elif node.op_type == "Shape" and node.input[0] in shapes:
+        default = node.domain in ("", "ai.onnx")
+        if default and node.op_type == "Shape" and node.input[0] in shapes:
             result = [_shape_of(node, shapes[node.input[0]])]
-        elif node.op_type == "Size" and node.input[0] in shapes:
+        elif default and node.op_type == "Size" and node.input[0] in shapes:
             result = [np.array(int(np.prod(shapes[node.input[0]])), dtype=np.int64)]
         elif all(not i or i in known for i in node.input):
-            result = _evaluate(node, [known.get(i) if i else None for i in node.input], opsets)
-        if result is None or len(result) < len(node.output) or any(
-                r.dtype == object or r.size > MAX_ELEMENTS for r in result):
+            result = fold_node(node, [known.get(i) if i else None for i in node.input], opsets)
+        if result is None:
             kept.append(node)
             continue
         for name, value in zip(node.output, result):
