@@ -207,6 +207,40 @@ def rebind(mutator, binding, value, name: str | None = None):
     return var
 
 
+def rewrite_calls(mod, op_name: str, replace, func: str = "main"):
+    """Replace each binding of ``func`` whose value is a call to the operator ``op_name``
+    by ``replace(mutator, call)`` (an expression; None keeps the binding), bound under the
+    binding's own name so that its kernel keeps naming the ONNX node.  ``replace`` visits
+    the operands it keeps (``mutator.visit_expr``) and may make kernels
+    (``mutator.builder_.call_te``).  Returns (module, the replaced vars); the module as
+    given when nothing was replaced, else with the bindings this made dead removed."""
+
+    @mutator
+    class _Calls(PyExprMutator):
+        def __init__(self, mod):
+            super().__init__(mod)
+            self.replaced = []
+
+        def visit_var_binding_(self, binding):
+            value = binding.value
+            new = replace(self, value) if (
+                isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                and value.op.name == op_name) else None
+            if new is None:
+                super().visit_var_binding_(binding)
+                return
+            rebind(self, binding, new)
+            self.replaced.append(binding.var)
+
+    m = _Calls(mod)
+    new_func = m.visit_expr(mod[func])
+    if not m.replaced:
+        return mod, []
+    out = m.builder_.get()
+    out[func] = new_func
+    return relax.transform.DeadCodeElimination([func])(out), m.replaced
+
+
 class Emitter:
     """What a rewrite callback gets: ``emit`` binds a helper value, named after the nodes
     of the match or of the binding ``like`` (the one it stands for, so that its kernel

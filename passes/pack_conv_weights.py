@@ -20,10 +20,9 @@ import numpy as np
 import tvm
 from tvm import relax, te, topi
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassReport
-from .dataflow import rebind
+from .dataflow import rewrite_calls
 
 # Channel blocks, best first: two AVX-512 vectors, one, three (the x86 rule also takes
 # ragged blocks such as 24 or 40, through the ``blocks`` option)
@@ -38,16 +37,13 @@ class PackConvWeights(GraphPass):
     options = {"min_taps": 1, "blocks": BLOCKS}
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        m = _Pack(mod, int(options["min_taps"]), tuple(options["blocks"]))
-        main = m.visit_expr(mod["main"])
-        if not m.rewritten:
-            return mod
-        out = m.builder_.get()
-        out["main"] = main
-        out = relax.transform.DeadCodeElimination(["main"])(out)
-        report.rewrites["conv2d(x, W) => conv2d_nchw_packed(x, OIHW[b]o(W))"] = len(m.rewritten)
-        names = getattr(report, "node_names", None) or []
-        report.nodes = [_node_name(v, names) for v in m.rewritten]
+        min_taps, blocks = int(options["min_taps"]), tuple(options["blocks"])
+        out, rewritten = rewrite_calls(mod, "relax.nn.conv2d",
+                                       lambda m, call: _packed(m, call, min_taps, blocks))
+        if rewritten:
+            report.rewrites["conv2d(x, W) => conv2d_nchw_packed(x, OIHW[b]o(W))"] = len(rewritten)
+            names = getattr(report, "node_names", None) or []
+            report.nodes = [_node_name(v, names) for v in rewritten]
         return out
 
 
@@ -95,51 +91,32 @@ def _block(f: int, blocks) -> int:
     return next((b for b in blocks if f % b == 0), 0)
 
 
-@mutator
-class _Pack(PyExprMutator):
-    def __init__(self, mod, min_taps, blocks):
-        super().__init__(mod)
-        self.min_taps, self.blocks = min_taps, blocks
-        self.rewritten = []
-
-    def visit_var_binding_(self, binding):
-        value = binding.value
-        new = self._packed(value) if _is_conv2d(value) else None
-        if new is None:
-            super().visit_var_binding_(binding)
-            return
-        rebind(self, binding, new)  # same name as the conv: its kernel names the node
-        self.rewritten.append(binding.var)
-
-    def _packed(self, call):
-        a = call.attrs
-        data, weight = call.args
-        if not isinstance(weight, GenericConst):
-            return None
-        if (int(a.groups) != 1 or a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
-                or a.out_layout != "NCHW"
-                or (str(a.out_dtype) if a.out_dtype is not None else "") not in (
-                    "", "void", "float32")):
-            return None
-        dty = data.ty
-        w = weight.value.numpy()
-        if str(dty.dtype) != "float32" or w.dtype != np.float32 or dty.ndim != 4 or w.ndim != 4:
-            return None
-        if dty.shape is None or any(not isinstance(d, tvm.tirx.IntImm) for d in dty.shape):
-            return None
-        f, _, kh, kw = w.shape
-        b = _block(f, self.blocks)
-        if kh * kw < self.min_taps or not b:
-            return None
-        data = self.visit_expr(data)
-        wp = relax.const(pack_oihw(w, b))
-        return self.builder_.call_te(
-            conv2d_nchw_packed, data, wp, [int(s) for s in a.strides],
-            [int(p) for p in a.padding], [int(d) for d in a.dilation],
-            primfunc_name_hint="conv2d")
-
-
-def _is_conv2d(value) -> bool:
-    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-            and value.op.name == "relax.nn.conv2d")
+def _packed(m, call, min_taps: int, blocks):
+    """``call`` (a relax.nn.conv2d) as conv2d_nchw_packed on W packed in channel blocks,
+    emitted through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
+    a = call.attrs
+    data, weight = call.args
+    if not isinstance(weight, GenericConst):
+        return None
+    if (int(a.groups) != 1 or a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
+            or a.out_layout != "NCHW"
+            or (str(a.out_dtype) if a.out_dtype is not None else "") not in (
+                "", "void", "float32")):
+        return None
+    dty = data.ty
+    w = weight.value.numpy()
+    if str(dty.dtype) != "float32" or w.dtype != np.float32 or dty.ndim != 4 or w.ndim != 4:
+        return None
+    if dty.shape is None or any(not isinstance(d, tvm.tirx.IntImm) for d in dty.shape):
+        return None
+    f, _, kh, kw = w.shape
+    b = _block(f, blocks)
+    if kh * kw < min_taps or not b:
+        return None
+    data = m.visit_expr(data)
+    wp = relax.const(pack_oihw(w, b))
+    return m.builder_.call_te(
+        conv2d_nchw_packed, data, wp, [int(s) for s in a.strides],
+        [int(p) for p in a.padding], [int(d) for d in a.dilation],
+        primfunc_name_hint="conv2d")
 

@@ -20,10 +20,9 @@ import numpy as np
 import tvm
 from tvm import relax, te
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassReport
-from .dataflow import nodes_of, rebind
+from .dataflow import nodes_of, rewrite_calls
 
 RULE = "matmul(x, W) => matmul_packed(x, [N/nr, K, nr](W))"
 
@@ -36,17 +35,14 @@ class PackMatmulWeights(GraphPass):
     options = {"panel": 32, "rows": 8}
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        m = _Pack(mod, int(options["panel"]), int(options["rows"]))
-        main = m.visit_expr(mod["main"])
-        if not m.rewritten:
-            return mod
-        out = m.builder_.get()
-        out["main"] = main
-        out = relax.transform.DeadCodeElimination(["main"])(out)
-        report.rewrites[RULE] = len(m.rewritten)
-        names = report.node_names
-        report.nodes = [names[k] if k < len(names) else v.name
-                        for v in m.rewritten for k in nodes_of(v.name) or [len(names)]]
+        panel, rows = int(options["panel"]), int(options["rows"])
+        out, rewritten = rewrite_calls(mod, "relax.matmul",
+                                       lambda m, call: _packed(m, call, panel, rows))
+        if rewritten:
+            report.rewrites[RULE] = len(rewritten)
+            names = report.node_names
+            report.nodes = [names[k] if k < len(names) else v.name
+                            for v in rewritten for k in nodes_of(v.name) or [len(names)]]
         return out
 
 
@@ -89,44 +85,25 @@ def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(k, n // nr, nr).transpose(1, 0, 2))
 
 
-@mutator
-class _Pack(PyExprMutator):
-    def __init__(self, mod, panel, rows):
-        super().__init__(mod)
-        self.panel, self.rows = panel, rows
-        self.rewritten = []
-
-    def visit_var_binding_(self, binding):
-        value = binding.value
-        new = self._packed(value) if _is_matmul(value) else None
-        if new is None:
-            super().visit_var_binding_(binding)
-            return
-        rebind(self, binding, new)  # same name as the matmul: its kernel names the node
-        self.rewritten.append(binding.var)
-
-    def _packed(self, call):
-        x, weight = call.args
-        if not isinstance(weight, GenericConst):
-            return None
-        out_dtype = call.attrs.out_dtype if call.attrs is not None else None
-        if (str(out_dtype) if out_dtype is not None else "") not in ("", "void", "float32"):
-            return None
-        xt = x.ty
-        w = weight.value.numpy()
-        if str(xt.dtype) != "float32" or w.dtype != np.float32 or w.ndim != 2:
-            return None
-        if xt.ndim is None or xt.ndim < 2 or xt.shape is None or any(
-                not isinstance(d, tvm.tirx.IntImm) for d in xt.shape):
-            return None
-        if int(xt.shape[-1]) != w.shape[0] or w.shape[1] % self.panel:
-            return None
-        x = self.visit_expr(x)
-        wp = relax.const(pack_kn(w, self.panel))
-        rows = pad_rows(int(xt.shape[-2]), self.rows)
-        return self.builder_.call_te(matmul_packed, x, wp, rows, primfunc_name_hint="matmul")
-
-
-def _is_matmul(value) -> bool:
-    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-            and value.op.name == "relax.matmul")
+def _packed(m, call, panel: int, rows: int):
+    """``call`` (a relax.matmul) as matmul_packed on W packed in ``panel`` columns, emitted
+    through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
+    x, weight = call.args
+    if not isinstance(weight, GenericConst):
+        return None
+    out_dtype = call.attrs.out_dtype if call.attrs is not None else None
+    if (str(out_dtype) if out_dtype is not None else "") not in ("", "void", "float32"):
+        return None
+    xt = x.ty
+    w = weight.value.numpy()
+    if str(xt.dtype) != "float32" or w.dtype != np.float32 or w.ndim != 2:
+        return None
+    if xt.ndim is None or xt.ndim < 2 or xt.shape is None or any(
+            not isinstance(d, tvm.tirx.IntImm) for d in xt.shape):
+        return None
+    if int(xt.shape[-1]) != w.shape[0] or w.shape[1] % panel:
+        return None
+    x = m.visit_expr(x)
+    wp = relax.const(pack_kn(w, panel))
+    return m.builder_.call_te(matmul_packed, x, wp, pad_rows(int(xt.shape[-2]), rows),
+                              primfunc_name_hint="matmul")
