@@ -230,19 +230,17 @@ def pixel_tile(oh: int, ow: int, groups: int, width: int = 1, max_group=None) ->
 def matmul_block(sch):
     """(block rv, iter vars, the reads other than the output) of the function's only
     reduction block when it reduces over its last iter alone (``S..SR``, at least three
-    iters), all other blocks being spatial, and writes one float32 buffer indexed by
-    exactly its spatial iters; else None.  The matmul rules then check the operands."""
+    iters), all other blocks being spatial, writes one float32 buffer indexed by exactly
+    its spatial iters and reads two others; else None.  The matmul rules then check how
+    the two operands are indexed."""
     found = only_reduction(sch)
     if found is None:
         return None
     rv, kinds = found
     if len(kinds) < 3 or kinds[-1] != "R" or "R" in kinds[:-1]:
         return None
-    block = sch.get(rv)
-    ivs = [iv.var for iv in block.iter_vars]
-    if len(block.writes) != 1:
+    ivs = [iv.var for iv in sch.get(rv).iter_vars]
+    o = fp32_output(sch.get(rv), ivs[:-1])
+    if o is None or len(o[1]) != 2:
         return None
-    out = block.writes[0]
-    if out.source.dtype != "float32" or not same_vars(region_vars(out), ivs[:-1]):
-        return None
-    return rv, ivs, [r for r in block.reads if not r.source.same_as(out.source)]
+    return rv, ivs, o[1]

@@ -24,8 +24,6 @@ def match_matmul(sch):
         return None
     rv, ivs, ins = m
     *bat, i, j, k = ivs
-    if len(ins) != 2:
-        return None
     a_ok = b_ok = False
     for r in ins:
         idx = common.region_vars(r)

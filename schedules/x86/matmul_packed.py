@@ -27,8 +27,6 @@ def match_packed_matmul(sch):
         return None
     rv, ivs, ins = m
     *_, i, j, k = ivs
-    if len(ins) != 2:
-        return None
     nr = a_ok = None
     clamped = False
     for r in ins:
