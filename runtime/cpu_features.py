@@ -16,7 +16,8 @@ _X86_ALIASES = {"sse3": "pni", "bmi": "bmi1", "lzcnt": "abm", "pclmul": "pclmulq
 _ARM_ALIASES = {"neon": "asimd", "dotprod": "asimddp", "fullfp16": "asimdhp"}
 
 
-def _norm(name: str) -> str:
+def normalize(name: str) -> str:
+    """A CPU feature name as compared: lower case, no "_", "." or "-"."""
     return name.lower().replace("_", "").replace(".", "").replace("-", "")
 
 
@@ -62,7 +63,7 @@ def host_flags(cpuinfo_path: str = "/proc/cpuinfo") -> set[str] | None:
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
-            return {_norm(v) for v in value.split()}
+            return {normalize(v) for v in value.split()}
     return None
 
 
@@ -77,6 +78,6 @@ def missing_features(required, arch: str, flags: set[str] | None = None) -> list
     aliases = _X86_ALIASES if arch == "x86_64" else _ARM_ALIASES
     missing = []
     for feat in required:
-        if _norm(aliases.get(feat, feat)) not in flags and _norm(feat) not in flags:
+        if normalize(aliases.get(feat, feat)) not in flags and normalize(feat) not in flags:
             missing.append(feat)
     return missing
