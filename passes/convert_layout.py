@@ -174,7 +174,7 @@ def _desired(call, layout: str, block: int) -> list:
             or (a.out_dtype and str(a.out_dtype) not in ("", "void", "float32"))):
         return keep
     if layout == "NHWC":
-        return ["NHWC", "HWIO"]  # output channels contiguous: the x86 NHWC kernel's vector
+        return ["NHWC", "HWIO"]  # output channels contiguous: the CPU NHWC kernel's vector
     c, f = int(x.ty.shape[1]), int(w.ty.shape[0])
     if int(a.groups) == 1 and c % block and not f % block:
         # an RGB stem, or MobileNetV2's 24 -> 144 expansions: NCHW in, blocked out, so what

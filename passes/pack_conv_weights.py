@@ -2,7 +2,7 @@
 compile time (OIHW -> OIHW[b]o).
 
 Activations stay NCHW; only the constant weight changes layout, once, here.  With ``b``
-output channels contiguous, the x86 rule ``conv2d_packed`` keeps an ``(output pixels x
+output channels contiguous, the CPU rule ``conv2d_packed`` keeps an ``(output pixels x
 b)`` tile of accumulators in registers, loads ``b / lanes`` weight vectors per tap and
 broadcasts each input value into them: the channel block is the vector, so odd output
 widths (SqueezeNet's 55/27/13, the 111- and 112-wide stems) no longer give short vectors.
@@ -24,7 +24,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from .context import GraphPass, PassReport
 from .dataflow import rewrite_calls
 
-# Channel blocks, best first: two AVX-512 vectors, one, three (the x86 rule also takes
+# Channel blocks, best first: two AVX-512 vectors, one, three (the CPU rule also takes
 # ragged blocks such as 24 or 40, through the ``blocks`` option)
 BLOCKS = (32, 16, 48)
 

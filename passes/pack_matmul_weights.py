@@ -1,8 +1,8 @@
 """matmul(x, W[K, N]) => matmul_packed(x, Wp[N/nr, K, nr]), Wp packed at compile time.
 
-With the weight as ``N/nr`` contiguous ``K x nr`` panels, the x86 rule ``matmul_packed``
+With the weight as ``N/nr`` contiguous ``K x nr`` panels, the CPU rule ``matmul_packed``
 streams each panel straight into its ``mr x nr`` register tile: no per-call copy of a
-strided ``K x nr`` panel of W (rows ``4 N`` bytes apart), as ``x86.matmul`` makes
+strided ``K x nr`` panel of W (rows ``4 N`` bytes apart), as ``cpu.matmul`` makes
 (single core, BERT-base M = 128: 207 -> 232 GFLOP/s on the 3072x768 weight, 231 -> 253 on
 768x768).  Fires on float32 ``x[.., M, K] @ W[K, N]`` with a constant 2-D W, static
 shapes and ``N`` a multiple of ``panel`` (two AVX-512 vectors by default).  When M has no
@@ -72,7 +72,7 @@ def matmul_packed(x, wp, rows: int = 1):
 
 
 def pad_rows(m: int, rows: int) -> int:
-    """``rows`` when M > 12 has no divisor in 4..12 (37, 197: the x86 rule tiles rows by a
+    """``rows`` when M > 12 has no divisor in 4..12 (37, 197: the CPU rule tiles rows by a
     divisor of M and would fall to 1-row tiles, ~65 GFLOP/s), else 1 (no padding)."""
     if m <= 12 or any(m % d == 0 for d in range(4, 13)):
         return 1

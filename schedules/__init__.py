@@ -13,7 +13,8 @@ import logging
 
 import tvm
 
-from .rules import RULES, ScheduleRule
+from .base import ScheduleRule
+from .cpu import RULES
 
 __all__ = ["apply_schedules", "default_schedule", "ScheduleRule", "RULES"]
 

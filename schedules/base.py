@@ -12,6 +12,18 @@ class ScheduleRule:
         raise NotImplementedError
 
 
+class Dlight(ScheduleRule):
+    """A TVM dlight rule as one of ours (dlight's ``apply`` takes a third ``tunable``
+    argument and may return a list of schedules: the first is taken)."""
+
+    def __init__(self, name, rule):
+        self.name, self._rule = name, rule
+
+    def apply(self, func, target):
+        sch = self._rule.apply(func, target, False)
+        return sch[0] if isinstance(sch, list) else sch
+
+
 class MatchingCPURule(ScheduleRule):
     """A CPU rule in two steps: ``match(sch)`` recognises the kernel (None: not ours), then
     ``schedule(sch, match, target)`` schedules it (None: leave it to the next rule)."""

@@ -14,6 +14,7 @@ This package imports nothing of ours (see DESIGN.md).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from . import arm as _arm
 from . import cuda as _cuda
 
-__all__ = ["TargetInfo", "TargetError", "resolve", "PRESETS"]
+__all__ = ["TargetInfo", "TargetError", "resolve", "PRESETS", "cpu_facts", "vector_bits",
+           "vector_registers"]
 
 
 class TargetError(ValueError):
@@ -138,13 +140,39 @@ def _llvm_features(tvm_dict: dict) -> tuple:
     return tuple(f for f in known if f in feats)
 
 
-def _vector_bits(arch: str, features) -> int:
+def vector_bits(arch: str, features) -> int:
+    """Width of the widest fp32 vector unit that code for ``arch`` with ``features`` may use."""
     if arch == "x86_64":
         if "avx512f" in features:
             return 512
         if "avx" in features:
             return 256
     return 128
+
+
+def vector_registers(arch: str, features) -> int:
+    """Architectural vector registers: 32 (AVX-512 zmm0-31, aarch64 v0-31), else 16 (x86
+    xmm/ymm).  Register tiles are sized from this: an AVX-512 tile on AVX2 spills."""
+    if arch == "aarch64" or (arch == "x86_64" and "avx512f" in features):
+        return 32
+    return 16
+
+
+@functools.lru_cache(maxsize=64)
+def _llvm_facts(target_str: str, tvm_target) -> tuple:
+    from tvm.target import codegen
+
+    triple = str(tvm_target.attrs.get("mtriple", "") or codegen.llvm_get_system_triple())
+    return triple.split("-")[0], frozenset(codegen.llvm_get_cpu_features(tvm_target))
+
+
+def cpu_facts(tvm_target) -> dict:
+    """What schedule rules ask of an LLVM CPU target (a ``tvm.target.Target``): ``lanes``
+    (fp32 per vector), ``vector_registers``, ``cores`` (the target's ``num-cores``)."""
+    arch, feats = _llvm_facts(str(tvm_target), tvm_target)
+    return {"arch": arch, "lanes": vector_bits(arch, feats) // 32,
+            "vector_registers": vector_registers(arch, feats),
+            "cores": int(tvm_target.attrs.get("num-cores", 1) or 1)}
 
 
 def _this_arch() -> str:
@@ -161,7 +189,7 @@ def _cpu_target(name: str, mcpu: str, triple: str, arch: str, cores: int,
         tvm_dict["mattr"] = list(mattr)
     features = _llvm_features(tvm_dict)
     return TargetInfo(name=name, tvm=tvm_dict, arch=arch, cpu=mcpu, features=features,
-                      cores=cores, vector_bits=_vector_bits(arch, features))
+                      cores=cores, vector_bits=vector_bits(arch, features))
 
 
 def _host() -> TargetInfo:
@@ -259,4 +287,4 @@ def _from_dict(d: dict) -> TargetInfo:
         raise TargetError(f"TVM rejects target {json.dumps(d)}: {str(e).splitlines()[-1]}") from None
     return TargetInfo(name=tvm_dict["mcpu"], tvm=tvm_dict, arch=arch, cpu=tvm_dict["mcpu"],
                       features=features, cores=int(tvm_dict["num-cores"]),
-                      vector_bits=_vector_bits(arch, features))
+                      vector_bits=vector_bits(arch, features))

@@ -20,30 +20,21 @@ import tvm_ffi
 from tvm import tirx
 from tvm.s_tir.dlight import gpu as dl_gpu
 
-from ..base import ScheduleRule
+from ..base import Dlight
 
 __all__ = ["apply_schedules", "verify", "unbound_kernels", "RULES", "constraints"]
 
 log = logging.getLogger("onnxc.schedules.cuda")
 
 
-class _Dlight(ScheduleRule):
-    def __init__(self, name, rule):
-        self.name, self._rule = name, rule
-
-    def apply(self, func, target):
-        sch = self._rule.apply(func, target, False)
-        return sch[0] if isinstance(sch, list) else sch
-
-
 RULES = [
-    _Dlight("dlight.gpu.matmul", dl_gpu.Matmul()),
-    _Dlight("dlight.gpu.gemv", dl_gpu.GEMV()),
-    _Dlight("dlight.gpu.low_batch_gemv", dl_gpu.LowBatchGEMV()),
-    _Dlight("dlight.gpu.reduction", dl_gpu.Reduction()),
-    _Dlight("dlight.gpu.general_reduction", dl_gpu.GeneralReduction()),
-    _Dlight("dlight.gpu.transpose", dl_gpu.Transpose()),
-    _Dlight("dlight.gpu.fallback", dl_gpu.Fallback()),
+    Dlight("dlight.gpu.matmul", dl_gpu.Matmul()),
+    Dlight("dlight.gpu.gemv", dl_gpu.GEMV()),
+    Dlight("dlight.gpu.low_batch_gemv", dl_gpu.LowBatchGEMV()),
+    Dlight("dlight.gpu.reduction", dl_gpu.Reduction()),
+    Dlight("dlight.gpu.general_reduction", dl_gpu.GeneralReduction()),
+    Dlight("dlight.gpu.transpose", dl_gpu.Transpose()),
+    Dlight("dlight.gpu.fallback", dl_gpu.Fallback()),
 ]
 
 

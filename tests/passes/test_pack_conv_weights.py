@@ -38,7 +38,7 @@ def test_rewrites_3x3_names_node_and_matches_ort():
     rep = _report(cm)
     assert rep["rewrites"] == {"conv2d(x, W) => conv2d_nchw_packed(x, OIHW[b]o(W))": 1}
     assert rep["nodes"] == ["stem.conv"]
-    assert cm.report["schedules"].get("x86.conv2d_packed") == 1
+    assert cm.report["schedules"].get("cpu.conv2d_packed") == 1
     # the kernel still names the ONNX nodes it computes
     calls = cm.meta["graph"]["calls"]
     assert any("stem.conv" in c.get("nodes", []) for c in calls)
@@ -52,22 +52,22 @@ def test_leaves_depthwise_and_unblocked_channels_alone():
     for model in (_model(groups=8, f=8), _model(f=24), _model(f=1000, c=4)):
         cm = compiler.compile(model, target="host", layout="NCHW")
         assert not _report(cm)["rewrites"], _report(cm)
-        assert "x86.conv2d_packed" not in cm.report["schedules"]
+        assert "cpu.conv2d_packed" not in cm.report["schedules"]
 
 
 def test_options_min_taps_and_blocks():
     cm = compiler.compile(_model(k=1), target="host", layout="NCHW")   # 1x1 packed by default
-    assert cm.report["schedules"].get("x86.conv2d_packed") == 1
+    assert cm.report["schedules"].get("cpu.conv2d_packed") == 1
     cm = compiler.compile(_model(k=1), target="host", layout="NCHW",
                           pass_config={"pack_conv_weights": {"min_taps": 2}})
     assert not _report(cm)["rewrites"]
     cm = compiler.compile(_model(f=24), target="host", layout="NCHW",
                           pass_config={"pack_conv_weights": {"blocks": (24,)}})
-    assert cm.report["schedules"].get("x86.conv2d_packed") == 1
+    assert cm.report["schedules"].get("cpu.conv2d_packed") == 1
 
 
 def test_disabled_by_pass_name():
     cm = compiler.compile(_model(), target="host", layout="NCHW",
                           disabled_passes=["pack_conv_weights"])
     assert _report(cm)["skipped"] == "disabled"
-    assert "x86.conv2d_packed" not in cm.report["schedules"]
+    assert "cpu.conv2d_packed" not in cm.report["schedules"]

@@ -1,4 +1,4 @@
-"""x86.conv2d_nchw: structure under a Target, numerics against onnxruntime, negatives."""
+"""cpu.conv2d_nchw: structure under a Target, numerics against onnxruntime, negatives."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 from tvm import relax
 
-from schedules.x86.conv2d import Conv2dNCHW
+from schedules.cpu.conv2d import Conv2dNCHW
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -74,6 +74,6 @@ def test_numerics_conv_bias_relu_add(k, stride, pad, shape, f, g):
     model = onnx_model(nodes, [("x", shape), ("r", out)], [("y", out)], {"w": w, "b": b})
     feeds = {"x": rng.standard_normal(shape).astype("float32"),
              "r": rng.standard_normal(out).astype("float32")}
-    # pack_conv_weights would hand the conv to x86.conv2d_packed; depthwise has its own rule
-    check_against_ort(model, feeds, "x86.depthwise_conv2d_nchw" if g > 1 else "x86.conv2d_nchw",
+    # pack_conv_weights would hand the conv to cpu.conv2d_packed; depthwise has its own rule
+    check_against_ort(model, feeds, "cpu.depthwise_conv2d_nchw" if g > 1 else "cpu.conv2d_nchw",
                       disabled_passes=["pack_conv_weights"], layout="NCHW")

@@ -1,4 +1,4 @@
-"""x86.conv2d_nchwc and its legalization: tile choice, structure under a Target, numerics
+"""cpu.conv2d_nchwc and its legalization: tile choice, structure under a Target, numerics
 against onnxruntime through convert_layout (dense, depthwise, strided, dilated, padded,
 1x1, AVX2 blocks), negatives."""
 
@@ -10,7 +10,7 @@ from onnx import helper
 from tvm import relax
 
 from compiler import legalize_conv_nchwc  # noqa: F401  (registers the NCHWc legalization)
-from schedules.x86.conv2d_nchwc import Conv2dNCHWc, depthwise_tile, tile
+from schedules.cpu.conv2d_nchwc import Conv2dNCHWc, depthwise_tile, tile
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -80,7 +80,7 @@ def test_numerics_conv_bias_relu_residual(k, stride, pad, dil, c, f, hw, group):
     model = onnx_model(nodes, [("x", shape), ("r", out)], [("y", out)], {"w": w, "b": b})
     feeds = {"x": rng.standard_normal(shape).astype("float32"),
              "r": rng.standard_normal(out).astype("float32")}
-    check_against_ort(model, feeds, "x86.conv2d_nchwc")
+    check_against_ort(model, feeds, "cpu.conv2d_nchwc")
 
 
 def test_numerics_avx2_block_8():
@@ -91,7 +91,7 @@ def test_numerics_avx2_block_8():
     import compiler
     cm = compiler.compile(model, target="x86-avx2")
     assert cm.report["layout"]["block"] == 8
-    assert cm.report["schedules"].get("x86.conv2d_nchwc") == 1
+    assert cm.report["schedules"].get("cpu.conv2d_nchwc") == 1
     import onnxruntime as ort
     x = rng.standard_normal((1, 8, 9, 9)).astype("float32")
     ref = ort.InferenceSession(model.SerializeToString(),

@@ -1,4 +1,4 @@
-"""x86.conv2d_nhwc (``--layout NHWC``): tile choice, structure under a Target, numerics
+"""cpu.conv2d_nhwc (``--layout NHWC``): tile choice, structure under a Target, numerics
 against onnxruntime through convert_layout, negatives."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 from tvm import relax
 
-from schedules.x86.conv2d_nhwc import Conv2dNHWC, tile
+from schedules.cpu.conv2d_nhwc import Conv2dNHWC, tile
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -48,4 +48,4 @@ def test_numerics(k, stride, pad, c, f, hw):
     model = onnx_model(nodes, [("x", (1, c, hw, hw))], [("y", (1, f, oh, oh))],
                        {"w": w, "b": b})
     check_against_ort(model, {"x": rng.standard_normal((1, c, hw, hw)).astype("float32")},
-                      "x86.conv2d_nhwc", layout="NHWC")
+                      "cpu.conv2d_nhwc", layout="NHWC")

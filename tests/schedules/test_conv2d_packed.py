@@ -1,4 +1,4 @@
-"""x86.conv2d_packed: tile choice, structure under a Target, numerics against onnxruntime
+"""cpu.conv2d_packed: tile choice, structure under a Target, numerics against onnxruntime
 (through pack_conv_weights), negatives."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from onnx import helper
 from tvm import relax
 
 from passes.pack_conv_weights import PackConvWeights, conv2d_nchw_packed
-from schedules.x86.conv2d_packed import Conv2dPacked, tile
+from schedules.cpu.conv2d_packed import Conv2dPacked, tile
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -76,4 +76,4 @@ def test_numerics_conv_bias_relu_add(k, stride, pad, dil, shape, f, monkeypatch)
     # ragged blocks (24, 40) are off by default: ask for them
     monkeypatch.setattr(PackConvWeights, "options",
                         {"min_taps": 1, "blocks": (32, 16, 48, 24, 40, 8)})
-    check_against_ort(model, feeds, "x86.conv2d_packed", layout="NCHW")
+    check_against_ort(model, feeds, "cpu.conv2d_packed", layout="NCHW")

@@ -1,4 +1,4 @@
-"""x86.depthwise_conv2d_nchw and x86.pool2d_nchw: structure under a Target, numerics
+"""cpu.depthwise_conv2d_nchw and cpu.pool2d_nchw: structure under a Target, numerics
 against onnxruntime, negatives."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from onnx import helper
 from tvm import relax
 
-from schedules.x86.depthwise import DepthwiseConv2dNCHW
-from schedules.x86.pool import Pool2dNCHW, Pool2dNCHWc
+from schedules.cpu.depthwise import DepthwiseConv2dNCHW
+from schedules.cpu.pool import Pool2dNCHW, Pool2dNCHWc
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -81,7 +81,7 @@ def test_depthwise_numerics(k, stride, pad, shape):
                        {"w": w, "b": b, "lo": np.array(0, "float32"),
                         "hi": np.array(6, "float32")})
     check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
-                      "x86.depthwise_conv2d_nchw", layout="NCHW")
+                      "cpu.depthwise_conv2d_nchw", layout="NCHW")
 
 
 @pytest.mark.parametrize("op,attrs,shape", [
@@ -104,7 +104,7 @@ def test_pool_numerics(op, attrs, shape):
     m.ir_version = 8
     m = onnx.shape_inference.infer_shapes(m)
     check_against_ort(m, {"x": rng.standard_normal(shape).astype("float32")},
-                      "x86.pool2d_nchw", layout="NCHW")
+                      "cpu.pool2d_nchw", layout="NCHW")
 
 
 def test_pool_nchwc_structure_and_negatives():
@@ -142,4 +142,4 @@ def test_pool_nchwc_matches_onnxruntime(pool, attrs, side):
          helper.make_node("Conv", ["p", "w2"], ["y"])],
         [("x", [1, 3, 23, 23])], [("y", [1, 32, side, side])], {"w1": w1, "w2": w2})
     feeds = {"x": rng.standard_normal((1, 3, 23, 23)).astype(np.float32)}
-    check_against_ort(model, feeds, "x86.pool2d_nchwc")
+    check_against_ort(model, feeds, "cpu.pool2d_nchwc")

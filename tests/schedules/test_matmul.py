@@ -1,4 +1,4 @@
-"""x86.matmul: structure under a Target, numerics against onnxruntime, negatives."""
+"""cpu.matmul: structure under a Target, numerics against onnxruntime, negatives."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 from tvm import relax, te
 
-from schedules.x86.matmul import MatmulNN
+from schedules.cpu.matmul import MatmulNN
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -48,4 +48,4 @@ def test_numerics_matmul_add(a_shape, b_shape):
     model = onnx_model(nodes, [("a", a_shape)], [("y", out)], {"b": b, "bias": bias})
     # this rule's [K, N] form: constant weights stay unpacked
     check_against_ort(model, {"a": rng.standard_normal(a_shape).astype("float32")},
-                      "x86.matmul", disabled_passes=["pack_matmul_weights"])
+                      "cpu.matmul", disabled_passes=["pack_matmul_weights"])

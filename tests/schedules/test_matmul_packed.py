@@ -1,4 +1,4 @@
-"""x86.matmul_packed: structure under a Target, numerics against onnxruntime, negatives."""
+"""cpu.matmul_packed: structure under a Target, numerics against onnxruntime, negatives."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from onnx import helper
 from tvm import relax
 
 from passes.pack_matmul_weights import matmul_packed
-from schedules.x86.matmul import MatmulNN
-from schedules.x86.matmul_packed import MatmulPacked
+from schedules.cpu.matmul import MatmulNN
+from schedules.cpu.matmul_packed import MatmulPacked
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -68,4 +68,4 @@ def test_numerics_matmul_add(a_shape, n, residual):
         inits["r"] = rng.standard_normal(out).astype("float32")
     model = onnx_model(nodes, [("a", a_shape)], [("y", out)], inits)
     check_against_ort(model, {"a": rng.standard_normal(a_shape).astype("float32")},
-                      "x86.matmul_packed")
+                      "cpu.matmul_packed")

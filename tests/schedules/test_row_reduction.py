@@ -1,4 +1,4 @@
-"""x86.row_reduction: structure under a Target, numerics against onnxruntime, negatives."""
+"""cpu.row_reduction: structure under a Target, numerics against onnxruntime, negatives."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 from tvm import relax
 
-from schedules.x86.row_reduction import RowReduction
+from schedules.cpu.row_reduction import RowReduction
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -58,7 +58,7 @@ def test_numerics_softmax(shape):
     x = (rng.standard_normal(shape) * 8).astype("float32")
     x.reshape(-1, shape[-1])[0, :] = -np.inf  # fully masked row: NaN as onnxruntime
     x.reshape(-1, shape[-1])[1, 1:] = -np.inf  # one live logit: exactly 1 and 0s
-    check_against_ort(model, {"x": x}, "x86.row_reduction")
+    check_against_ort(model, {"x": x}, "cpu.row_reduction")
 
 
 @pytest.mark.parametrize("shape", [(1, 128, 768), (5, 48), (7, 20)])
@@ -72,4 +72,4 @@ def test_numerics_layer_norm(shape):
         {"g": rng.standard_normal(n).astype("float32"),
          "b": rng.standard_normal(n).astype("float32")})
     x = (rng.standard_normal(shape) * 3 + 5).astype("float32")  # |mean| > std
-    check_against_ort(model, {"x": x}, "x86.row_reduction")
+    check_against_ort(model, {"x": x}, "cpu.row_reduction")

@@ -36,7 +36,7 @@ def test_make_tasks_merges_equal_kernels_and_weights_by_calls():
     assert sorted(by) == ["mm_a", "mm_c"]  # "dead" has no call: nothing to tune
     assert by["mm_a"].kernels == ["mm_a", "mm_b"] and by["mm_a"].weight == 5
     assert by["mm_a"].flops == 2 * 32 ** 3
-    assert by["mm_a"].default_rule == "x86.matmul"
+    assert by["mm_a"].default_rule == "cpu.matmul"
     assert by["mm_a"].default_trace is not None  # replayable: it seeds the search
 
 

@@ -36,7 +36,7 @@ def record(func, target=TDICT, winner="default", trace=None, kernel="matmul", de
     """A record as tuning writes it (schedules/tuning.py _decide_and_save)."""
     return {"format": 1, "task": task_key(func, target), "workload_hash": workload_hash(func),
             "target": dict(target), "kernel": kernel, "kernels": [kernel], "weight": 1,
-            "flops": 2 * 64 ** 3, "winner": winner, "default_rule": "x86.matmul",
+            "flops": 2 * 64 ** 3, "winner": winner, "default_rule": "cpu.matmul",
             "trace": trace, "latency_us": {"default": default, "tuned": tuned},
             "trials": 8, "valid_trials": 8,
             "provenance": {"onnxc": "test", "tvm": tvm.__version__, "time": "now", "host": "h"}}

@@ -1,4 +1,4 @@
-"""conv2d NCHW/OIHW on x86: a register-blocked GEMM over (output channels x output width).
+"""conv2d NCHW/OIHW on CPUs: a register-blocked GEMM over (output channels x output width).
 
 ``out[n, f, y, x] += data[n, c, y*s + ry, x*s + rx] * w[f, c, ry, rx]`` is, per image, the
 GEMM ``W[F, C*KH*KW] x im2col[C*KH*KW, H*W]``.  With OIHW weights that we may not repack,
@@ -57,7 +57,7 @@ def match_conv(sch, kinds: str):
 class Conv2dNCHW(MatchingCPURule):
     """conv2d NCHW (any stride, padding, dilation; groups == 1) + elementwise epilogue."""
 
-    name = "x86.conv2d_nchw"
+    name = "cpu.conv2d_nchw"
 
     def match(self, sch):
         return match_conv(sch, "SSSSRRR")

@@ -1,4 +1,4 @@
-"""max / average pooling on x86: NCHW (the depthwise schedule without weights) and NCHW[b]c.
+"""max / average pooling on CPUs: NCHW (the depthwise schedule without weights) and NCHW[b]c.
 
 ``out[n, c, y, x] = max|sum over (ry, rx) of pad[n, c, y*s + ry, x*s + rx]`` is a
 sliding-window reduction per channel, exactly the depthwise conv's loop nest, so it gets
@@ -56,7 +56,7 @@ def _extent(iv):
 class Pool2dNCHW(MatchingCPURule):
     """max_pool2d / avg_pool2d NCHW (any window, stride, padding, ceil mode) + epilogue."""
 
-    name = "x86.pool2d_nchw"
+    name = "cpu.pool2d_nchw"
 
     def match(self, sch):
         return match_pool(sch)
@@ -99,7 +99,7 @@ def schedule_window_nchwc(sch, pool, pad, target):
 class Pool2dNCHWc(MatchingCPURule):
     """max_pool2d / avg_pool2d in NCHW[b]c (any window, stride, padding) + epilogue."""
 
-    name = "x86.pool2d_nchwc"
+    name = "cpu.pool2d_nchwc"
 
     def match(self, sch):
         return match_pool(sch, blocked=True)

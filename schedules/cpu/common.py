@@ -1,26 +1,24 @@
-"""Helpers shared by the x86 rules: target facts, loop extents, tile choices."""
+"""Helpers shared by the CPU rules (x86 and aarch64): target facts, loop extents, tile choices."""
 
 from __future__ import annotations
 
-import functools
-
 from tvm import tirx
-from tvm.target import codegen
 
-
-@functools.lru_cache(maxsize=16)
-def _lanes(target_str: str, target) -> int:
-    feats = codegen.llvm_get_cpu_features(target)
-    return 16 if "avx512f" in feats else 8 if "avx" in feats else 4
+import targets
 
 
 def lanes_fp32(target) -> int:
     """fp32 lanes of the widest vector unit of ``target`` (16 AVX-512, 8 AVX2, else 4)."""
-    return _lanes(str(target), target)
+    return targets.cpu_facts(target)["lanes"]
+
+
+def vector_registers(target) -> int:
+    """Vector registers of ``target`` (32 AVX-512 / aarch64, 16 AVX2 / SSE)."""
+    return targets.cpu_facts(target)["vector_registers"]
 
 
 def cores(target) -> int:
-    return int(target.attrs.get("num-cores", 1) or 1)
+    return targets.cpu_facts(target)["cores"]
 
 
 def const_extent(sch, loop):

@@ -1,4 +1,4 @@
-"""Row kernels on x86 (softmax, layer norm, RMS norm): per row, vectorised reductions.
+"""Row kernels on CPUs (softmax, layer norm, RMS norm): per row, vectorised reductions.
 
 Matches functions whose blocks all share leading spatial axes (the rows) and reduce only
 over the last axis, ending in an elementwise block: ``max -> exp -> sum -> divide``
@@ -73,7 +73,7 @@ def _reduces_rows(block, nrow: int) -> bool:
 class RowReduction(MatchingCPURule):
     """softmax / layer norm / RMS norm: rows in parallel, vectorised row reductions."""
 
-    name = "x86.row_reduction"
+    name = "cpu.row_reduction"
     vectors = 2  # independent vector accumulators per reduction (hide the add latency)
 
     def match(self, sch):

@@ -1,4 +1,4 @@
-"""conv2d NHWC x HWIO (``--layout NHWC``) on x86.
+"""conv2d NHWC x HWIO (``--layout NHWC``) on CPUs.
 
 ``out[n, y, x, f] += pad[n, y*s + ry, x*s + rx, c] * w[ry, rx, c, f]``: output channels
 are contiguous in both the weight and the output, so they are the vector.  A register tile
@@ -60,7 +60,7 @@ def tile(ow: int, f: int, lanes: int) -> tuple:
 class Conv2dNHWC(MatchingCPURule):
     """conv2d NHWC x HWIO weights + elementwise epilogue."""
 
-    name = "x86.conv2d_nhwc"
+    name = "cpu.conv2d_nhwc"
 
     def match(self, sch):
         return match_nhwc_conv(sch)

@@ -1,8 +1,8 @@
-"""matmul with the weight pre-packed [N/nr, K, nr] (passes/pack_matmul_weights.py) on x86.
+"""matmul with the weight pre-packed [N/nr, K, nr] (passes/pack_matmul_weights.py) on CPUs.
 
 ``C[b.., i, j] += A[b.., i, k] * Wp[j // nr, k, j % nr]``.  Each ``K x nr`` panel of the
 weight is contiguous, so the micro-kernel reads it straight from memory (no panel copy, as
-``x86.matmul`` must make of a [K, N] weight): an ``mr x nr`` tile of accumulators in
+``cpu.matmul`` must make of a [K, N] weight): an ``mr x nr`` tile of accumulators in
 registers, ``nr / lanes`` vector loads of ``Wp[jo, k, :]`` and ``mr`` broadcasts of
 ``A[i, k]`` per ``mr * nr / lanes`` FMAs.  The elementwise epilogue (bias, GELU, residual
 add) is inlined into the write-back of the tile.  Rows padded to whole tiles (A read at
@@ -59,7 +59,7 @@ def _is(e, op, var, const) -> bool:
 class MatmulPacked(MatchingCPURule):
     """matmul / dense with a [N/nr, K, nr] packed weight + elementwise epilogue."""
 
-    name = "x86.matmul_packed"
+    name = "cpu.matmul_packed"
 
     def match(self, sch):
         return match_packed_matmul(sch)

@@ -1,4 +1,4 @@
-"""conv2d and depthwise conv2d in NCHW[b]c (passes/convert_layout.py) on x86.
+"""conv2d and depthwise conv2d in NCHW[b]c (passes/convert_layout.py) on CPUs.
 
 Dense (``compiler/legalize_conv_nchwc.py``)::
 
@@ -88,7 +88,7 @@ def depthwise_tile(ow: int, width: int = 1) -> int:
 class Conv2dNCHWc(MatchingCPURule):
     """conv2d / depthwise conv2d NCHW[b]c x OIHW[b]i[b]o (or 1i[b]o) + epilogue."""
 
-    name = "x86.conv2d_nchwc"
+    name = "cpu.conv2d_nchwc"
 
     def match(self, sch):
         return match_nchwc_conv(sch)

@@ -1,4 +1,4 @@
-"""Depthwise conv2d NCHW on x86: per channel, output rows vectorised over the width.
+"""Depthwise conv2d NCHW on CPUs: per channel, output rows vectorised over the width.
 
 ``out[n, c, y, x] += pad[n, c, y*s + ry, x*s + rx] * w[c, 0, ry, rx]`` has no channel
 reduction, so the GEMM micro-kernel of ``conv2d.py`` degenerates (one FMA per loaded
@@ -72,7 +72,7 @@ def _is_sum(e, a, b) -> bool:
 class DepthwiseConv2dNCHW(MatchingCPURule):
     """Depthwise conv2d NCHW (any kernel, stride, padding, dilation) + elementwise epilogue."""
 
-    name = "x86.depthwise_conv2d_nchw"
+    name = "cpu.depthwise_conv2d_nchw"
 
     def match(self, sch):
         return match_depthwise(sch)

@@ -1,4 +1,4 @@
-"""conv2d NCHW with weights pre-packed OIHW[b]o (passes/pack_conv_weights.py) on x86.
+"""conv2d NCHW with weights pre-packed OIHW[b]o (passes/pack_conv_weights.py) on CPUs.
 
 ``out[n, f, y, x] += pad[n, c, y*s + ry, x*s + rx] * wp[f // b, c, ry, rx, f % b]``.
 The channel block ``b`` (contiguous in ``wp``) is the vector: the micro-kernel keeps a
@@ -63,7 +63,7 @@ def tile(oh: int, ow: int, vectors: int, width: int = 1) -> tuple:
 class Conv2dPacked(MatchingCPURule):
     """conv2d NCHW x OIHW[b]o weights (any kernel, stride, padding, dilation) + epilogue."""
 
-    name = "x86.conv2d_packed"
+    name = "cpu.conv2d_packed"
 
     def match(self, sch):
         return match_packed_conv(sch)

@@ -1,4 +1,4 @@
-"""dense / matmul / batch_matmul on x86: register-blocked GEMM vectorised over N.
+"""dense / matmul / batch_matmul on CPUs: register-blocked GEMM vectorised over N.
 
 Matches one reduction block ``C[b.., i, j] += A[b.., i, k] * B[b.., k, j]`` (``B`` may
 be broadcast over the batch dims, e.g. a weight ``[K, N]``) with only elementwise blocks
@@ -49,7 +49,7 @@ def _b_index(block):
 class MatmulNN(MatchingCPURule):
     """matmul / dense / batch_matmul with B as [.., K, N] + elementwise epilogue."""
 
-    name = "x86.matmul"
+    name = "cpu.matmul"
 
     def match(self, sch):
         return match_matmul(sch)

@@ -1,0 +1,42 @@
+"""Default schedules for LLVM CPU kernels (x86 and aarch64), tried in order; first match
+wins, the fallback last.
+
+Each rule is dlight-shaped: ``apply(func, target) -> tvm.s_tir.Schedule | None``.  The
+rules read the target's vector width, vector registers and cores (``targets.cpu_facts``),
+never one machine's constants; ``tests/schedules`` checks each rule's structure under
+``Target`` objects, with no hardware needed.
+"""
+
+from __future__ import annotations
+
+from tvm.s_tir.dlight.cpu import GEMV, Reduction
+
+from ..base import Dlight
+from .conv2d import Conv2dNCHW
+from .conv2d_nchwc import Conv2dNCHWc
+from .conv2d_nhwc import Conv2dNHWC
+from .conv2d_packed import Conv2dPacked
+from .depthwise import DepthwiseConv2dNCHW
+from .fallback import Fallback
+from .matmul import MatmulNN
+from .matmul_packed import MatmulPacked
+from .pool import Pool2dNCHW, Pool2dNCHWc
+from .row_reduction import RowReduction
+
+__all__ = ["RULES", "Fallback"]
+
+RULES = [
+    Conv2dNCHWc(),  # convs convert_layout put in NCHW[b]c (dense and depthwise)
+    Conv2dNHWC(),  # --layout NHWC
+    Conv2dPacked(),  # convs whose weights pack_conv_weights pre-packed OIHW[b]o
+    DepthwiseConv2dNCHW(),  # before conv2d_nchw, which would take it as a 1-channel GEMM
+    Conv2dNCHW(),
+    Pool2dNCHW(),
+    Pool2dNCHWc(),
+    MatmulPacked(),  # matmuls whose weights pack_matmul_weights pre-packed [N/nr, K, nr]
+    MatmulNN(),
+    RowReduction(),  # softmax / layer norm rows: vectorised (rfactored) reductions
+    Dlight("dlight.gemv", GEMV()),
+    Dlight("dlight.reduction", Reduction()),
+    Fallback(),  # anything else: inlined, parallel outer loops, vectorised inner loop
+]
