@@ -201,15 +201,25 @@ def parallel(sch, loops, ncores: int) -> None:
         sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
 
 
-# accumulator registers per register tile, of 32 zmm: 24 and more spilled (conv2d_packed,
-# measured 2.5x slower on znver5); the rest hold the tile's weight vectors and a broadcast
-ACC_BUDGET = 20
+# Accumulator registers per register tile, by the target's vector registers; the rest hold
+# the tile's operand vectors and a broadcast.  32 registers (AVX-512 zmm, aarch64 v): 20 for
+# conv tiles (24 and more spilled: conv2d_packed measured 2.5x slower on znver5), 24 for
+# matmul rows x vectors.  16 registers (AVX2 / SSE ymm, xmm): 12 for both, the 6 x 2-vector
+# tile of AVX2 GEMMs (12 accumulators + 2 operand vectors + 1 broadcast).
+ACC_BUDGET = {32: {"conv": 20, "matmul": 24}, 16: {"conv": 12, "matmul": 12}}
 
 
-def pixel_tile(oh: int, ow: int, groups: int, width: int = 1, max_group=None) -> tuple:
+def acc_budget(target, kind: str = "conv") -> int:
+    """Accumulators a ``kind`` ("conv" or "matmul") register tile may use on ``target``."""
+    regs = vector_registers(target)
+    return ACC_BUDGET[32 if regs >= 32 else 16][kind]
+
+
+def pixel_tile(oh: int, ow: int, groups: int, width: int = 1, max_group=None,
+               budget: int = 20) -> tuple:
     """(yt, xt, gt): a ``yt x xt`` pixel tile (divisors of oh, ow) times ``gt`` channel
     groups (a divisor of ``groups``, at most ``max_group``; each ``width`` registers wide)
-    within ``ACC_BUDGET`` accumulators, with the fewest loads per FMA: a weight vector
+    within ``budget`` accumulators (``acc_budget``), with the fewest loads per FMA: a weight vector
     serves ``yt * xt`` FMAs, a broadcast ``gt``.  Ties go to wider rows (contiguous input)."""
     best, best_cost = (1, 1, 1), None
     for gt in divisors(groups):
@@ -217,7 +227,7 @@ def pixel_tile(oh: int, ow: int, groups: int, width: int = 1, max_group=None) ->
             break
         for xt in divisors(ow):
             for yt in divisors(oh):
-                if xt > 16 or yt * xt * gt * width > ACC_BUDGET:
+                if xt > 16 or yt * xt * gt * width > budget:
                     continue
                 cost = (1 / gt + 1 / (yt * xt), -xt)
                 if best_cost is None or cost < best_cost:

@@ -90,7 +90,7 @@ class Conv2dNCHW(MatchingCPURule):
             xt = common.vector_tile(nx, lanes)
             so, xi = sch.split(x, [None, xt])
         nv = -(-xt // lanes)
-        nr = common.reg_rows(nf_, nv)
+        nr = common.reg_rows(nf_, nv, common.acc_budget(target, "matmul"))
         fo, fi = sch.split(f, [None, nr])
         if contiguous:
             sch.reorder(n, fo, so, rc, ry, rx, fi, xi)

@@ -74,15 +74,16 @@ def match_nchwc_conv(sch):
     return rv, kind, int(out.source.shape[4])
 
 
-def tile(oh: int, ow: int, fblocks: int, width: int = 1) -> tuple:
+def tile(oh: int, ow: int, fblocks: int, width: int = 1, budget: int = 20) -> tuple:
     """(yt, xt, ft): up to 4 of the ``fblocks`` output channel blocks (each ``width``
     registers) x a pixel tile; see common.pixel_tile."""
-    return common.pixel_tile(oh, ow, fblocks, width, max_group=4)
+    return common.pixel_tile(oh, ow, fblocks, width, max_group=4, budget=budget)
 
 
-def depthwise_tile(ow: int, width: int = 1) -> int:
-    """Output pixels per register row: the largest divisor of ``ow`` within 16 vectors."""
-    return max(d for d in common.divisors(ow) if d * width <= 16)
+def depthwise_tile(ow: int, width: int = 1, budget: int = 16) -> int:
+    """Output pixels per register row: the largest divisor of ``ow`` within ``budget``
+    vectors (16 of 32 registers; ``acc_budget`` on 16)."""
+    return max(d for d in common.divisors(ow) if d * width <= budget)
 
 
 class Conv2dNCHWc(MatchingCPURule):
@@ -109,7 +110,7 @@ class Conv2dNCHWc(MatchingCPURule):
         width = -(-b // lanes)  # registers per channel block
         if kind in ("dense", "nchw_in"):
             n, f, y, x, v, co, ry, rx, *ci = loops
-            yt, xt, ft = tile(ext[2], ext[3], ext[1], width)
+            yt, xt, ft = tile(ext[2], ext[3], ext[1], width, common.acc_budget(target))
             fo, fi = sch.split(f, [None, ft])
             yo, yi = sch.split(y, [None, yt])
             xo, xi = sch.split(x, [None, xt])
@@ -117,7 +118,7 @@ class Conv2dNCHWc(MatchingCPURule):
             outer, first_red, unrolled = (n, fo, yo), co, (rx, fi, yi, xi)
         else:
             n, f, y, x, v, ry, rx = loops
-            xt = depthwise_tile(ext[3], width)
+            xt = depthwise_tile(ext[3], width, min(16, common.acc_budget(target)))
             xo, xi = sch.split(x, [None, xt])
             sch.reorder(n, f, y, xo, ry, rx, xi, v)
             outer, first_red, unrolled = (n, f, y), ry, (ry, rx, xi)

@@ -40,16 +40,16 @@ def match_nhwc_conv(sch):
     return (rv,)
 
 
-def tile(ow: int, f: int, lanes: int) -> tuple:
+def tile(ow: int, f: int, lanes: int, budget: int = 20) -> tuple:
     """(xt, ft): ``xt`` pixels (a divisor of ``ow``) x ``ft`` channels (whole vectors,
-    a divisor of ``f``) within the accumulator budget, fewest loads per FMA."""
+    a divisor of ``f``) within ``budget`` accumulators, fewest loads per FMA."""
     best, best_cost = (1, f if f < lanes else lanes), None
     for fv in (4, 3, 2, 1):
         ft = fv * lanes
         if f % ft:
             continue
         for xt in common.divisors(ow):
-            if xt > 16 or xt * fv > common.ACC_BUDGET:
+            if xt > 16 or xt * fv > budget:
                 continue
             cost = (1 / fv + 1 / xt, -xt)
             if best_cost is None or cost < best_cost:
@@ -74,7 +74,7 @@ class Conv2dNHWC(MatchingCPURule):
         if any(e is None for e in ext) or ext[3] % lanes:
             return None
         n, y, x, f, ry, rx, rc = loops
-        xt, ft = tile(ext[2], ext[3], lanes)
+        xt, ft = tile(ext[2], ext[3], lanes, common.acc_budget(target))
         xo, xi = sch.split(x, [None, xt])
         fo, fi = sch.split(f, [None, ft])
         fv, fl = sch.split(fi, [None, lanes])

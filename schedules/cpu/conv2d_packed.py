@@ -54,10 +54,10 @@ def _is(e, op, var, const) -> bool:
             and int(e.b) == int(const))
 
 
-def tile(oh: int, ow: int, vectors: int, width: int = 1) -> tuple:
+def tile(oh: int, ow: int, vectors: int, width: int = 1, budget: int = 20) -> tuple:
     """(yt, xt, vt): pixel tile x ``vt`` of the block's ``vectors`` channel vectors (a ragged
     block is one vector of ``width`` = ceil(b / lanes) registers); see common.pixel_tile."""
-    return common.pixel_tile(oh, ow, vectors, width)
+    return common.pixel_tile(oh, ow, vectors, width, budget=budget)
 
 
 class Conv2dPacked(MatchingCPURule):
@@ -80,7 +80,8 @@ class Conv2dPacked(MatchingCPURule):
         # whole vectors of the block can be split into register tiles; a ragged block
         # (b = 24 on 16 lanes) is one tile
         vectors = b // lanes if b % lanes == 0 else 1
-        yt, xt, vt = tile(ext[2], ext[3], vectors, 1 if b % lanes == 0 else -(-b // lanes))
+        yt, xt, vt = tile(ext[2], ext[3], vectors, 1 if b % lanes == 0 else -(-b // lanes),
+                          common.acc_budget(target))
         fo, fi = sch.split(f, [None, b])
         yo, yi = sch.split(y, [None, yt])
         xo, xi = sch.split(x, [None, xt])

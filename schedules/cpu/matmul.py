@@ -66,7 +66,7 @@ class MatmulNN(MatchingCPURule):
         M, N = ext[-3], ext[-2]
         jt = common.vector_tile(N, lanes)
         nv = -(-jt // lanes)
-        it = common.reg_rows(M, nv)
+        it = common.reg_rows(M, nv, common.acc_budget(target, "matmul"))
         io, ii = sch.split(i, [None, it])
         jo, ji = sch.split(j, [None, jt])
         sch.reorder(*bat, jo, io, k, ii, ji)

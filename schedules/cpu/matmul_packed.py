@@ -75,7 +75,7 @@ class MatmulPacked(MatchingCPURule):
             return None
         M = ext[-3]
         nv = -(-nr // lanes)
-        it = common.reg_rows(M, nv)
+        it = common.reg_rows(M, nv, common.acc_budget(target, "matmul"))
         io, ii = sch.split(i, [None, it])
         jo, ji = sch.split(j, [None, nr])
         # panels outer: one K x nr panel stays in L2 across the row tiles (rows outer or K

@@ -77,3 +77,20 @@ def test_numerics_conv_bias_relu_add(k, stride, pad, dil, shape, f, monkeypatch)
     monkeypatch.setattr(PackConvWeights, "options",
                         {"min_taps": 1, "blocks": (32, 16, 48, 24, 40, 8)})
     check_against_ort(model, feeds, "cpu.conv2d_packed", layout="NCHW")
+
+
+def test_tiles_fit_the_targets_registers():
+    """AVX2 has 16 vector registers, AVX-512 and aarch64 32: a tile sized for 32 spills on 16."""
+    import tvm
+
+    from schedules.cpu import common
+
+    avx2 = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver3"})
+    avx512 = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver5"})
+    arm = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "generic"})
+    assert [common.vector_registers(t) for t in (avx2, avx512, arm)] == [16, 32, 32]
+    budget = common.acc_budget(avx2)
+    assert budget == 12 and common.acc_budget(avx512) == 20
+    yt, xt, vt = tile(56, 56, 2, budget=budget)
+    assert yt * xt * vt <= 12
+    assert common.reg_rows(128, 2, common.acc_budget(avx2, "matmul")) * 2 <= 12
