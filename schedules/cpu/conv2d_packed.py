@@ -1,6 +1,8 @@
-"""conv2d NCHW with weights pre-packed OIHW[b]o (passes/pack_conv_weights.py) on CPUs.
+"""conv1d/2d/3d, channels first, with weights pre-packed OI*[b]o (passes/pack_conv_weights.py)
+on CPUs.
 
-``out[n, f, y, x] += pad[n, c, y*s + ry, x*s + rx] * wp[f // b, c, ry, rx, f % b]``.
+``out[n, f, y, x] += pad[n, c, y*s + ry, x*s + rx] * wp[f // b, c, ry, rx, f % b]`` (2-D;
+conv1d has no y, conv3d an outer z whose tile is one plane).
 The channel block ``b`` (contiguous in ``wp``) is the vector: the micro-kernel keeps a
 ``yt x xt`` tile of output pixels x ``b`` channels of accumulators in registers, loads the
 ``b / lanes`` weight vectors of a tap once and broadcasts each input value into them, so
@@ -8,7 +10,8 @@ the FMAs per load no longer depend on the output width (NeoCPU's inner kernel wi
 activations).  The accumulator tile is stored [y][x][f] (f contiguous) and transposed to
 NCHW in its write-back, where the elementwise epilogue (bias, ReLU, residual add) is
 applied.  Padding stays its own parallel stage.  Parallel over (n, channel block, row
-block).  Tiles are divisors of the output height and width, so every shape is exact.
+block (and plane)).  Tiles are divisors of the output height and width, so every shape is
+exact.
 """
 
 from __future__ import annotations
@@ -20,14 +23,18 @@ from . import common
 
 
 def match_packed_conv(sch):
-    """(conv block rv, channel block b) of a conv reading ``wp[f // b, rc, ry, rx, f % b]``
-    and ``data[n, rc, ., .]``, writing ``out[n, f, y, x]``, with only spatial blocks
-    around it; else None."""
-    m = common.single_reduction(sch, "SSSSRRR")
-    if m is None:
+    """(conv block rv, channel block b, spatial dims) of a conv reading
+    ``wp[f // b, rc, *r, f % b]`` and ``data[n, rc, ...]``, writing ``out[n, f, *p]`` (1 to 3
+    spatial dims), with only spatial blocks around it; else None."""
+    for nd in (2, 1, 3):
+        m = common.single_reduction(sch, "SS" + "S" * nd + "R" * (nd + 1))
+        if m is not None:
+            break
+    else:
         return None
-    rv, block, (n, f, y, x, rc, ry, rx) = m
-    o = common.fp32_output(block, [n, f, y, x])
+    rv, block, ivs = m
+    n, f, rc = ivs[0], ivs[1], ivs[2 + nd]
+    o = common.fp32_output(block, ivs[:2 + nd])
     if o is None:
         return None
     out, ins = o
@@ -36,17 +43,17 @@ def match_packed_conv(sch):
     b = data_ok = None
     for r in ins:
         idx = common.region_vars(r)
-        if len(idx) == 5:
-            bb = r.source.shape[4]
+        if len(idx) == nd + 3:
+            bb = r.source.shape[-1]
             if (isinstance(bb, tirx.IntImm) and _is(idx[0], tirx.FloorDiv, f, bb)
-                    and _is(idx[4], tirx.FloorMod, f, bb)
-                    and common.same_vars(idx[1:4], [rc, ry, rx])):
+                    and _is(idx[-1], tirx.FloorMod, f, bb)
+                    and common.same_vars(idx[1:-1], ivs[2 + nd:])):
                 b = int(bb)
-        elif len(idx) == 4 and idx[0].same_as(n) and idx[1].same_as(rc):
+        elif len(idx) == nd + 2 and idx[0].same_as(n) and idx[1].same_as(rc):
             data_ok = True
     if b is None or not data_ok:
         return None
-    return rv, b
+    return rv, b, nd
 
 
 def _is(e, op, var, const) -> bool:
@@ -61,7 +68,8 @@ def tile(oh: int, ow: int, vectors: int, width: int = 1, budget: int = 20) -> tu
 
 
 class Conv2dPacked(MatchingCPURule):
-    """conv2d NCHW x OIHW[b]o weights (any kernel, stride, padding, dilation) + epilogue."""
+    """conv1d/2d/3d channels first x OI*[b]o weights (any kernel, stride, padding,
+    dilation) + elementwise epilogue."""
 
     name = "cpu.conv2d_packed"
 
@@ -69,37 +77,41 @@ class Conv2dPacked(MatchingCPURule):
         return match_packed_conv(sch)
 
     def schedule(self, sch, m, target):
-        conv, b = m
+        conv, b, nd = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, conv)
         loops = sch.get_loops(conv)
         ext = [common.const_extent(sch, lp) for lp in loops]
         if any(e is None for e in ext) or ext[1] % b:
             return None
-        n, f, y, x, rc, ry, rx = loops
+        n, f, *sp = loops[:2 + nd]
+        rc, *rs = loops[2 + nd:]
+        planes, y, x = sp[:-2], (sp[-2] if nd >= 2 else None), sp[-1]
+        oh, ow = (ext[nd] if nd >= 2 else 1), ext[1 + nd]
         # whole vectors of the block can be split into register tiles; a ragged block
         # (b = 24 on 16 lanes) is one tile
         vectors = b // lanes if b % lanes == 0 else 1
-        yt, xt, vt = tile(ext[2], ext[3], vectors, 1 if b % lanes == 0 else -(-b // lanes),
+        yt, xt, vt = tile(oh, ow, vectors, 1 if b % lanes == 0 else -(-b // lanes),
                           common.acc_budget(target))
         fo, fi = sch.split(f, [None, b])
-        yo, yi = sch.split(y, [None, yt])
+        yo, yi = sch.split(y, [None, yt]) if y is not None else (None, None)
         xo, xi = sch.split(x, [None, xt])
         fm, fi = sch.split(fi, [None, b // vectors * vt])
-        sch.reorder(n, fo, yo, xo, fm, rc, ry, rx, yi, xi, fi)
-        # channels innermost in the register tile: one vector register per (y, x) pixel
+        rows = [l for l in (yo,) if l is not None]
+        inner = [l for l in (yi, xi) if l is not None]
+        sch.reorder(n, fo, *planes, *rows, xo, fm, rc, *rs, *inner, fi)
+        # channels innermost in the register tile: one vector register per pixel
         wb, pads = common.write_back_at(sch, conv, fm, tail, pads, after,
-                                        write_layout=lambda a, c, h, w: (a, h, w, c))
-        common.parallel(sch, [n, fo, yo], ncores)
-        sch.unroll(rx)
-        sch.unroll(yi)
-        sch.unroll(xi)
+                                        write_layout=lambda a, c, *p: (a, *p, c))
+        common.parallel(sch, [n, fo, *planes, *rows], ncores)
+        sch.unroll(rs[-1])
+        for lp in inner:
+            sch.unroll(lp)
         sch.vectorize(fi)
         init = sch.decompose_reduction(conv, rc)
         sch.vectorize(sch.get_loops(init)[-1])
-        *_, w_f, w_y, w_x = sch.get_loops(wb)
-        sch.unroll(w_x)
-        sch.unroll(w_y)
+        for lp in reversed(sch.get_loops(wb)[-len(inner):]):
+            sch.unroll(lp)
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         return sch

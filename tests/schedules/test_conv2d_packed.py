@@ -8,14 +8,14 @@ import pytest
 from onnx import helper
 from tvm import relax
 
-from passes.pack_conv_weights import PackConvWeights, conv2d_nchw_packed
+from passes.pack_conv_weights import PackConvWeights, conv_packed
 from schedules.cpu.conv2d_packed import Conv2dPacked, tile
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
 def _packed(c, h, w, f, k, b, stride=1, pad=1):
     def build(bb, x, wp, bias):
-        y = bb.emit_te(conv2d_nchw_packed, x, wp, [stride] * 2, [pad] * 4, [1, 1],
+        y = bb.emit_te(conv_packed, x, wp, [stride] * 2, [pad] * 4, [1, 1],
                        primfunc_name_hint="conv2d")
         return bb.emit(relax.op.nn.relu(relax.op.add(y, bias)))
     return fused_primfunc(build, [(1, c, h, w), (f // b, c, k, k, b), (1, f, 1, 1)], "conv2d")
@@ -94,3 +94,48 @@ def test_tiles_fit_the_targets_registers():
     yt, xt, vt = tile(56, 56, 2, budget=budget)
     assert yt * xt * vt <= 12
     assert common.reg_rows(128, 2, common.acc_budget(avx2, "matmul")) * 2 <= 12
+
+
+def _packed_nd(c, size, f, k, b, stride=1, pad=1):
+    nd = len(size)
+
+    def build(bb, x, wp, bias):
+        y = bb.emit_te(conv_packed, x, wp, [stride] * nd, [pad] * 2 * nd, [1] * nd,
+                       primfunc_name_hint=f"conv{nd}d")
+        return bb.emit(relax.op.nn.relu(relax.op.add(y, bias)))
+    return fused_primfunc(build, [(1, c, *size), (f // b, c, *[k] * nd, b),
+                                  (1, f, *[1] * nd)], f"conv{nd}d")
+
+
+@pytest.mark.parametrize("size", [(3000,), (4, 14, 14)])
+def test_structure_conv1d_conv3d(size):
+    """conv1d (Whisper's stem) and conv3d get the same register tile as conv2d: parallel
+    outer loops, the channel block vectorised, bias + relu in the write-back."""
+    text = Conv2dPacked().apply(_packed_nd(16, size, 64, 3, 32), TARGET).mod["main"].script()
+    assert "T.parallel" in text and "T.vectorized(T.int64(32))" in text
+    assert "_local" in text and "T.unroll" in text
+    assert 'T.sblock("T_add")' not in text and 'T.sblock("compute")' not in text
+
+
+@pytest.mark.parametrize("size,k,stride,pad,dil,f", [
+    ((301,), 3, 1, 1, 1, 32),         # Whisper stem (short): odd length
+    ((301,), 3, 2, 1, 1, 16),         # Whisper's second conv: stride 2
+    ((160,), 10, 5, 0, 1, 32),        # wav2vec2 feature extractor's first conv
+    ((101,), 2, 1, 0, 4, 16),         # dilated (WaveNet)
+    ((5, 9, 9), 3, 1, 1, 1, 16),      # video conv3d
+    ((4, 7, 6), 3, 2, 1, 1, 32),      # strided conv3d, odd sizes
+])
+def test_numerics_conv1d_conv3d(size, k, stride, pad, dil, f):
+    rng = np.random.default_rng(1)
+    nd, c = len(size), 5
+    shape = (1, c, *size)
+    w = rng.standard_normal((f, c, *[k] * nd)).astype("float32") * 0.3
+    b = rng.standard_normal((f,)).astype("float32")
+    out = (1, f, *[(s + 2 * pad - dil * (k - 1) - 1) // stride + 1 for s in size])
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k] * nd,
+                              strides=[stride] * nd, pads=[pad] * 2 * nd,
+                              dilations=[dil] * nd, name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    model = onnx_model(nodes, [("x", shape)], [("y", out)], {"w": w, "b": b})
+    check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
+                      "cpu.conv2d_packed")
