@@ -22,6 +22,7 @@ from .matmul import MatmulNN
 from .matmul_packed import MatmulPacked
 from .pool import Pool2dNCHW, Pool2dNCHWc
 from .row_reduction import RowReduction
+from .tiled_reduction import TiledReduction
 
 __all__ = ["RULES", "Fallback"]
 
@@ -36,6 +37,9 @@ RULES = [
     MatmulPacked(),  # matmuls whose weights pack_matmul_weights pre-packed [N/nr, K, nr]
     MatmulNN(),
     RowReduction(),  # softmax / layer norm rows: vectorised (rfactored) reductions
+    # any other reduction vectorisable over its innermost output dim: grouped and
+    # transposed convs, pooling 1-D/3-D, reductions over a non-last axis; register tile
+    TiledReduction(),
     Dlight("dlight.gemv", GEMV()),
     Dlight("dlight.reduction", Reduction()),
     Fallback(),  # anything else: inlined, parallel outer loops, vectorised inner loop
