@@ -81,3 +81,26 @@ def missing_features(required, arch: str, flags: set[str] | None = None) -> list
         if normalize(aliases.get(feat, feat)) not in flags and normalize(feat) not in flags:
             missing.append(feat)
     return missing
+
+
+def cpu_ghz(cpuinfo_path: str = "/proc/cpuinfo") -> float | None:
+    """The clock /proc/cpuinfo reports ("cpu MHz", the highest over the CPUs), in GHz."""
+    try:
+        with open(cpuinfo_path) as f:
+            mhz = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
+    except (OSError, ValueError):
+        return None
+    return max(mhz) / 1e3 if mhz else None
+
+
+def nominal_peak_gflops(lanes_fp32: int, threads: int, fma_pipes: int = 2) -> float | None:
+    """fp32 peak of ``threads`` cores: GHz x lanes x 2 (an FMA is two FLOPs) x FMA pipes.
+
+    The clock is what /proc/cpuinfo reports (often the base clock under a hypervisor; boost
+    not counted) and two FMA pipes are assumed (Zen 3-5, Sapphire Rapids, Neoverse V1): a
+    yardstick for how far a kernel is from the machine, not a measured ceiling.  None where
+    the clock cannot be read."""
+    ghz = cpu_ghz()
+    if not ghz or lanes_fp32 <= 0 or threads <= 0:
+        return None
+    return ghz * lanes_fp32 * 2 * fma_pipes * threads

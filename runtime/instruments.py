@@ -74,8 +74,9 @@ def check_outputs(call: dict, views: list, tensors: list) -> None:
 class Profiler:
     """Collects one event per kernel call; writes a Chrome trace and a summary."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, peak_gflops: float | None = None):
         self.prefix = prefix
+        self.peak_gflops = peak_gflops  # the session's nominal fp32 peak (cpu_features)
         self.events: list = []
         self._t0 = time.perf_counter_ns()
 
@@ -101,17 +102,29 @@ class Profiler:
         return path
 
     def summary(self, top: int = 10) -> str:
-        """Top kernels by total time, with share and GFLOP/s."""
+        """Top kernels by total time, with share, GFLOP/s and the share of the nominal peak
+        (``cpu_features.nominal_peak_gflops``) they reach; then the whole run's."""
         by_kernel: dict = {}
         for e in self.events:
             k = by_kernel.setdefault(e["name"], [0.0, 0, e["args"]["flops"]])
             k[0] += e["dur"]
             k[1] += 1
         total = sum(v[0] for v in by_kernel.values()) or 1.0
-        lines = [f"{'kernel':<40} {'calls':>6} {'total ms':>10} {'share':>7} {'GFLOP/s':>9}"]
+        peak = self.peak_gflops
+
+        def of_peak(gfs):
+            return f"{gfs / peak:>7.1%}" if peak else f"{'-':>7}"
+
+        lines = [f"{'kernel':<40} {'calls':>6} {'total ms':>10} {'share':>7} {'GFLOP/s':>9} "
+                 f"{'% peak':>7}"]
         for name, (dur, n, flops) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:top]:
             gfs = flops * n / (dur * 1e3) if dur else 0.0
             lines.append(f"{name[:40]:<40} {n:>6} {dur / 1e3:>10.3f} {dur / total:>7.1%} "
-                         f"{gfs:>9.2f}")
-        lines.append(f"{len(self.events)} kernel calls, {total / 1e3:.3f} ms in kernels")
+                         f"{gfs:>9.2f} {of_peak(gfs)}")
+        all_flops = sum(e["args"]["flops"] for e in self.events)
+        gfs = all_flops / (total * 1e3)
+        lines.append(f"{len(self.events)} kernel calls, {total / 1e3:.3f} ms in kernels, "
+                     f"{gfs:.2f} GFLOP/s"
+                     + (f" = {gfs / peak:.1%} of the nominal fp32 peak {peak:.0f} GFLOP/s"
+                        if peak else ""))
         return "\n".join(lines)

@@ -23,6 +23,7 @@ import threading
 import numpy as np
 
 from . import threads
+from .cpu_features import nominal_peak_gflops
 from .instruments import Profiler, SessionOptions, check_outputs
 from .memory_plan import MemoryPlan
 
@@ -142,13 +143,15 @@ class Session:
         self._kernels = kernels  # keeps the library loaded while functions are referenced
         self._lock = threading.Lock()
         self.options = options or SessionOptions()
-        self._profiler = (Profiler(self.options.profile_file_prefix)
-                          if self.options.enable_profiling else None)
         self._runs = 0
 
         check_memory(graph, self.plan.arena_bytes, len(params))  # before allocating
+        target = self.manifest.get("target", {})
         self.num_threads = threads.configure(self.options.intra_op_num_threads,
-                                             self.manifest.get("target", {}).get("cores", 0))
+                                             target.get("cores", 0))
+        self._profiler = (Profiler(self.options.profile_file_prefix, nominal_peak_gflops(
+            target.get("lanes_fp32", 0), self.num_threads))
+            if self.options.enable_profiling else None)
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
         self._params = _aligned_bytes(max(len(params), 1))
         self._params[:len(params)] = np.frombuffer(params, dtype=np.uint8)

@@ -94,3 +94,27 @@ def test_cli_check_nan_exit_1(tmp_path):
                         "--input", f"x={tmp_path / 'x.npy'}", "--check-nan"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "NaN" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_nominal_peak_from_cpuinfo(tmp_path, monkeypatch):
+    """The profile's yardstick: GHz x lanes x 2 (FMA) x 2 pipes x threads, from cpuinfo."""
+    from runtime import cpu_features
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\ncpu MHz\t\t: 2400.000\nprocessor\t: 1\ncpu MHz\t\t: 2500.0\n")
+    assert cpu_features.cpu_ghz(str(info)) == 2.5
+    monkeypatch.setattr(cpu_features, "cpu_ghz", lambda: 2.5)
+    assert cpu_features.nominal_peak_gflops(8, 2) == 2.5 * 8 * 2 * 2 * 2
+    assert cpu_features.nominal_peak_gflops(0, 2) is None
+    monkeypatch.setattr(cpu_features, "cpu_ghz", lambda: None)
+    assert cpu_features.nominal_peak_gflops(16, 1) is None
+
+
+def test_summary_states_share_of_peak():
+    from runtime.instruments import Profiler
+
+    p = Profiler("x", peak_gflops=100.0)
+    p.record({"kernel": "k", "args": [0, 1], "num_outputs": 1, "flops": 2_000_000},
+             0, 100_000, [{"shape": [1]}, {"shape": [1]}], 0)    # 2 MFLOP in 100 us
+    text = p.summary()
+    assert "20.00" in text and "20.0%" in text and "of the nominal fp32 peak 100" in text
