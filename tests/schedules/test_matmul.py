@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 from tvm import relax, te
 
-from schedules.cpu.matmul import MatmulNN
+from schedules.cpu.matmul import Matmul
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -15,7 +15,7 @@ def test_structure_dense_gelu_epilogue():
     def build(bb, a, b, c):
         return bb.emit(relax.op.nn.gelu(relax.op.add(relax.op.matmul(a, b), c)))
     f = fused_primfunc(build, [(1, 64, 48), (48, 96), (96,)], "matmul")
-    text = MatmulNN().apply(f, TARGET).mod["main"].script()
+    text = Matmul().apply(f, TARGET).mod["main"].script()
     assert "T.parallel" in text and "T.vectorized(T.int64(32))" in text
     assert "_local" in text and "T.erf" in text  # epilogue in the tile's write-back
 
@@ -24,12 +24,12 @@ def test_rejects_transposed_b_and_conv():
     a, b = te.placeholder((8, 16), name="a"), te.placeholder((32, 16), name="b")
     k = te.reduce_axis((0, 16), name="k")
     c = te.compute((8, 32), lambda i, j: te.sum(a[i, k] * b[j, k], axis=k), name="nt")
-    assert MatmulNN().apply(te.create_prim_func([a, b, c]), TARGET) is None
+    assert Matmul().apply(te.create_prim_func([a, b, c]), TARGET) is None
     conv = fused_primfunc(lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w)),
                           [(1, 4, 8, 8), (8, 4, 3, 3)], "conv2d")
-    assert MatmulNN().apply(conv, TARGET) is None
+    assert Matmul().apply(conv, TARGET) is None
     red = fused_primfunc(lambda bb, x: bb.emit(relax.op.sum(x, axis=[1])), [(8, 16)], "sum")
-    assert MatmulNN().apply(red, TARGET) is None
+    assert Matmul().apply(red, TARGET) is None
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [
