@@ -18,7 +18,7 @@ from .conv2d_nhwc import Conv2dNHWC
 from .conv2d_packed import Conv2dPacked
 from .depthwise import DepthwiseConv2dNCHW
 from .fallback import Fallback
-from .matmul import MatmulNN
+from .matmul import Matmul
 from .matmul_packed import MatmulPacked
 from .pool import Pool2dNCHW, Pool2dNCHWc
 from .row_reduction import RowReduction
@@ -35,7 +35,7 @@ RULES = [
     Pool2dNCHW(),
     Pool2dNCHWc(),
     MatmulPacked(),  # matmuls whose weights pack_matmul_weights pre-packed [N/nr, K, nr]
-    MatmulNN(),
+    Matmul(),  # any M / N (padded to whole tiles), B [K, N] or [N, K], M = 1 streamed
     RowReduction(),  # softmax / layer norm rows: vectorised (rfactored) reductions
     # any other reduction vectorisable over its innermost output dim: grouped and
     # transposed convs, pooling 1-D/3-D, reductions over a non-last axis; register tile

@@ -252,3 +252,23 @@ def matmul_block(sch):
     if o is None or len(o[1]) != 2:
         return None
     return rv, ivs, o[1]
+
+
+def gemm_tile(m: int, n: int, lanes: int, budget: int, cap: int = 16) -> tuple:
+    """(rows, columns) of a matmul register tile for an ``m x n`` output: ``rows`` x one or
+    two vectors of ``lanes`` columns within ``budget`` accumulators, ``m`` and ``n`` padded
+    up to whole tiles.  Chosen by cost, not by divisibility: the padded tiles times the
+    cycles of one k step of a tile, ``max(FMAs / 2, 4, loads / 2)`` (two FMA pipes of
+    latency 4, so fewer than 8 accumulators stall; ``rows`` broadcasts + ``vectors`` loads
+    per step; the constants hold for current x86 and Arm cores).  Ties go to fewer padded
+    outputs, then to fewer (larger) tiles: less write-back and panel traffic."""
+    best, best_cost = (1, lanes), None
+    for nv in (1, 2):
+        jt = nv * lanes
+        for it in range(1, min(cap, budget // nv, max(m, 1)) + 1):
+            tiles = -(-m // it) * -(-n // jt)
+            step = max(it * nv / 2, 4, (it + nv) / 2)
+            cost = (tiles * step, tiles * it * jt, tiles)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = (it, jt), cost
+    return best

@@ -1,53 +1,121 @@
-"""dense / matmul / batch_matmul on CPUs: register-blocked GEMM vectorised over N.
+"""dense / matmul / batch_matmul on CPUs: register-blocked GEMM vectorised over N, any M / N.
 
-Matches one reduction block ``C[b.., i, j] += A[b.., i, k] * B[b.., k, j]`` (``B`` may
-be broadcast over the batch dims, e.g. a weight ``[K, N]``) with only elementwise blocks
-around it.  The micro-kernel keeps ``mr x nr`` outputs in registers (``nr`` = one or two
-vectors of ``j``), broadcasts ``A[i, k]`` and does ``mr`` FMAs per vector of ``B``; the
-``K x nr`` panel of ``B`` stays in cache across the ``i`` tiles.  The elementwise
-epilogue (bias, GELU, residual add) is inlined into the write-back of the tile.
-Parallel over (batch, N tiles, M tiles).  Transposed ``B`` (``B[j, k]``) is not matched:
-vectorising ``j`` would gather.
+Matches one reduction block ``C[b.., i, j] += A[b.., i, k] * B[b.., k, j]``, or with ``B``
+transposed (``B[b.., j, k]``: Q @ K^T), ``B`` possibly broadcast over the batch dims (a
+weight ``[K, N]``), with only elementwise blocks around it.
+
+The micro-kernel keeps ``mr x nr`` outputs in registers (``nr`` = one or two vectors of
+``j``, ``common.gemm_tile`` chooses by cost), broadcasts ``A[i, k]`` and does ``mr`` FMAs
+per vector of ``B``.  M and N that no tile divides (197, 577, 77) are padded up to whole
+tiles (``pad_einsum``): the padded rows of ``A`` are copied per row tile, the padded
+columns of ``B`` per column panel, so the inner loop has no branch; only the write-back
+checks the bounds.  ``B``'s ``K x nr`` panel is copied once per column tile, contiguous
+and laid out ``[k, j]`` whatever ``B``'s layout, and stays in cache across the row tiles.
+The elementwise epilogue (scale, mask add, bias, GELU) is inlined into the write-back of
+the tile.  Parallel over (batch, N tiles).
+
+A single row (GEMV, decoding: M = 1) has no rows to reuse a panel: the rule streams ``B``
+row by row instead (``k`` outer, contiguous ``j`` inner, the output row block in L1).
 """
 
 from __future__ import annotations
-
 
 from ..base import MatchingCPURule
 from . import common
 
 
 def match_matmul(sch):
-    """(block rv, number of batch dims) of the single NN matmul block, else None."""
+    """(block rv, number of batch dims, B transposed) of the single matmul block reading
+    ``A[.., i, k]`` and ``B[.., k, j]`` or ``B[.., j, k]``; else None."""
     m = common.matmul_block(sch)
     if m is None:
         return None
     rv, ivs, ins = m
     *bat, i, j, k = ivs
-    a_ok = b_ok = False
+    a_ok = False
+    b_t = None
     for r in ins:
         idx = common.region_vars(r)
-        if len(idx) >= 2 and idx[-2].same_as(i) and idx[-1].same_as(k):
+        if len(idx) < 2 or not all(_batch_index(e, bat) for e in idx[:-2]):
+            return None
+        if idx[-2].same_as(i) and idx[-1].same_as(k):
             a_ok = True
-        elif len(idx) >= 2 and idx[-2].same_as(k) and idx[-1].same_as(j):
-            b_ok = True
-    if not (a_ok and b_ok):
+        elif idx[-2].same_as(k) and idx[-1].same_as(j):
+            b_t = False
+        elif idx[-2].same_as(j) and idx[-1].same_as(k):
+            b_t = True
+    if not a_ok or b_t is None:
         return None
-    return rv, len(bat)
+    return rv, len(bat), b_t
 
 
-def _b_index(block):
-    """Index in ``block.reads`` of B (read at [.., k, j])."""
+def _batch_index(e, bat) -> bool:
+    """A batch dimension of an operand is read at a batch var or a constant (broadcast)."""
+    from tvm import tirx
+
+    return isinstance(e, tirx.IntImm) or any(e.same_as(b) for b in bat)
+
+
+def _operand_index(block, transposed: bool) -> int:
+    """Index in ``block.reads`` of B (read at [.., k, j], or [.., j, k] when transposed)."""
     *_, j, k = [iv.var for iv in block.iter_vars]
+    want = (j, k) if transposed else (k, j)
     for n, r in enumerate(block.reads):
         idx = common.region_vars(r)
-        if len(idx) >= 2 and idx[-2].same_as(k) and idx[-1].same_as(j):
+        if len(idx) >= 2 and idx[-2].same_as(want[0]) and idx[-1].same_as(want[1]):
             return n
     raise ValueError("no B operand")
 
 
-class MatmulNN(MatchingCPURule):
-    """matmul / dense / batch_matmul with B as [.., K, N] + elementwise epilogue."""
+def _producer_of(sch, block_rv, buffer):
+    """The block among ``block_rv``'s producers that writes ``buffer``, else None."""
+    for p in sch.get_producers(block_rv):
+        if any(w.source.same_as(buffer) for w in sch.get(p).writes):
+            return p
+    return None
+
+
+def _split_last_tiles(sch, jo, io, rows: bool, cols: bool):
+    """Partition the last row tile (``rows``) and the last column tile (``cols``) off their
+    loops: the full tiles' bounds checks simplify away (vector write-back, no select in
+    the inner loop), only the last tiles keep them.  Returns the loop of full column tiles
+    (to run in parallel) when ``jo`` was partitioned, else None."""
+    if rows:
+        sch.annotate(io, "pragma_loop_partition_hint", 1)
+    if cols:
+        sch.annotate(jo, "pragma_loop_partition_hint", 1)
+    return None
+
+
+def _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores):
+    """One output row (GEMV, decoding): ``k`` outer, the row's columns inner, so ``B`` streams
+    contiguously (a register tile would read it a column panel at a time, one page per
+    ``k``); the row block (at most 1024 columns) accumulates in L1, ``ku`` rows of ``B``
+    per load/store of it."""
+    *bat, i, j, k = sch.get_loops(mm)
+    chunk = max(d for d in common.divisors(N) if d % lanes == 0 and d <= 1024)
+    ku = max(u for u in (4, 2, 1) if K % u == 0)
+    jc, jv, jl = sch.split(j, [None, chunk // lanes, lanes])
+    ko, ki = sch.split(k, [None, ku])
+    sch.reorder(*bat, jc, i, ko, jv, ki, jl)
+    wb = sch.cache_write(mm, 0, "global")
+    sch.reverse_compute_at(wb, jc, preserve_unit_loops=True)
+    if tail is not None:
+        sch.reverse_compute_inline(tail)
+    common.parallel(sch, [*bat, jc], ncores)
+    sch.unroll(ki)
+    sch.vectorize(jl)
+    init = sch.decompose_reduction(mm, ko)
+    for blk in (wb, init):
+        _, v = sch.split(sch.get_loops(blk)[-1], [None, lanes])
+        sch.vectorize(v)
+    for p in stages:
+        common.schedule_elementwise(sch, p, lanes, ncores)
+    return sch
+
+
+class Matmul(MatchingCPURule):
+    """matmul / dense / batch_matmul, B as [.., K, N] or [.., N, K], + elementwise epilogue."""
 
     name = "cpu.matmul"
 
@@ -55,27 +123,77 @@ class MatmulNN(MatchingCPURule):
         return match_matmul(sch)
 
     def schedule(self, sch, m, target):
-        mm, nbat = m
+        mm, nbat, b_t = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, mm, keep_pads=False)
-        loops = sch.get_loops(mm)
-        *bat, i, j, k = loops
-        ext = [common.const_extent(sch, l) for l in loops]
+        ext = [common.const_extent(sch, lp) for lp in sch.get_loops(mm)]
         if any(e is None for e in ext):
             return None
-        M, N = ext[-3], ext[-2]
-        jt = common.vector_tile(N, lanes)
-        nv = -(-jt // lanes)
-        it = common.reg_rows(M, nv, common.acc_budget(target, "matmul"))
+        M, N, K = ext[-3:]
+        if M == 1 and not b_t and N % lanes == 0:
+            return _schedule_row(sch, mm, tail, pads if tail is not None else pads + after,
+                                 N, K, lanes, ncores)
+        it, jt = common.gemm_tile(M, N, lanes, common.acc_budget(target, "matmul"))
+        padded = M % it or N % jt
+        a_pad = b_pad = None
+        rows = []
+        if padded:
+            # whole tiles: zero rows of A / columns of B in copies, C_pad cut back to C
+            block = sch.get(mm)
+            b_buf = block.reads[_operand_index(block, b_t)].source
+            a_buf = [r.source for r in block.reads if not r.source.same_as(b_buf)
+                     and not r.source.same_as(block.writes[0].source)][0]
+            sch.pad_einsum(mm, [1] * nbat + [it, jt, 1])
+            block = sch.get(mm)
+            for r in block.reads:
+                p = _producer_of(sch, mm, r.source)
+                if p is not None and sch.get(p).name_hint == f"{a_buf.name}_pad":
+                    a_pad = p
+                elif p is not None and sch.get(p).name_hint == f"{b_buf.name}_pad":
+                    b_pad = p
+            (cut,) = sch.get_consumers(mm)  # C = C_pad[:M, :N]
+            if tail is not None or after:
+                sch.compute_inline(cut)
+            else:
+                tail = after = cut
+            if N % jt:
+                # a write-back guarded by column is scalar code as long as the tile's FMAs
+                # (K = 64): whole tiles go to C_pad, the cut (and epilogue) is a stage
+                rows = [tail] if tail is not None else after
+                pads, after, tail = pads, [], None
+        *bat, i, j, k = sch.get_loops(mm)
         io, ii = sch.split(i, [None, it])
         jo, ji = sch.split(j, [None, jt])
         sch.reorder(*bat, jo, io, k, ii, ji)
-        panel = M > it
+        panel = M > it or b_t or b_pad is not None
         if panel:  # copy the K x jt panel of B once per column tile: contiguous, reused
-            pb = sch.cache_read(mm, _b_index(sch.get(mm)), "global")
+            pb = sch.cache_read(mm, _operand_index(sch.get(mm), b_t), "global")
             sch.compute_at(pb, jo, preserve_unit_loops=True)
-            sch.vectorize(sch.get_loops(pb)[-1])
-        wb, pads = common.write_back_at(sch, mm, io, tail, pads, after)
+            if b_pad is not None:
+                sch.compute_inline(b_pad)
+            if b_t:  # laid out [k, j] as a [.., k, j] B is: the same micro-kernel
+                sch.transform_layout(pb, ("write", 0), lambda *x: (*x[:-2], x[-1], x[-2]))
+                *_, pj, pk = sch.get_loops(pb)
+                sch.reorder(pk, pj)
+            if b_pad is None and not b_t:
+                # a column guard or a transposed read would scalarise TVM's vector loop;
+                # LLVM vectorises the serial one (masked loads): 1.3x on ViT's QK^T
+                sch.vectorize(sch.get_loops(pb)[-1])
+        if a_pad is not None:  # the tile's it x K rows of A, zero past M
+            sch.compute_at(a_pad, io, preserve_unit_loops=True)
+            sch.vectorize(sch.get_loops(a_pad)[-1])
+        wb = sch.cache_write(mm, 0, "local")
+        sch.reverse_compute_at(wb, io, preserve_unit_loops=True)
+        if tail is not None and padded:
+            # the epilogue covers the real outputs, the tile the padded ones: the write-back
+            # is guarded, the inner loop is not
+            sch.reverse_compute_at(tail, io, preserve_unit_loops=True)
+            sch.compute_inline(wb)
+            wb = tail
+        elif tail is not None:
+            sch.reverse_compute_inline(tail)
+        else:  # several consumers left (or a padded cut): schedule them as their own stages
+            pads = pads + after
         common.parallel(sch, [*bat, jo] if panel else [*bat, jo, io], ncores)
         sch.unroll(ii)
         sch.vectorize(ji)
@@ -84,4 +202,6 @@ class MatmulNN(MatchingCPURule):
         sch.vectorize(sch.get_loops(init)[-1])
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
+        for r in rows:  # rows of N, not whole vectors: LLVM vectorises the serial loop
+            common.parallel(sch, sch.get_loops(r)[:-1], ncores)
         return sch

@@ -1,35 +1,142 @@
-"""cpu.matmul: structure under a Target, numerics against onnxruntime, negatives."""
+"""cpu.matmul: structure under a Target, numerics against onnxruntime / numpy, negatives."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+import tvm
 from onnx import helper
 from tvm import relax, te
 
-from schedules.cpu.matmul import MatmulNN
+import targets
+from schedules.cpu.matmul import Matmul
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
+
+# AVX2, 16 ymm registers (this rule's 12-accumulator tiles)
+AVX2 = tvm.target.Target(
+    {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver3", "num-cores": 2})
+
+
+def _bmm(a_shape, b_shape, transposed=False, dtype="float32", epilogue=True):
+    """A te matmul PrimFunc, B read [.., k, j] or [.., j, k], with a scale + mask epilogue."""
+    a = te.placeholder(a_shape, name="a", dtype=dtype)
+    b = te.placeholder(b_shape, name="b", dtype=dtype)
+    kk = a_shape[-1]
+    n = b_shape[-2] if transposed else b_shape[-1]
+    out = tuple(a_shape[:-1]) + (n,)
+    k = te.reduce_axis((0, kk), name="k")
+
+    def bval(idx, j):
+        bat = idx[len(idx) - len(b_shape) + 2:] if len(b_shape) > 2 else ()
+        return b[(*bat, j, k)] if transposed else b[(*bat, k, j)]
+
+    c = te.compute(out, lambda *idx: te.sum(a[(*idx[:-1], k)] * bval(idx[:-2], idx[-1]),
+                                            axis=k), name="mm")
+    if not epilogue:
+        return te.create_prim_func([a, b, c]), out
+    mask = te.placeholder(out[-2:], name="mask", dtype=dtype)
+    d = te.compute(out, lambda *idx: c[idx] * 0.125 + mask[idx[-2:]], name="epi")
+    return te.create_prim_func([a, b, mask, d]), out
+
+
+def _widths(text, kind):
+    """Extents of the ``kind`` ("vectorized", "unroll") loops in scheduled TIR text."""
+    return {int(n) for n in re.findall(rf"T\.{kind}\((?:T\.int64\()?(\d+)", text)}
 
 
 def test_structure_dense_gelu_epilogue():
     def build(bb, a, b, c):
         return bb.emit(relax.op.nn.gelu(relax.op.add(relax.op.matmul(a, b), c)))
     f = fused_primfunc(build, [(1, 64, 48), (48, 96), (96,)], "matmul")
-    text = MatmulNN().apply(f, TARGET).mod["main"].script()
+    text = Matmul().apply(f, TARGET).mod["main"].script()
     assert "T.parallel" in text and "T.vectorized(T.int64(32))" in text
     assert "_local" in text and "T.erf" in text  # epilogue in the tile's write-back
 
 
-def test_rejects_transposed_b_and_conv():
-    a, b = te.placeholder((8, 16), name="a"), te.placeholder((32, 16), name="b")
-    k = te.reduce_axis((0, 16), name="k")
-    c = te.compute((8, 32), lambda i, j: te.sum(a[i, k] * b[j, k], axis=k), name="nt")
-    assert MatmulNN().apply(te.create_prim_func([a, b, c]), TARGET) is None
+def test_structure_bert_tile_unchanged_avx512():
+    """Shapes whose tiles divide keep the 8 x 2-vector AVX-512 tile, no padding."""
+    f = fused_primfunc(lambda bb, a, b: bb.emit(relax.op.matmul(a, b)),
+                       [(12, 128, 64), (12, 64, 128)], "matmul")
+    text = Matmul().apply(f, TARGET).mod["main"].script()
+    assert "T.unroll(T.int64(8))" in text and "T.vectorized(T.int64(32))" in text
+    assert "_pad" not in text
+
+
+@pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["NN", "NT"])
+def test_structure_197_padded(target, transposed):
+    """ViT's 197 x 197 scores: padded to whole tiles (no 1-row / 1-lane tile), the inner
+    loop a vector of the target's lanes times 1-2, parallel outer loop, B in a panel."""
+    lanes = targets.cpu_facts(target)["lanes"]
+    f, _ = _bmm((12, 197, 64), (12, 197, 64) if transposed else (12, 64, 197), transposed)
+    text = Matmul().apply(f, target).mod["main"].script()
+    assert "T.parallel" in text and "b_pad_global" in text and "a_pad" in text
+    assert _widths(text, "vectorized") & {lanes, 2 * lanes}
+    assert min(_widths(text, "unroll")) >= 4  # register rows, not 1-row tiles
+
+
+@pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
+def test_structure_broadcast_batch_and_decode(target):
+    f = fused_primfunc(lambda bb, a, b: bb.emit(relax.op.matmul(a, b)),
+                       [(2, 12, 128, 64), (64, 64)], "matmul")
+    text = Matmul().apply(f, target).mod["main"].script()
+    assert "T.parallel" in text and _widths(text, "vectorized")
+    # decoding: one row, B streamed row by row (k outer), vector over N
+    f = fused_primfunc(lambda bb, a, b: bb.emit(relax.op.matmul(a, b)),
+                       [(12, 1, 64), (12, 64, 1024)], "matmul")
+    sch = Matmul().apply(f, target)
+    text = sch.mod["main"].script()
+    lanes = targets.cpu_facts(target)["lanes"]
+    assert "T.parallel" in text and lanes in _widths(text, "vectorized")
+    assert 4 in _widths(text, "unroll")  # 4 rows of B per accumulator load / store
+
+
+def test_rejects_integer_conv_and_reduction():
+    f, _ = _bmm((8, 16), (16, 32), dtype="int32", epilogue=False)
+    assert Matmul().apply(f, TARGET) is None
     conv = fused_primfunc(lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w)),
                           [(1, 4, 8, 8), (8, 4, 3, 3)], "conv2d")
-    assert MatmulNN().apply(conv, TARGET) is None
+    assert Matmul().apply(conv, TARGET) is None
     red = fused_primfunc(lambda bb, x: bb.emit(relax.op.sum(x, axis=[1])), [(8, 16)], "sum")
-    assert MatmulNN().apply(red, TARGET) is None
+    assert Matmul().apply(red, TARGET) is None
+    # both operands read [i, k]: a Gram-like product with no j in B is not a matmul
+    a = te.placeholder((8, 16), name="a")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((8, 8), lambda i, j: te.sum(a[i, k] * a[i, k], axis=k), name="c")
+    assert Matmul().apply(te.create_prim_func([a, c]), TARGET) is None
+
+
+@pytest.mark.parametrize("a_shape,b_shape,transposed", [
+    ((12, 197, 64), (12, 64, 197), False),
+    ((12, 197, 64), (12, 197, 64), True),   # Q @ K^T with K as [S, d]
+    ((4, 77, 64), (4, 64, 77), False),
+    ((4, 50, 33), (4, 50, 33), True),
+    ((2, 128, 64), (2, 64, 128), False),
+    ((2, 197, 197), (2, 197, 64), False),   # P @ V
+    ((12, 1, 64), (12, 64, 1024), False),   # decoding
+    ((12, 1, 64), (12, 197, 64), True),     # decoding, transposed K
+    ((2, 3, 37, 64), (3, 64, 37), False),   # broadcast batch
+])
+def test_numerics_scheduled_kernel_vs_numpy(a_shape, b_shape, transposed):
+    """The scheduled kernel (on this host's target) against numpy, scale + mask epilogue."""
+    f, out = _bmm(a_shape, b_shape, transposed)
+    target = targets.resolve("host").tvm_target()
+    sch = Matmul().apply(f, target)
+    assert sch is not None
+    lib = tvm.compile(tvm.IRModule({"mm": sch.mod["main"].with_attr("global_symbol", "mm")}),
+                      target=target)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(a_shape).astype("float32")
+    b = rng.standard_normal(b_shape).astype("float32")
+    mask = rng.standard_normal(out[-2:]).astype("float32")
+    dev = tvm.cpu()
+    res = tvm.runtime.tensor(np.zeros(out, "float32"), dev)
+    lib.mod["mm"](*(tvm.runtime.tensor(x, dev) for x in (a, b, mask)), res)
+    bm = np.swapaxes(b, -1, -2) if transposed else b
+    np.testing.assert_allclose(res.numpy(), np.matmul(a, bm) * 0.125 + mask,
+                               rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [
@@ -49,3 +156,27 @@ def test_numerics_matmul_add(a_shape, b_shape):
     # this rule's [K, N] form: constant weights stay unpacked
     check_against_ort(model, {"a": rng.standard_normal(a_shape).astype("float32")},
                       "cpu.matmul", disabled_passes=["pack_matmul_weights"])
+
+
+@pytest.mark.parametrize("s,transpose", [(197, False), (197, True), (77, True), (1, False),
+                                         (50, False), (128, True)])
+def test_numerics_attention_scores_vs_ort(s, transpose):
+    """Q @ K^T (K given [h, d, S], or [h, S, d] through a Transpose node) * scale + mask, both
+    operands activations, against onnxruntime."""
+    rng = np.random.default_rng(0)
+    k_shape = (4, s, 32) if transpose else (4, 32, s)
+    nodes = []
+    kname = "k"
+    if transpose:
+        nodes.append(helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="tr"))
+        kname = "kt"
+    nodes += [helper.make_node("MatMul", ["q", kname], ["m"], name="mm"),
+              helper.make_node("Mul", ["m", "scale"], ["sm"], name="scale_mul"),
+              helper.make_node("Add", ["sm", "mask"], ["y"], name="mask_add")]
+    m = 1 if s == 1 else s
+    model = onnx_model(nodes, [("q", (4, m, 32)), ("k", k_shape)], [("y", (4, m, s))],
+                       {"scale": np.array(0.125, "float32"),
+                        "mask": rng.standard_normal((m, s)).astype("float32")})
+    check_against_ort(model, {"q": rng.standard_normal((4, m, 32)).astype("float32"),
+                              "k": rng.standard_normal(k_shape).astype("float32")},
+                      "cpu.matmul")

@@ -8,7 +8,7 @@ from onnx import helper
 from tvm import relax
 
 from passes.pack_matmul_weights import matmul_packed
-from schedules.cpu.matmul import MatmulNN
+from schedules.cpu.matmul import Matmul
 from schedules.cpu.matmul_packed import MatmulPacked
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
@@ -26,7 +26,7 @@ def test_structure_gelu_epilogue_fuses_and_no_panel_copy():
     assert "T.parallel" in text and "T.vectorized(T.int64(16))" in text
     assert "_local" in text and "T.erf" in text  # epilogue in the tile's write-back
     assert "_global" not in text                  # the weight panel is read in place
-    assert MatmulNN().apply(f, TARGET) is None    # [N/nr, K, nr] is not a [K, N] B
+    assert Matmul().apply(f, TARGET) is None    # [N/nr, K, nr] is not a [K, N] B
 
 
 def test_structure_padded_rows_guard_only_the_write_back():
@@ -44,7 +44,7 @@ def test_rejects_unpacked_matmul():
     f = fused_primfunc(lambda bb, a, b: bb.emit(relax.op.matmul(a, b)),
                        [(8, 16), (16, 32)], "matmul")
     assert MatmulPacked().apply(f, TARGET) is None
-    assert MatmulNN().apply(f, TARGET) is not None
+    assert Matmul().apply(f, TARGET) is not None
 
 
 @pytest.mark.parametrize("a_shape,n,residual", [
