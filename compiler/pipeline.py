@@ -49,6 +49,10 @@ def graph_passes() -> list:
         # MatMul, scale, mask Add, Softmax, MatMul => one attention kernel (after
         # stable_softmax); opt-in: slower than three kernels until attention has a schedule
         passes.FuseAttention(),
+        # Q @ transpose(K) reads K in place (the matmul rule packs its panel transposed)
+        # instead of a transpose kernel writing a copy; after fuse_attention, which matches
+        # the transpose as part of attention
+        passes.FoldTransposeMatmul(),
         # constant matmul weights [K, N] -> [N/32, K, 32] panels once, here: the x86 kernel
         # streams contiguous panels instead of copying strided ones per call; after the fusions
         passes.PackMatmulWeights(),
