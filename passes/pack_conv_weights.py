@@ -7,9 +7,11 @@ b)`` tile of accumulators in registers, loads ``b / lanes`` weight vectors per t
 broadcasts each input value into them: the channel block is the vector, so odd output
 widths (SqueezeNet's 55/27/13, the 111- and 112-wide stems) no longer give short vectors.
 Runs after the passes that change conv weights (fold_batchnorm) and needs the weights as
-constants (fold_constants).  Fires on 1-, 2- and 3-D float32 convs with ``groups == 1`` in
+constants (fold_constants).  Fires on 1-, 2- and 3-D float32 convs in
 NCW/NCHW/NCDHW (Whisper's and wav2vec2's conv1d stems, video conv3d: TVM's own conv1d
-kernel ran at 0.3 GFLOP/s under dlight's reduction rule), channels first,
+kernel ran at 0.3 GFLOP/s under dlight's reduction rule), channels first, grouped convs
+whose groups have a whole number of channel blocks (wav2vec2's positional conv: 16 groups
+of 48),
 at least ``min_taps`` kernel taps and an output channel count that some block in
 ``blocks`` divides: whole AVX-512 vectors by default (measured on znver5, 1x1 included:
 1.3-4x conv2d_nchw at 7x7 and 14x14 outputs; a ragged 8- or 40-channel block lost to
@@ -59,13 +61,16 @@ class PackConvWeights(GraphPass):
 _LAYOUTS = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW"), 3: ("NCDHW", "OIDHW")}
 
 
-def conv_packed(data, wp, strides, padding, dilation):
-    """TE compute of a 1-, 2- or 3-D conv: ``out[n, f, *p] = sum_{c, *r} pad(data)[n, c,
-    *(p * s + r * d)] * wp[f // b, c, *r, f % b]`` with ``wp`` of shape [F/b, C, *K, b].
+def conv_packed(data, wp, strides, padding, dilation, groups=1):
+    """TE compute of a 1-, 2- or 3-D conv: ``out[n, f, *p] = sum_{c, *r} pad(data)[n,
+    g(f) + c, *(p * s + r * d)] * wp[f // b, c, *r, f % b]`` with ``wp`` of shape
+    [F/b, C/groups, *K, b] and ``g(f)`` the first input channel of f's group (0 without
+    groups; ``b`` divides the group's output channels, so a vector stays in one group).
     ``padding`` is the padding before each spatial dim, then after each (2-D: top, left,
     bottom, right)."""
-    n, c, *size = (int(d) for d in data.shape)
-    fo, _, *ks, b = (int(d) for d in wp.shape)
+    n, _, *size = (int(d) for d in data.shape)
+    fo, c, *ks, b = (int(d) for d in wp.shape)
+    per_group = fo * b // groups
     nd = len(size)
     before, after = list(padding[:nd]), list(padding[nd:])
     out = [(size[i] + before[i] + after[i] - (ks[i] - 1) * dilation[i] - 1) // strides[i] + 1
@@ -77,7 +82,8 @@ def conv_packed(data, wp, strides, padding, dilation):
 
     def body(i, f, *p):
         src = [p[d] * strides[d] + rs[d] * dilation[d] for d in range(nd)]
-        return te.sum(data[(i, rc, *src)] * wp[(te.indexdiv(f, b), rc, *rs, te.indexmod(f, b))],
+        ch = rc if groups == 1 else te.indexdiv(f, per_group) * c + rc
+        return te.sum(data[(i, ch, *src)] * wp[(te.indexdiv(f, b), rc, *rs, te.indexmod(f, b))],
                       axis=[rc, *rs])
 
     # the 2-D block keeps the name its schedules and tuning records were made under
@@ -119,7 +125,8 @@ def _packed(m, call, min_taps: int, blocks, layouts):
     if not isinstance(weight, GenericConst):
         return None
     dl, kl = layouts
-    if (int(a.groups) != 1 or a.data_layout != dl or a.kernel_layout != kl
+    groups = int(a.groups)
+    if (a.data_layout != dl or a.kernel_layout != kl
             or a.out_layout != dl
             or (str(a.out_dtype) if a.out_dtype is not None else "") not in (
                 "", "void", "float32")):
@@ -132,13 +139,15 @@ def _packed(m, call, min_taps: int, blocks, layouts):
     if dty.shape is None or any(not isinstance(d, tvm.tirx.IntImm) for d in dty.shape):
         return None
     f = w.shape[0]
-    b = _block(f, blocks)
+    # grouped: a block must not straddle two groups (depthwise, 1 channel a group, never
+    # packs; its own rules take it)
+    b = _block(f // groups, blocks) if f % groups == 0 else 0
     if int(np.prod(w.shape[2:])) < min_taps or not b:
         return None
     data = m.visit_expr(data)
     wp = relax.const(pack_oihw(w, b))
     return m.builder_.call_te(
         conv_packed, data, wp, [int(s) for s in a.strides],
-        [int(p) for p in a.padding], [int(d) for d in a.dilation],
+        [int(p) for p in a.padding], [int(d) for d in a.dilation], groups,
         primfunc_name_hint=f"conv{len(dl) - 2}d")
 

@@ -17,6 +17,7 @@ exact.
 from __future__ import annotations
 
 from tvm import tirx
+from tvm.sym.pattern import detect_linear_equation
 
 from ..base import MatchingCPURule
 from . import common
@@ -49,11 +50,22 @@ def match_packed_conv(sch):
                     and _is(idx[-1], tirx.FloorMod, f, bb)
                     and common.same_vars(idx[1:-1], ivs[2 + nd:])):
                 b = int(bb)
-        elif len(idx) == nd + 2 and idx[0].same_as(n) and idx[1].same_as(rc):
+        elif len(idx) == nd + 2 and idx[0].same_as(n) and _channel(idx[1], rc, f):
             data_ok = True
     if b is None or not data_ok:
         return None
     return rv, b, nd
+
+
+def _channel(e, rc, f) -> bool:
+    """``e`` is ``rc``, or ``rc`` plus an offset of ``f``'s group (grouped convs:
+    ``f // (F/G) * C/G + rc``)."""
+    if e.same_as(rc):
+        return True
+    coef = detect_linear_equation(e, [rc])
+    if len(coef) != 2 or not isinstance(coef[0], tirx.IntImm) or int(coef[0]) != 1:
+        return False
+    return all(v.same_as(f) for v in tirx.analysis.undefined_vars(coef[1]))
 
 
 def _is(e, op, var, const) -> bool:

@@ -139,3 +139,27 @@ def test_numerics_conv1d_conv3d(size, k, stride, pad, dil, f):
     model = onnx_model(nodes, [("x", shape)], [("y", out)], {"w": w, "b": b})
     check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
                       "cpu.conv2d_packed")
+
+
+@pytest.mark.parametrize("size,groups,cin,f,k", [
+    ((49,), 4, 64, 64, 9),            # wav2vec2's positional conv, small: 16 channels a group
+    ((11, 13), 2, 8, 64, 3),          # 32 output channels a group
+])
+def test_numerics_grouped(size, groups, cin, f, k):
+    rng = np.random.default_rng(2)
+    nd = len(size)
+    w = rng.standard_normal((f, cin // groups, *[k] * nd)).astype("float32") * 0.3
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k] * nd,
+                            pads=[k // 2] * 2 * nd, group=groups, name="conv")
+    model = onnx_model([node], [("x", (1, cin, *size))], [("y", (1, f, *size))], {"w": w})
+    check_against_ort(model, {"x": rng.standard_normal((1, cin, *size)).astype("float32")},
+                      "cpu.conv2d_packed", layout="NCHW")
+
+
+def test_grouped_structure_reads_the_groups_channels():
+    def build(bb, x, wp):
+        return bb.emit_te(conv_packed, x, wp, [1, 1], [1] * 4, [1, 1], 2,
+                          primfunc_name_hint="conv2d")
+    func = fused_primfunc(build, [(1, 16, 8, 8), (4, 8, 3, 3, 16)], "conv2d")
+    text = Conv2dPacked().apply(func, TARGET).mod["main"].script()
+    assert "T.parallel" in text and "T.vectorized(T.int64(16))" in text
