@@ -145,6 +145,8 @@ def cmd_compile(args) -> int:
           f"target {r['target']['name']} ({r['target']['cpu']}), {r['compile_seconds']:.1f}s")
     if r.get("tuning"):
         print(_tuning_line(r))
+    for w in r.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     if args.report:
         with open(args.report, "w") as f:
             json.dump(r, f, indent=2)

@@ -28,6 +28,7 @@ from .artifact import write_artifact
 from .errors import CompileError
 from .fold_onnx import fold_constants as fold_onnx_constants
 from .graph import extract, plan_storage
+from .kernel_table import generic_warning, kernel_table
 from .importer import import_onnx, index_bounds, input_signature
 from .loader import load_model
 from .narrow_import import io_types
@@ -129,7 +130,9 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
         "layout": {**layout_report, **_layout_outcome(ctx)},
         "schedules": _count(rules.values()),
         **_tuning_report(database, graph.prim_funcs, tinfo, rules),
+        "kernel_table": kernel_table(graph_meta, rules),
     }
+    report["warnings"] = [w for w in [generic_warning(report["kernel_table"], where)] if w]
     log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
              report["compile_seconds"])
     return CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
