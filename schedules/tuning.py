@@ -455,6 +455,8 @@ class _Job:
                 f"nothing was measured: the default schedule of every pending task "
                 f"({len(unmeasurable)}) failed to build or run with the {self.measurer.where} "
                 f"runner; first error: {unmeasurable[0].first_error}", self.summary)
+        rates = [r.task.flops / r.default_s for r in runs if r.task.flops]
+        self.best_rate = max(rates) if rates else None
         for r in unmeasurable:  # no baseline, so no winner can be chosen: not tuned
             r.stop = "skipped: the default schedule failed to measure"
         runs.sort(key=lambda r: -self._gain(r))
@@ -509,7 +511,17 @@ class _Job:
         return int(self.tinfo.cores or os.cpu_count() or 1)
 
     def _gain(self, r: _TaskRun) -> float:
-        return r.task.weight * (r.best_s or r.default_s)
+        return r.task.weight * (r.best_s or r.default_s) * self._headroom(r)
+
+    def _headroom(self, r: _TaskRun) -> float:
+        """How far the task's default is from the best FLOP rate any default of this job
+        reached (1 before the defaults are measured)."""
+        best = getattr(self, "best_rate", None)
+        if not best or not r.default_s:
+            return 1.0
+        if not r.task.flops:
+            return 0.5  # copies, layout transforms: no FLOP rate to compare
+        return max(0.1, 1.0 - (r.task.flops / r.default_s) / best)
 
     def _shares(self, r: _TaskRun, remaining_gain: float) -> tuple:
         frac = self._gain(r) / remaining_gain if remaining_gain > 0 else 1.0

@@ -186,3 +186,17 @@ def test_search_seeded_with_default_never_stores_a_slower_schedule(tmp_path):
     else:
         assert rec["trace"] is None
     assert math.isfinite(lat["default"]) and rec["provenance"]["tvm"]
+
+
+def test_gain_weighs_distance_from_the_best_rate():
+    """A kernel far below the FLOP rate the job's best default reached gets the budget
+    before an equally long one that is already near it."""
+    tasks = make_tasks({"slow": _matmul(32), "fast": _matmul(16)}, {"slow": 1, "fast": 1},
+                       TINFO)
+    slow, fast = (_TaskRun(t, default_s=1e-3) for t in tasks)
+    job = _job(TuneOptions(trials=100), tasks)
+    assert job._gain(slow) == job._gain(fast)          # defaults not measured yet
+    slow.task.flops, fast.task.flops = 10**6, 10**8    # 1 vs 100 GFLOP/s
+    job.best_rate = 1e11
+    assert job._gain(fast) == pytest.approx(1e-3 * 0.1)    # at the best rate: floor
+    assert job._gain(slow) == pytest.approx(1e-3 * 0.99)
