@@ -68,6 +68,9 @@ class MatmulPacked(MatchingCPURule):
         mm, nr, padded = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, mm, keep_pads=False)
+        # W's last panel padded with zero columns: the output is narrower than the tile
+        cols_padded = tail is not None and _last_dim(sch, tail) != _last_dim(sch, mm)
+        padded = padded or cols_padded
         loops = sch.get_loops(mm)
         *bat, i, j, k = loops
         ext = [common.const_extent(sch, lp) for lp in loops]
@@ -98,11 +101,16 @@ class MatmulPacked(MatchingCPURule):
         sch.unroll(ii)
         _vectorize_j(sch, ji, nr, lanes)
         init = sch.decompose_reduction(mm, k)
-        _vectorize_j(sch, sch.get_loops(wb)[-1], nr, lanes)
+        if not cols_padded:  # else the last panel's write-back is cut at N: left scalar
+            _vectorize_j(sch, sch.get_loops(wb)[-1], nr, lanes)
         _vectorize_j(sch, sch.get_loops(init)[-1], nr, lanes)
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         return sch
+
+
+def _last_dim(sch, blk):
+    return int(sch.get(blk).writes[0].source.shape[-1])
 
 
 def _vectorize_j(sch, loop, nr, lanes):

@@ -4,6 +4,7 @@ against onnxruntime, and matmuls it must leave alone."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
@@ -110,12 +111,23 @@ def test_gemm_trans_b_and_2d_input():
     assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
 
 
-def test_leaves_alone_nonconstant_odd_batched_and_const_lhs():
+@pytest.mark.parametrize("m_,k,n", [(4, 8, 48), (1, 64, 1001), (37, 24, 10)])
+def test_columns_padded_to_whole_panels(m_, k, n):
+    """N not a multiple of the panel (a 1001-class classifier): W gets zero columns up to
+    whole panels, and the write-back drops them."""
+    nodes = [node("MatMul", ["x", "w"], "mm"), node("Add", ["mm", "b"], "y")]
+    m = model(nodes, {"x": [m_, k]}, {"y": [m_, n]}, {"w": _w(k, n), "b": _w(n)})
+    feeds = {"x": np.random.default_rng(3).standard_normal((m_, k)).astype(np.float32)}
+    outs, cm = compile_run(m, feeds, target="host")
+    assert report(cm, "pack_matmul_weights")["nodes"] == ["mm"]
+    assert cm.report["schedules"].get("cpu.matmul_packed") == 1
+    assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_leaves_alone_nonconstant_batched_and_const_lhs():
     cases = [
         # W an input, not a constant
         model([node("MatMul", ["x", "w"], "y")], {"x": [4, 8], "w": [8, 32]}, {"y": [4, 32]}),
-        # N = 48: not a multiple of the 32-wide panel
-        model([node("MatMul", ["x", "w"], "y")], {"x": [4, 8]}, {"y": [4, 48]}, {"w": _w(8, 48)}),
         # batched constant B
         model([node("MatMul", ["x", "w"], "y")], {"x": [2, 4, 8]}, {"y": [2, 4, 32]},
               {"w": _w(2, 8, 32)}),
