@@ -321,12 +321,33 @@ def lower_to_kernels(model, target="host", *, opt_level: int = 3, disabled_passe
     that only affect scheduling, building or memory (tuning_db, memory_reuse) are
     accepted and ignored, so callers can pass compile()'s keywords as they are.
     """
+    _, _, graph = _front_only(model, target, opt_level, disabled_passes, required_passes,
+                              pass_config, layout, dump_ir)
+    return graph, graph.prim_funcs
+
+
+def schedule_kernels(model, target="host", *, tuning_db=None, **front_kwargs):
+    """compile()'s stages up to and including scheduling, without building.
+
+    Returns (scheduled IRModule {symbol: PrimFunc}, {symbol: rule}, pass reports as dicts):
+    exactly what compile() hands to ``tvm.compile``, so tools can fingerprint the scheduled
+    TIR (``scripts/schedule_fingerprint.py``) without the cost of a build.  Keywords are
+    those of :func:`lower_to_kernels`.
+    """
+    tinfo, ctx, graph = _front_only(model, target, **front_kwargs)
+    mod, rules = _schedule(graph.prim_funcs, tinfo, _open_tuning_db(tuning_db))
+    return mod, rules, [r.to_dict() for r in ctx.reports]
+
+
+def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_passes=(),
+                pass_config=None, layout: str = "auto", dump_ir=None, **_build_only):
+    """(TargetInfo, PassContext, KernelGraph): the front half of compile() on its own."""
     tinfo = targets.resolve(target)  # the same refusals as compile()
     pass_config, _ = _choose_layout(layout, tinfo, pass_config, disabled_passes)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     _, _, graph = _front(model, ctx, _Stages(_where(model)))
-    return graph, graph.prim_funcs
+    return tinfo, ctx, graph
 
 
 def _open_tuning_db(tuning_db):
