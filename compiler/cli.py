@@ -277,7 +277,7 @@ def cmd_bench(args) -> int:
     import tempfile
 
     import compiler
-    from compiler.bench import measure
+    from compiler.tools.bench import measure
 
     if args.rounds < 1 or args.runs < 1:
         raise UsageError("--rounds and --runs must be >= 1")
@@ -310,9 +310,9 @@ def cmd_debug(args) -> int:
     """Exit 0 when every observable tensor matches, 1 at the first divergence."""
     import numpy as np
 
-    from compiler.debug import find_divergence
-    from compiler.importer import input_signature
-    from compiler.loader import load_model
+    from compiler.tools.debug import find_divergence
+    from compiler.frontend.importer import input_signature
+    from compiler.frontend.loader import load_model
 
     feeds = _parse_inputs(args.input)
     rng = np.random.default_rng(args.seed)
@@ -387,8 +387,8 @@ def _draw_plan(plan, names, path: str) -> None:
 def cmd_inspect(args) -> int:
     """Every node's op, domain, opset and status; exit 1 if any is unsupported."""
     import targets
-    from compiler.loader import load_model
-    from compiler.registry import REGISTRY
+    from compiler.frontend.loader import load_model
+    from compiler.frontend.registry import REGISTRY
 
     arch = targets.resolve(args.target).arch
     model = load_model(args.model)
@@ -412,7 +412,7 @@ def cmd_inspect(args) -> int:
 def cmd_ops(args) -> int:
     """The operator registry as a table."""
     import targets
-    from compiler.registry import REGISTRY
+    from compiler.frontend.registry import REGISTRY
 
     arch = targets.resolve(args.target).arch
     rows = [e for e in REGISTRY.table() if arch in e.targets]
@@ -424,7 +424,7 @@ def cmd_ops(args) -> int:
     return 0
 
 
-# -- onnxc tune (compiler/tune.py) -------------------------------------------------------
+# -- onnxc tune (compiler/tools/tune.py) -------------------------------------------------------
 
 
 def _add_tune(sub):
@@ -450,7 +450,7 @@ def _add_tune(sub):
 
 
 def cmd_tune(args) -> int:
-    from compiler.tune import tune
+    from compiler.tools.tune import tune
 
     if args.rpc_tracker and not args.rpc_key:
         raise UsageError("--rpc-tracker needs --rpc-key (the key the RPC servers registered)")

@@ -24,15 +24,15 @@ import schedules
 import targets
 
 from . import __version__
-from .artifact import write_artifact
+from .lowering.artifact import write_artifact
 from .errors import CompileError
-from .fold_onnx import fold_constants as fold_onnx_constants
-from .graph import extract, plan_storage
-from .importer import import_onnx, index_bounds, input_signature
-from .loader import load_model
-from .narrow_import import io_types
+from .frontend.fold_onnx import fold_constants as fold_onnx_constants
+from .lowering.graph import extract, plan_storage
+from .frontend.importer import import_onnx, index_bounds, input_signature
+from .frontend.loader import load_model
+from .frontend.narrow_import import io_types
 from .pipeline import FUSE, graph_passes, lowering
-from .provenance import name_fused_calls
+from .lowering.provenance import name_fused_calls
 
 log = logging.getLogger("onnxc")
 # "stage <name>" (DEBUG) as each stage starts: compiler.isolate names the stage a crash hit
@@ -307,7 +307,7 @@ def _user() -> str:
         return str(os.getuid())
 
 
-# -- tuning hooks (compiler/tune.py, schedules/database.py) ------------------------------
+# -- tuning hooks (compiler/tools/tune.py, schedules/database.py) ------------------------------
 
 
 def lower_to_kernels(model, target="host", *, opt_level: int = 3, disabled_passes=(),

@@ -273,7 +273,7 @@ def _custom_registrations() -> list:
     """Custom operator entries of the registry, as the child can repeat them: the pickled
     entry (module-level converters pickle by reference), else the module to import.  One
     the child cannot repeat matters only to models that use it (see _explain_missing)."""
-    from .registry import REGISTRY
+    from .frontend.registry import REGISTRY
 
     out = []
     for versions in REGISTRY.entries.values():
@@ -290,7 +290,7 @@ def _custom_registrations() -> list:
 
 
 def _apply_registrations(regs: list) -> None:
-    from .registry import REGISTRY
+    from .frontend.registry import REGISTRY
 
     def present(key):
         return any((e.domain, e.op_type, e.since, e.until) == key

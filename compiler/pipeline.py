@@ -11,9 +11,9 @@ from tvm import relax
 
 import passes
 
-from .legalize_vector_math import LEGALIZE_MAP as LEGALIZE_VECTOR_MATH
+from .lowering.legalize_vector_math import LEGALIZE_MAP as LEGALIZE_VECTOR_MATH
 
-from . import legalize_conv_nchwc  # noqa: F401  (conv2d NCHW[b]c, which TVM cannot lower)
+from .lowering import legalize_conv_nchwc  # noqa: F401  (conv2d NCHW[b]c, which TVM cannot lower)
 
 FUSE = relax.transform.FuseOps()
 
@@ -71,11 +71,11 @@ def lowering() -> list:
     """Relax ops -> TIR kernels, grouped; TVM's passes, always run, not configurable.
 
     The driver records which ONNX nodes each kernel covers across the "fuse" step
-    (compiler/provenance.py), so that step is named.
+    (compiler/lowering/provenance.py), so that step is named.
     """
     return [
         # every Relax op becomes a call_tir to a TIR PrimFunc; float32 GELU and softmax with
-        # erf / exp in plain arithmetic (compiler/legalize_vector_math.py): TVM's are scalar
+        # erf / exp in plain arithmetic (compiler/lowering/legalize_vector_math.py): TVM's are scalar
         # libm calls per vector lane
         relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE_VECTOR_MATH),
         # mark each PrimFunc elementwise / broadcast / injective / reduction / out-fusable

@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 
 from . import driver
 from .errors import CompileError, ModelError
-from .importer import graph_inputs, refuse_unsupported
+from .frontend.importer import graph_inputs, refuse_unsupported
 
 # Integer inputs up to this many elements may be bound as values (shapes, axes, pads).
 MAX_VALUE_ELEMENTS = 64
@@ -81,7 +81,7 @@ def _node_arg(vi):
     (``tensor(float8e4m3fn)``, as the compiled session reports them)."""
     from runtime.session import NodeArg
 
-    from .narrow_types import fmt_of
+    from .frontend.narrow_types import fmt_of
 
     fmt = fmt_of(vi.type.tensor_type.elem_type)
     return NodeArg(vi.name, *_declared(vi), fmt.name if fmt else None)
@@ -202,9 +202,9 @@ def compile(model, target="host", *, input_shapes=None, input_values=None,
 
 
 def _load(path) -> onnx.ModelProto:
-    from .loader import _read
+    from .frontend.loader import read_model
 
-    return _read(os.fspath(path))
+    return read_model(os.fspath(path))
 
 
 class DynamicModel:

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import compiler
-from compiler import control_flow
+from compiler.frontend import control_flow
 from tests.conftest import assert_close, ort_run
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL

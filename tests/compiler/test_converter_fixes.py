@@ -382,8 +382,8 @@ def _pad_then_slice_by_shape():
 
 
 def test_fold_onnx_refolds_after_shape_inference():
-    from compiler.fold_onnx import fold_constants
-    from compiler.loader import load_model
+    from compiler.frontend.fold_onnx import fold_constants
+    from compiler.frontend.loader import load_model
     from compiler.specialize import specialize_model
 
     x = _RNG.standard_normal((3, 4)).astype(np.float32)

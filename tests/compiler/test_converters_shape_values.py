@@ -58,7 +58,7 @@ def test_topk_integers_and_the_whole_axis():
 
 
 def test_topk_refuses_axes_past_the_kernel_limit(monkeypatch):
-    from compiler import converters_shape_values
+    from compiler.frontend.converters import shape_values as converters_shape_values
 
     monkeypatch.setattr(converters_shape_values, "TOPK_MAX_AXIS", 4)
     with pytest.raises(compiler.UnsupportedError, match=r"'topk'.*axis of 5 elements"):

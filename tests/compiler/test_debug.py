@@ -9,7 +9,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 import compiler.driver
-from compiler.debug import find_divergence
+from compiler.tools.debug import find_divergence
 from passes.context import GraphPass
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tvm import te, topi
 
-from compiler.inplace import inplace_candidates
+from compiler.lowering.inplace import inplace_candidates
 
 
 def test_elementwise_and_residual():

@@ -13,7 +13,7 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, te
 
-from compiler.legalize_vector_math import LEGALIZE_MAP, erf_f32, exp_nonpositive_f32
+from compiler.lowering.legalize_vector_math import LEGALIZE_MAP, erf_f32, exp_nonpositive_f32
 from tests.conftest import assert_close, ort_run
 from tests.passes.helpers import compile_run, model, node
 

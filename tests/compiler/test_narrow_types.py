@@ -15,7 +15,7 @@ from tvm import te
 
 import compiler
 import runtime
-from compiler import narrow_types as nt
+from compiler.frontend import narrow_types as nt
 from compiler.errors import UnsupportedError
 
 OPSET = 25

@@ -28,7 +28,7 @@ import compiler
 import targets
 from compiler.cli import main as onnxc_main
 from compiler.driver import lower_to_kernels
-from compiler.tune import extract_tasks, tune
+from compiler.tools.tune import extract_tasks, tune
 from schedules.database import LOCK_FILE, TuningDatabase, apply_record, trace_to_json
 from schedules.tuning import ProgressBar, TuningError
 from tests.conftest import REPO, assert_close, ort_run, zoo, zoo_model

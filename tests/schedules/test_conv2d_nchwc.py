@@ -9,7 +9,7 @@ import pytest
 from onnx import helper
 from tvm import relax
 
-from compiler import legalize_conv_nchwc  # noqa: F401  (registers the NCHWc legalization)
+from compiler.lowering import legalize_conv_nchwc  # noqa: F401  (registers the NCHWc legalization)
 from schedules.x86.conv2d_nchwc import Conv2dNCHWc, depthwise_tile, tile
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 

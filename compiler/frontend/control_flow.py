@@ -31,8 +31,8 @@ from onnx import numpy_helper
 from tvm import relax, tirx
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
-from .converters import _static_value as constant_value  # a constant's numpy value or None
-from .errors import CompileError, UnsupportedError
+from .converters.common import register, constant_value
+from ..errors import CompileError, UnsupportedError
 from .fold_onnx import fold_node, opset_ids
 from .registry import register_op
 
@@ -41,8 +41,6 @@ MAX_ITERATIONS = 1024
 MAX_UNROLLED_NODES = 20000
 
 
-def _register(op, since=1):
-    return register_op("", op, since=since, implementation="onnxc")
 
 
 def _const(arr: np.ndarray):
@@ -145,7 +143,7 @@ def _result(outs: list):
 # --------------------------------------------------------------------------- If
 
 
-@_register("If")
+@register("If")
 def convert_if(bb, inputs, attrs, ctx):
     """If: the taken branch when the condition is constant, else where(cond, then, else)."""
     cond = constant_value(inputs[0])
@@ -211,7 +209,7 @@ def _stackable(ctx, values: list, k: int) -> None:
                                f"iterations ({sorted(shapes)}); it cannot be stacked")
 
 
-@_register("Loop")
+@register("Loop")
 def convert_loop(bb, inputs, attrs, ctx):
     """Loop with a constant trip count / condition: the body unrolled."""
     body = attrs["body"]
@@ -327,7 +325,7 @@ def _ints(attrs, name: str, n: int, default: int = 0) -> list[int]:
     return out
 
 
-@_register("Scan", since=9)
+@register("Scan", since=9)
 def convert_scan(bb, inputs, attrs, ctx):
     """Scan (opset 9+): the body unrolled over the static scan-axis length."""
     body = attrs["body"]

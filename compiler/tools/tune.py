@@ -19,8 +19,8 @@ import targets
 from schedules.database import TuningDatabase
 from schedules.tuning import ProgressBar, TuneOptions, make_tasks, parse_tracker, tune_tasks
 
-from . import __version__
-from .driver import lower_to_kernels
+from .. import __version__
+from ..driver import lower_to_kernels
 
 __all__ = ["extract_tasks", "tune"]
 
@@ -138,7 +138,7 @@ def check_in_model(model, target, database: TuningDatabase, tasks: list, *,
     """
     import runtime
 
-    from . import driver
+    from .. import driver
 
     tinfo = targets.resolve(target)
     kw = dict(compile_kwargs or {})

@@ -6,9 +6,9 @@ rank of element i along the axis is the number of elements that come before it (
 for ``largest``, smaller otherwise; equal ones with a lower index first, as ONNX and
 numpy's stable sort order them; NaN counts as greater than any number, as in numpy's
 sort).  The element of rank r is the r-th output.  O(n^2) comparisons per row of the
-axis: ``compiler/converters_shape_values.py`` refuses axes longer than
+axis: ``compiler/frontend/converters/shape_values.py`` refuses axes longer than
 ``TOPK_MAX_AXIS``.  Registered on the op (``FLegalize``), so constant folding and the
-lowering agree; ``compiler.converters_shape_values`` installs it.
+lowering agree; ``compiler.lowering.install`` installs it.
 """
 
 from __future__ import annotations

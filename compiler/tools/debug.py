@@ -2,7 +2,7 @@
 
 The model is compiled without memory reuse, so every kernel output keeps its own buffer
 and can be read after the run.  A kernel output whose binding is tagged with an ONNX node
-(``n<k>``, ``n<k>_o<i>``, ``n2x3`` for what a pass fused; see compiler/provenance.py) *is*
+(``n<k>``, ``n<k>_o<i>``, ``n2x3`` for what a pass fused; see compiler/lowering/provenance.py) *is*
 that node's output tensor.  The reference (onnxruntime with graph optimisations off, or
 ``onnx.reference``) is run on the same model with those tensors added as graph outputs.
 Tensors are compared in the model's node order; the first beyond tolerance is reported
@@ -79,10 +79,10 @@ def find_divergence(model, feeds: dict, compare: str = "onnxruntime", target="ho
                     disabled_passes=(), rtol: float = 1e-3, atol: float = 1e-5) -> dict:
     """Compile ``model`` (path or ModelProto), run it on ``feeds`` and the reference, and
     return {"first": divergence or None, "checked": [...], "unobservable": n, ...}."""
-    from .driver import compile as compile_static
-    from .fold_onnx import fold_constants
-    from .loader import load_model
-    from .specialize import specialize_model
+    from ..driver import compile as compile_static
+    from ..frontend.fold_onnx import fold_constants
+    from ..frontend.loader import load_model
+    from ..specialize import specialize_model
 
     proto = load_model(model)
     spec = specialize_model(proto, {k: list(v.shape) for k, v in feeds.items()})

@@ -26,7 +26,8 @@ _NEVER = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLik
           "SequenceEmpty", "Optional"}
 
 
-def _static_shapes(model: onnx.ModelProto) -> dict:
+def static_shapes(model: onnx.ModelProto) -> dict:
+    """{tensor name: static shape} of the inputs, value_info and outputs whose dims are known."""
     shapes = {}
     for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
         tt = vi.type.tensor_type
@@ -45,7 +46,8 @@ def _shape_of(node, shape: list) -> np.ndarray:
     return np.array(shape[start:end], dtype=np.int64)
 
 
-def _evaluate(node, values: list, opsets) -> list | None:
+def evaluate(node, values: list, opsets) -> list | None:
+    """``node``'s outputs computed by onnx's reference from ``values``, or None if it fails."""
     from onnx.reference import ReferenceEvaluator
 
     inputs = [helper.make_tensor_value_info(f"i{k}", helper.np_dtype_to_tensor_dtype(v.dtype),
@@ -77,7 +79,7 @@ def fold_node(node, values: list, opsets) -> list | None:
     output, holds objects or exceeds MAX_ELEMENTS."""
     if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
         return None
-    result = _evaluate(node, values, opsets)
+    result = evaluate(node, values, opsets)
     if result is None or len(result) < len(node.output) or any(
             r.dtype == object or r.size > MAX_ELEMENTS for r in result):
         return None
@@ -118,7 +120,7 @@ def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
 
 def _unknown_shape_reads(model: onnx.ModelProto) -> set:
     """Inputs of ``Shape``/``Size`` nodes whose shapes are not static."""
-    shapes = _static_shapes(model)
+    shapes = static_shapes(model)
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     return {n.input[0] for n in model.graph.node if n.op_type in ("Shape", "Size")
             and n.domain in ("", "ai.onnx") and n.input[0] not in shapes}
@@ -144,7 +146,7 @@ def _fold_round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """One pass over the graph in order: fold every node whose inputs are known."""
     graph = model.graph
     known = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    shapes = _static_shapes(model)
+    shapes = static_shapes(model)
     opsets = list(model.opset_import)
     kept, folded = [], 0
     for node in graph.node:

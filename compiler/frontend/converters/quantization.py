@@ -13,12 +13,10 @@ import numpy as np
 from onnx import helper
 from tvm import relax
 
-from .converters_nn import _dtype, _refuse, _shape
-from .registry import register_op, tvm_converter
+from .common import register, refuse, static_shape, dtype_of
+from ..registry import tvm_converter
 
 
-def _register(op, since=1):
-    return register_op("", op, since=since, implementation="onnxc")
 
 
 _INT8 = ("int8", "uint8")
@@ -30,14 +28,14 @@ def _minus_zero_point(bb, x, zp, ctx, what, axis_shape=None):
     x32 = relax.op.astype(x, "int32")
     if zp is None:
         return bb.emit(x32)
-    n = int(np.prod(_shape(zp), dtype=np.int64))
+    n = int(np.prod(static_shape(zp), dtype=np.int64))
     z = relax.op.astype(zp, "int32")
     if n == 1:
         z = relax.op.reshape(z, [])
     elif axis_shape is not None:
         z = relax.op.reshape(z, axis_shape)
     else:
-        _refuse(ctx, f"{what} of shape {_shape(zp)} (per-tensor only)")
+        refuse(ctx, f"{what} of shape {static_shape(zp)} (per-tensor only)")
     return bb.emit(relax.op.subtract(x32, z))
 
 
@@ -52,20 +50,20 @@ def _requantize(bb, acc, scale, zp, out_dtype):
 
 
 def _scalarize(x, ctx, what):
-    n = int(np.prod(_shape(x), dtype=np.int64))
+    n = int(np.prod(static_shape(x), dtype=np.int64))
     if n != 1:
-        _refuse(ctx, f"{what} of shape {_shape(x)} (per-tensor only)")
+        refuse(ctx, f"{what} of shape {static_shape(x)} (per-tensor only)")
     return relax.op.reshape(x, [])
 
 
-@_register("QLinearMatMul", since=10)
+@register("QLinearMatMul", since=10)
 def qlinear_matmul(bb, inputs, attrs, ctx):
     """QLinearMatMul with per-tensor scales and zero points (int8 / uint8)."""
     a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (list(inputs) + [None] * 8)[:8]
     for x, what in ((a, "a"), (b, "b")):
-        if _dtype(x) not in _INT8:
-            _refuse(ctx, f"input {what} of type {_dtype(x)}")
-    out_dtype = _dtype(y_zp) if y_zp is not None else _dtype(a)
+        if dtype_of(x) not in _INT8:
+            refuse(ctx, f"input {what} of type {dtype_of(x)}")
+    out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(a)
     acc = bb.emit(relax.op.matmul(_minus_zero_point(bb, a, a_zp, ctx, "a_zero_point"),
                                   _minus_zero_point(bb, b, b_zp, ctx, "b_zero_point"),
                                   out_dtype="int32"))
@@ -84,48 +82,48 @@ def _conv_int32(bb, x32, w32, attrs, ctx):
 
 
 def _per_channel_shape(w):
-    return [_shape(w)[0]] + [1] * (w.ty.ndim - 1)
+    return [static_shape(w)[0]] + [1] * (w.ty.ndim - 1)
 
 
-@_register("ConvInteger", since=10)
+@register("ConvInteger", since=10)
 def conv_integer(bb, inputs, attrs, ctx):
     """ConvInteger: int32 convolution of (x - x_zero_point) and (w - w_zero_point);
     w_zero_point per tensor or per output channel."""
     x, w, x_zp, w_zp = (list(inputs) + [None] * 4)[:4]
     for t, what in ((x, "x"), (w, "w")):
-        if _dtype(t) not in _INT8:
-            _refuse(ctx, f"input {what} of type {_dtype(t)}")
+        if dtype_of(t) not in _INT8:
+            refuse(ctx, f"input {what} of type {dtype_of(t)}")
     x32 = _minus_zero_point(bb, x, x_zp, ctx, "x_zero_point")
     w32 = _minus_zero_point(bb, w, w_zp, ctx, "w_zero_point", _per_channel_shape(w))
     return _conv_int32(bb, x32, w32, attrs, ctx)
 
 
-@_register("QLinearConv", since=10)
+@register("QLinearConv", since=10)
 def qlinear_conv(bb, inputs, attrs, ctx):
     """QLinearConv: int32 convolution of the zero-point-shifted inputs plus the int32 bias,
     requantized with x_scale * w_scale / y_scale (w_scale per tensor or per output
     channel)."""
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (list(inputs) + [None] * 9)[:9]
     for t, what in ((x, "x"), (w, "w")):
-        if _dtype(t) not in _INT8:
-            _refuse(ctx, f"input {what} of type {_dtype(t)}")
+        if dtype_of(t) not in _INT8:
+            refuse(ctx, f"input {what} of type {dtype_of(t)}")
     x32 = _minus_zero_point(bb, x, x_zp, ctx, "x_zero_point")
     w32 = _minus_zero_point(bb, w, w_zp, ctx, "w_zero_point", _per_channel_shape(w))
     acc = _conv_int32(bb, x32, w32, attrs, ctx)
     nd = w.ty.ndim
     if bias is not None:
         acc = bb.emit(relax.op.add(acc, relax.op.reshape(
-            relax.op.astype(bias, "int32"), [1, _shape(w)[0]] + [1] * (nd - 2))))
-    n_ws = int(np.prod(_shape(w_s), dtype=np.int64))
+            relax.op.astype(bias, "int32"), [1, static_shape(w)[0]] + [1] * (nd - 2))))
+    n_ws = int(np.prod(static_shape(w_s), dtype=np.int64))
     if n_ws == 1:
         ws = relax.op.reshape(w_s, [])
-    elif n_ws == _shape(w)[0]:
+    elif n_ws == static_shape(w)[0]:
         ws = relax.op.reshape(w_s, [1, n_ws] + [1] * (nd - 2))
     else:
-        _refuse(ctx, f"w_scale of shape {_shape(w_s)}")
+        refuse(ctx, f"w_scale of shape {static_shape(w_s)}")
     scale = relax.op.divide(relax.op.multiply(_scalarize(x_s, ctx, "x_scale"), ws),
                             _scalarize(y_s, ctx, "y_scale"))
-    out_dtype = _dtype(y_zp) if y_zp is not None else _dtype(x)
+    out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(x)
     zp = _scalarize(y_zp, ctx, "y_zero_point") if y_zp is not None else None
     return _requantize(bb, acc, bb.emit(scale), zp, out_dtype)
 
@@ -135,29 +133,29 @@ def qlinear_conv(bb, inputs, attrs, ctx):
 # --------------------------------------------------------------------------- #
 
 
-@_register("BitCast", since=26)
+@register("BitCast", since=26)
 def bitcast(bb, inputs, attrs, ctx):
     """BitCast between element types of the same width (the bits reinterpreted); bool to
     a byte type as its 0/1 value."""
     from tvm import te, tirx
 
     x = inputs[0]
-    src = _dtype(x)
+    src = dtype_of(x)
     to = int(attrs["to"])
     try:
         dst = np.dtype(helper.tensor_dtype_to_np_dtype(to)).name
     except Exception:  # noqa: BLE001 - string, or a type numpy does not know
         dst = None
     if dst in (None, "object", "str") or src in ("object", "str"):
-        _refuse(ctx, f"BitCast from {src} to type {to}")
+        refuse(ctx, f"BitCast from {src} to type {to}")
     if dst == "bool":
-        _refuse(ctx, f"BitCast from {src} to bool (only 0/1 bytes are valid bools)")
+        refuse(ctx, f"BitCast from {src} to bool (only 0/1 bytes are valid bools)")
     if src == "bool":
         if np.dtype(dst).itemsize != 1:
-            _refuse(ctx, f"BitCast from bool to {dst} (widths differ)")
+            refuse(ctx, f"BitCast from bool to {dst} (widths differ)")
         return relax.op.astype(x, dst)
     if np.dtype(src).itemsize != np.dtype(dst).itemsize:
-        _refuse(ctx, f"BitCast from {src} to {dst} (widths differ)")
+        refuse(ctx, f"BitCast from {src} to {dst} (widths differ)")
     if src == dst:
         return x
     return bb.emit_te(lambda t: te.compute(t.shape, lambda *i: tirx.reinterpret(dst, t(*i)),

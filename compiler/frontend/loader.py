@@ -12,7 +12,7 @@ import os
 import onnx
 from onnx import TensorProto, shape_inference
 
-from .errors import ModelError, UnsupportedError
+from ..errors import ModelError, UnsupportedError
 from .narrow_types import FORMATS as NARROW_FORMATS
 
 # The default ONNX domain's opsets this importer handles: TVM 0.27's converters pick the
@@ -21,7 +21,7 @@ from .narrow_types import FORMATS as NARROW_FORMATS
 MIN_OPSET, MAX_OPSET = 7, onnx.defs.onnx_opset_version()
 
 # Element types the runtime holds (numpy dtypes through DLPack); the narrow ones (bfloat16,
-# float8, float4, int4/int2) as their bit codes in uint8 / uint16 (compiler/narrow_types.py).
+# float8, float4, int4/int2) as their bit codes in uint8 / uint16 (compiler/frontend/narrow_types.py).
 SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                    TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
                    TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
@@ -33,7 +33,7 @@ def load_model(model) -> onnx.ModelProto:
     where = "model"
     if isinstance(model, (str, os.PathLike)):
         where = os.fspath(model)
-        model = _read(where)
+        model = read_model(where)
     elif not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected a path or onnx.ModelProto, got {type(model).__name__}")
     _check_strings(model, where)
@@ -129,7 +129,8 @@ def _fill_function_defaults(model: onnx.ModelProto) -> bool:
     return changed
 
 
-def _read(path: str) -> onnx.ModelProto:
+def read_model(path: str) -> onnx.ModelProto:
+    """Parse the ONNX file at ``path`` (no checks), or raise ``ModelError`` saying why not."""
     if not os.path.exists(path):
         raise ModelError(f"{path}: no such file")
     if os.path.isdir(path):

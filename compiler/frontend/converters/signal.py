@@ -14,20 +14,17 @@ import numpy as np
 from onnx import helper
 from tvm import relax
 
-from .converters import _const_input, tensor_const
-from .converters_nn import _dtype, _is_float, _np_dtype, _refuse, _shape
-from .registry import register_op
+from .common import (register, refuse, static_shape, np_dtype, dtype_of, is_float,
+                     tensor_const, const_input)
 
 
-def _register(op, since=1):
-    return register_op("", op, since=since, implementation="onnxc")
 
 
 def _scalar_input(ctx, x, what: str):
     """The value of a constant scalar (or one-element) input, as a numpy scalar."""
-    value = np.asarray(_const_input(x, what, ctx.node))
+    value = np.asarray(const_input(x, what, ctx.node))
     if value.size != 1:
-        _refuse(ctx, f"{what} of shape {list(value.shape)} (a scalar expected)")
+        refuse(ctx, f"{what} of shape {list(value.shape)} (a scalar expected)")
     return value.reshape(())[()]
 
 
@@ -36,7 +33,7 @@ def _output_dtype(ctx, attrs, default: int = 1):
     try:
         return np.dtype(helper.tensor_dtype_to_np_dtype(code))
     except Exception:  # noqa: BLE001  (unknown or non-numpy type code)
-        _refuse(ctx, f"output_datatype={code}")
+        refuse(ctx, f"output_datatype={code}")
 
 
 # --------------------------------------------------------------------------- #
@@ -48,7 +45,7 @@ def _window(kind: str):
     def convert(bb, inputs, attrs, ctx):
         size = int(_scalar_input(ctx, inputs[0], "size"))
         if size < 0:
-            _refuse(ctx, f"size={size}")
+            refuse(ctx, f"size={size}")
         dtype = _output_dtype(ctx, attrs)
         periodic = int(attrs.get("periodic", 1))
         denom = size if periodic else size - 1
@@ -69,12 +66,12 @@ def _window(kind: str):
     return convert
 
 
-_register("BlackmanWindow", since=17)(_window("blackman"))
-_register("HammingWindow", since=17)(_window("hamming"))
-_register("HannWindow", since=17)(_window("hann"))
+register("BlackmanWindow", since=17)(_window("blackman"))
+register("HammingWindow", since=17)(_window("hamming"))
+register("HannWindow", since=17)(_window("hann"))
 
 
-@_register("MelWeightMatrix", since=17)
+@register("MelWeightMatrix", since=17)
 def mel_weight_matrix(bb, inputs, attrs, ctx):
     """MelWeightMatrix (dft_length // 2 + 1, num_mel_bins) from constant inputs, computed
     as ONNX's reference does (triangular filters on the HTK mel scale)."""
@@ -84,7 +81,7 @@ def mel_weight_matrix(bb, inputs, attrs, ctx):
     num_mel_bins, dft_length, sample_rate = (int(v) for v in vals[:3])
     lower, upper = vals[3], vals[4]   # numpy scalars of the inputs' type, as the reference
     if num_mel_bins <= 0 or dft_length <= 0 or sample_rate <= 0:
-        _refuse(ctx, f"num_mel_bins={num_mel_bins}, dft_length={dft_length}, "
+        refuse(ctx, f"num_mel_bins={num_mel_bins}, dft_length={dft_length}, "
                 f"sample_rate={sample_rate}")
     bins = np.arange(0, num_mel_bins + 2)
     low_mel = 2595 * np.log1p(lower / 700) / np.log(10)
@@ -94,7 +91,7 @@ def mel_weight_matrix(bb, inputs, attrs, ctx):
     freq = (((dft_length + 1) * freq) // sample_rate).astype(int)
     n_spec = dft_length // 2 + 1
     if freq.min() < 0 or freq.max() >= n_spec + 1:
-        _refuse(ctx, f"edge frequencies [{lower}, {upper}] outside [0, sample_rate / 2]")
+        refuse(ctx, f"edge frequencies [{lower}, {upper}] outside [0, sample_rate / 2]")
     out = np.zeros((n_spec + 1, num_mel_bins))
     for i in range(num_mel_bins):
         left, center, right = freq[i], freq[i + 1], freq[i + 2]
@@ -130,19 +127,19 @@ def _dft(bb, ctx, x, axis: int, length: int, inverse: bool, onesided: bool):
     """DFT of x (..., 1 real | 2 real/imag) along ``axis`` (not the last) with ``length``
     points; the input is truncated or zero-padded to ``length`` (to length // 2 + 1 for the
     one-sided inverse).  Returns (..., 2), or (..., 1) for the one-sided inverse."""
-    dims = _shape(x)
+    dims = static_shape(x)
     rank = len(dims)
-    dtype = _dtype(x)
-    if not _is_float(dtype):
-        _refuse(ctx, f"input of type {dtype}")
+    dtype = dtype_of(x)
+    if not is_float(dtype):
+        refuse(ctx, f"input of type {dtype}")
     if dims[-1] not in (1, 2):
-        _refuse(ctx, f"input of last dimension {dims[-1]} (1 or 2)")
+        refuse(ctx, f"input of last dimension {dims[-1]} (1 or 2)")
     if not 0 <= axis < rank - 1:
-        _refuse(ctx, f"axis {axis} for an input of rank {rank}")
+        refuse(ctx, f"axis {axis} for an input of rank {rank}")
     if length < 1:
-        _refuse(ctx, f"dft_length={length}")
+        refuse(ctx, f"dft_length={length}")
     if inverse and onesided and dims[-1] != 2:
-        _refuse(ctx, "the one-sided inverse of a real input")
+        refuse(ctx, "the one-sided inverse of a real input")
     complex_in = dims[-1] == 2
     n_in = dims[axis]
     n_rows = min(n_in, length // 2 + 1 if (inverse and onesided) else length)
@@ -162,7 +159,7 @@ def _dft(bb, ctx, x, axis: int, length: int, inverse: bool, onesided: bool):
     cols = np.arange(n_out, dtype=np.int64).reshape(1, -1)
     angle = 2 * np.pi * ((rows * cols) % length) / length
     cos, sin = np.cos(angle), np.sin(angle)
-    npdt = _np_dtype(dtype)
+    npdt = np_dtype(dtype)
 
     def mat(m):
         return relax.const(np.ascontiguousarray(m).astype(npdt), dtype)
@@ -197,12 +194,12 @@ def _dft(bb, ctx, x, axis: int, length: int, inverse: bool, onesided: bool):
                             relax.op.expand_dims(yi, rank - 1)], axis=rank - 1)
 
 
-@_register("DFT", since=17)
+@register("DFT", since=17)
 def dft(bb, inputs, attrs, ctx):
     """DFT (opsets 17-19: axis attribute; 20+: axis input, default -2): forward or inverse,
     one-sided (rfft / irfft), optional dft_length; real (..., 1) or complex (..., 2) input."""
     x = inputs[0]
-    rank = len(_shape(x))
+    rank = len(static_shape(x))
     length_in = inputs[1] if len(inputs) > 1 else None
     if ctx.opset >= 20:
         axis_in = inputs[2] if len(inputs) > 2 else None
@@ -210,20 +207,20 @@ def dft(bb, inputs, attrs, ctx):
     else:
         axis = int(attrs.get("axis", 1))
     if not -rank <= axis < rank:
-        _refuse(ctx, f"axis={axis} for an input of rank {rank}")
+        refuse(ctx, f"axis={axis} for an input of rank {rank}")
     axis %= rank
     inverse = bool(attrs.get("inverse", 0))
     onesided = bool(attrs.get("onesided", 0))
     if length_in is not None:
         length = int(_scalar_input(ctx, length_in, "dft_length"))
     elif inverse and onesided:
-        length = 2 * (_shape(x)[axis] - 1)
+        length = 2 * (static_shape(x)[axis] - 1)
     else:
-        length = _shape(x)[axis]
+        length = static_shape(x)[axis]
     return _dft(bb, ctx, x, axis, length, inverse, onesided)
 
 
-@_register("STFT", since=17)
+@register("STFT", since=17)
 def stft(bb, inputs, attrs, ctx):
     """STFT of (batch, length, 1 | 2) signals: frames of frame_length every frame_step,
     weighted by the window (ones without one), DFT of each frame (one-sided by default)."""
@@ -231,25 +228,25 @@ def stft(bb, inputs, attrs, ctx):
     inputs = list(inputs) + [None] * (4 - len(inputs))
     step = int(_scalar_input(ctx, inputs[1], "frame_step"))
     window, length_in = inputs[2], inputs[3]
-    dims = _shape(x)
+    dims = static_shape(x)
     if len(dims) != 3:
-        _refuse(ctx, f"signal of shape {dims} ((batch, length, 1 or 2) expected)")
+        refuse(ctx, f"signal of shape {dims} ((batch, length, 1 or 2) expected)")
     if length_in is not None:
         frame = int(_scalar_input(ctx, length_in, "frame_length"))
     elif window is not None:
-        frame = _shape(window)[0]
+        frame = static_shape(window)[0]
     else:
         frame = dims[1]
-    if window is not None and _shape(window) != [frame]:
-        _refuse(ctx, f"window of shape {_shape(window)} for frame_length {frame}")
+    if window is not None and static_shape(window) != [frame]:
+        refuse(ctx, f"window of shape {static_shape(window)} for frame_length {frame}")
     if step < 1 or frame < 1 or frame > dims[1]:
-        _refuse(ctx, f"frame_step={step}, frame_length={frame} for a signal of length "
+        refuse(ctx, f"frame_step={step}, frame_length={frame} for a signal of length "
                 f"{dims[1]}")
     onesided = bool(attrs.get("onesided", 1))
     n_frames = 1 + (dims[1] - frame) // step
     idx = np.arange(n_frames).reshape(-1, 1) * step + np.arange(frame).reshape(1, -1)
     frames = bb.emit(relax.op.take(x, tensor_const(idx.astype(np.int64)), axis=1))
     if window is not None:        # (batch, frames, frame, c) * (frame, 1)
-        w = window if _dtype(window) == _dtype(x) else relax.op.astype(window, _dtype(x))
+        w = window if dtype_of(window) == dtype_of(x) else relax.op.astype(window, dtype_of(x))
         frames = bb.emit(relax.op.multiply(frames, relax.op.reshape(w, [frame, 1])))
     return _dft(bb, ctx, frames, 2, frame, False, onesided)

@@ -1,12 +1,12 @@
 """Narrow element types at import: bfloat16, float8, float4, int4/uint4/int2/uint2 tensors
-become tensors of their bit codes (``compiler/narrow_types.py``), and every node that
+become tensors of their bit codes (``compiler/frontend/narrow_types.py``), and every node that
 touches one is checked to handle codes correctly.
 
 ``storage_model`` rewrites a checked model so that TVM's importer sees only storage types
 (graph inputs / outputs / value_info typed uint8 or uint16, initializers and Constant
 values holding the codes) and returns the ONNX element type of every narrow tensor, which
 converters read from ``ctx.importer.elem_types``.  ``narrow_converter`` picks how a node is
-converted: converters that know narrow types (``compiler/converters_narrow.py``) as they
+converted: converters that know narrow types (``compiler/frontend/converters/narrow.py``) as they
 are; ops that only move elements work on codes unchanged; a few float ops decode their
 narrow float inputs to float32, compute, and encode the outputs back (exact where ONNX's
 reference rounds each op's result once, as ml_dtypes does); anything else is refused.
@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from .errors import UnsupportedError
+from ..errors import UnsupportedError
 from .narrow_types import decode, encode, fmt_of
 
 _STORAGE_TYPE = {"uint8": TensorProto.UINT8, "uint16": TensorProto.UINT16}

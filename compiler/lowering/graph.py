@@ -18,7 +18,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
 
-from .errors import UnsupportedError
+from ..errors import UnsupportedError
 from .provenance import nodes_of_binding
 from .inplace import inplace_candidates
 

@@ -1,6 +1,6 @@
 """onnxc's converters for ai.onnx.ml ops (Binarizer, ArrayFeatureExtractor, TreeEnsemble)
 and the default-domain TfIdfVectorizer and RoiAlign's ``max`` mode (DeformConv is in
-converters_deform.py).
+nn.py).
 
 Each follows ONNX's reference implementation (``onnx/reference/ops``), written with Relax
 ops or, where those lack the op, a TE compute.  Whatever is not implemented is refused with
@@ -13,9 +13,9 @@ import numpy as np
 from onnx import numpy_helper
 from tvm import relax
 
-from .converters import tensor_const
-from .converters_nn import _dtype, _is_float, _np_dtype, _refuse, _scalar, _shape, _text
-from .registry import REGISTRY, register_op
+from .common import (register, refuse, static_shape, np_dtype, scalar, dtype_of, is_float,
+                     attr_text, tensor_const, refuse_attribute)
+from ..registry import REGISTRY, register_op
 
 ML = "ai.onnx.ml"
 
@@ -24,8 +24,6 @@ def _register_ml(op, since=1):
     return register_op(ML, op, since=since, implementation="onnxc")
 
 
-def _register(op, since=1):
-    return register_op("", op, since=since, implementation="onnxc")
 
 
 def _tensor_attr(ctx, name):
@@ -45,13 +43,13 @@ def _tensor_attr(ctx, name):
 def binarizer(bb, inputs, attrs, ctx):
     """Binarizer: 1 where x > threshold, else 0, in x's type."""
     x = inputs[0]
-    dtype = _dtype(x)
+    dtype = dtype_of(x)
     threshold = float(attrs.get("threshold", 0.0))
-    if not _is_float(dtype):
-        threshold_v = _scalar(threshold, "float64")
+    if not is_float(dtype):
+        threshold_v = scalar(threshold, "float64")
         return relax.op.astype(relax.op.greater(relax.op.astype(x, "float64"), threshold_v),
                                dtype)
-    return relax.op.astype(relax.op.greater(x, _scalar(threshold, dtype)), dtype)
+    return relax.op.astype(relax.op.greater(x, scalar(threshold, dtype)), dtype)
 
 
 @_register_ml("ArrayFeatureExtractor")
@@ -60,10 +58,10 @@ def array_feature_extractor(bb, inputs, attrs, ctx):
     a 1-D input gives a (1, k) output as onnxruntime and the reference do.  Out-of-range
     indices are clamped (the reference raises)."""
     x, idx = inputs[0], inputs[1]
-    dims = _shape(x)
-    k = int(np.prod(_shape(idx))) if _shape(idx) else 1
+    dims = static_shape(x)
+    k = int(np.prod(static_shape(idx))) if static_shape(idx) else 1
     flat = relax.op.reshape(idx, [k])
-    if _dtype(idx) != "int64":
+    if dtype_of(idx) != "int64":
         flat = relax.op.astype(flat, "int64")
     out = relax.op.take(x, flat, axis=len(dims) - 1, mode="clip")
     if len(dims) == 1:
@@ -85,17 +83,17 @@ def tree_ensemble(bb, inputs, attrs, ctx):
     and the reached leaves' weights are aggregated per target (SUM, AVERAGE, MIN, MAX).
     post_transform must be NONE."""
     x = inputs[0]
-    dtype = _dtype(x)
-    if not _is_float(dtype):
-        _refuse(ctx, f"input of type {dtype}")
-    dims = _shape(x)
+    dtype = dtype_of(x)
+    if not is_float(dtype):
+        refuse(ctx, f"input of type {dtype}")
+    dims = static_shape(x)
     if len(dims) != 2:
-        _refuse(ctx, f"input of shape {dims} ((N, F) expected)")
+        refuse(ctx, f"input of shape {dims} ((N, F) expected)")
     if int(attrs.get("post_transform", 0)) != 0:
-        _refuse(ctx, f"post_transform={attrs.get('post_transform')}")
+        refuse(ctx, f"post_transform={attrs.get('post_transform')}")
     agg = int(attrs.get("aggregate_function", 1))
     if agg not in (0, 1, 2, 3):
-        _refuse(ctx, f"aggregate_function={agg}")
+        refuse(ctx, f"aggregate_function={agg}")
     splits = _tensor_attr(ctx, "nodes_splits")
     modes = _tensor_attr(ctx, "nodes_modes")
     weights = _tensor_attr(ctx, "leaf_weights")
@@ -110,7 +108,7 @@ def tree_ensemble(bb, inputs, attrs, ctx):
     n_nodes = len(feat)
     if min(feat, default=0) < 0 or max(feat, default=0) >= dims[1] or \
             min(targets, default=0) < 0 or max(targets, default=0) >= n_targets:
-        _refuse(ctx, "feature or target ids out of range")
+        refuse(ctx, "feature or target ids out of range")
 
     # set members per MEMBER node, in node order (NaN separates the sets)
     sets, it = {}, iter([] if members is None else members.tolist())
@@ -128,7 +126,7 @@ def tree_ensemble(bb, inputs, attrs, ctx):
 
     def walk(node, is_leaf, path, depth):
         if depth > n_nodes:
-            _refuse(ctx, "a cycle in the tree structure")
+            refuse(ctx, "a cycle in the tree structure")
         if is_leaf:
             paths.append((path, node))
             return
@@ -141,7 +139,7 @@ def tree_ensemble(bb, inputs, attrs, ctx):
 
     # branch conditions: (N, nodes) booleans
     xv = bb.emit(relax.op.take(x, tensor_const(np.array(feat, np.int64)), axis=1))
-    npdt = _np_dtype(dtype)
+    npdt = np_dtype(dtype)
     split = relax.const(splits.astype(npdt), dtype)
     cond = None
     for mode, fn in ((_LEQ, relax.op.less_equal), (_LT, relax.op.less),
@@ -177,7 +175,7 @@ def tree_ensemble(bb, inputs, attrs, ctx):
             (on_true if took else on_false)[node, p] = 1
     length = on_true.sum(0) + on_false.sum(0)
     score = relax.op.add(relax.op.matmul(cond, tensor_const(on_true)),
-                         relax.op.matmul(relax.op.subtract(_scalar(1, "float32"), cond),
+                         relax.op.matmul(relax.op.subtract(scalar(1, "float32"), cond),
                                          tensor_const(on_false)))
     reached = bb.emit(relax.op.equal(score, tensor_const(length.astype(np.float32))))
 
@@ -195,11 +193,11 @@ def tree_ensemble(bb, inputs, attrs, ctx):
     for t in range(n_targets):
         cols = np.nonzero(leaf_t == t)[0]
         if cols.size == 0:
-            outs.append(relax.op.full([dims[0], 1], _scalar(init, dtype), dtype))
+            outs.append(relax.op.full([dims[0], 1], scalar(init, dtype), dtype))
             continue
         sel = relax.op.take(reached, tensor_const(cols.astype(np.int64)), axis=1)
         vals = relax.op.where(sel, relax.const(leaf_w[cols].astype(npdt), dtype),
-                              _scalar(init, dtype))
+                              scalar(init, dtype))
         red = relax.op.min if agg == 2 else relax.op.max
         outs.append(red(vals, axis=[1], keepdims=True))
     return relax.op.concat(outs, axis=1) if len(outs) > 1 else outs[0]
@@ -210,7 +208,7 @@ def tree_ensemble(bb, inputs, attrs, ctx):
 # --------------------------------------------------------------------------- #
 
 
-@_register("TfIdfVectorizer", since=9)
+@register("TfIdfVectorizer", since=9)
 def tfidf_vectorizer(bb, inputs, attrs, ctx):
     """TfIdfVectorizer over integer inputs: every pool n-gram (min_gram_length..max) is
     counted at every start and skip distance (1..max_skip_count + 1; unigrams once) with
@@ -218,15 +216,15 @@ def tfidf_vectorizer(bb, inputs, attrs, ctx):
     (TF, IDF, TFIDF)."""
     x = inputs[0]
     if "pool_strings" in attrs:
-        _refuse(ctx, "pool_strings (string inputs)")
-    if not _dtype(x).startswith("int"):
-        _refuse(ctx, f"input of type {_dtype(x)}")
-    dims = _shape(x)
+        refuse(ctx, "pool_strings (string inputs)")
+    if not dtype_of(x).startswith("int"):
+        refuse(ctx, f"input of type {dtype_of(x)}")
+    dims = static_shape(x)
     if len(dims) not in (1, 2):
-        _refuse(ctx, f"input of shape {dims} ([C] or [B, C])")
-    mode = _text(attrs.get("mode"), "TF")
+        refuse(ctx, f"input of shape {dims} ([C] or [B, C])")
+    mode = attr_text(attrs.get("mode"), "TF")
     if mode not in ("TF", "IDF", "TFIDF"):
-        _refuse(ctx, f"mode={mode!r}")
+        refuse(ctx, f"mode={mode!r}")
     min_n, max_n = int(attrs["min_gram_length"]), int(attrs["max_gram_length"])
     max_skip = int(attrs["max_skip_count"])
     counts = list(attrs["ngram_counts"])
@@ -234,10 +232,10 @@ def tfidf_vectorizer(bb, inputs, attrs, ctx):
     pool = list(attrs.get("pool_int64s", []))
     weights = list(attrs.get("weights", []))
     if min_n < 1 or max_n < min_n or max_skip < 0:
-        _refuse(ctx, f"min/max_gram_length {min_n}/{max_n}, max_skip_count {max_skip}")
+        refuse(ctx, f"min/max_gram_length {min_n}/{max_n}, max_skip_count {max_skip}")
     out_size = max(indexes) + 1 if indexes else 0
     if weights and len(weights) < out_size:
-        _refuse(ctx, f"{len(weights)} weights for {out_size} outputs")
+        refuse(ctx, f"{len(weights)} weights for {out_size} outputs")
 
     # grams by size: (values (G, n), output columns (G,)), ids in pool order
     grams, gram_id = {}, 0
@@ -247,15 +245,15 @@ def tfidf_vectorizer(bb, inputs, attrs, ctx):
         k = (end - start) // n if end > start else 0
         if k and min_n <= n <= max_n:
             if gram_id + k > len(indexes):
-                _refuse(ctx, "fewer ngram_indexes than pool n-grams")
+                refuse(ctx, "fewer ngram_indexes than pool n-grams")
             vals = np.array(pool[start:start + k * n], np.int64).reshape(k, n)
             if len({tuple(v) for v in vals}) != k:
-                _refuse(ctx, f"repeated {n}-grams in the pool")
+                refuse(ctx, f"repeated {n}-grams in the pool")
             grams[n] = (vals, indexes[gram_id:gram_id + k])
         gram_id += k
 
     x2 = x if len(dims) == 2 else relax.op.reshape(x, [1, dims[0]])
-    x2 = bb.emit(relax.op.astype(x2, "int64") if _dtype(x) != "int64" else x2)
+    x2 = bb.emit(relax.op.astype(x2, "int64") if dtype_of(x) != "int64" else x2)
     rows, length = (dims[0], dims[1]) if len(dims) == 2 else (1, dims[0])
     freq = None
     for n, (vals, cols) in grams.items():
@@ -283,11 +281,16 @@ def tfidf_vectorizer(bb, inputs, attrs, ctx):
     if mode == "IDF" or (mode == "TFIDF" and weights):
         w = np.array(weights[:out_size] if weights else [1.0] * out_size, np.float32)
         if mode == "IDF":
-            present = relax.op.greater(freq, _scalar(0, "float32"))
-            freq = relax.op.where(present, tensor_const(w), _scalar(0, "float32"))
+            present = relax.op.greater(freq, scalar(0, "float32"))
+            freq = relax.op.where(present, tensor_const(w), scalar(0, "float32"))
         else:
             freq = relax.op.multiply(freq, tensor_const(w))
     return freq if len(dims) == 2 else relax.op.reshape(freq, [out_size])
+
+
+# RoiAlign avg: TVM's, refusing modes TVM ignores; mode=max below replaces it
+refuse_attribute("RoiAlign", "mode", lambda v: (v.decode() if isinstance(v, bytes) else v) != "avg",
+             since=10)
 
 
 # --------------------------------------------------------------------------- #
@@ -302,36 +305,36 @@ def _previous(op: str, opset: int, me):
     raise KeyError(op)
 
 
-@_register("RoiAlign", since=10)
+@register("RoiAlign", since=10)
 def roi_align(bb, inputs, attrs, ctx):
     """RoiAlign: mode=max as ONNX's reference computes it (the maximum, over the sampling
     grid, of the four weighted bilinear corner terms), with a fixed sampling_ratio > 0;
     mode=avg delegates to the converter registered before this one."""
-    mode = _text(attrs.get("mode"), "avg")
+    mode = attr_text(attrs.get("mode"), "avg")
     if mode != "max":
         return _previous("RoiAlign", ctx.opset, roi_align)(bb, inputs, attrs, ctx)
     from tvm import te, tirx
 
     x, rois, batch = inputs[0], inputs[1], inputs[2]
-    xd = _shape(x)
-    if len(xd) != 4 or _shape(rois)[1:] != [4]:
-        _refuse(ctx, f"X of shape {xd} with rois of shape {_shape(rois)}")
-    dtype = _dtype(x)
-    if not _is_float(dtype) or _dtype(rois) != dtype:
-        _refuse(ctx, f"X of type {dtype} with rois of type {_dtype(rois)}")
+    xd = static_shape(x)
+    if len(xd) != 4 or static_shape(rois)[1:] != [4]:
+        refuse(ctx, f"X of shape {xd} with rois of shape {static_shape(rois)}")
+    dtype = dtype_of(x)
+    if not is_float(dtype) or dtype_of(rois) != dtype:
+        refuse(ctx, f"X of type {dtype} with rois of type {dtype_of(rois)}")
     sr = int(attrs.get("sampling_ratio", 0))
     if sr <= 0:
-        _refuse(ctx, "mode=max with sampling_ratio=0 (an adaptive sampling grid)")
+        refuse(ctx, "mode=max with sampling_ratio=0 (an adaptive sampling grid)")
     default = "output_half_pixel" if ctx.opset < 16 else "half_pixel"
-    ctm = _text(attrs.get("coordinate_transformation_mode"), default)
+    ctm = attr_text(attrs.get("coordinate_transformation_mode"), default)
     if ctm not in ("half_pixel", "output_half_pixel"):
-        _refuse(ctx, f"coordinate_transformation_mode={ctm!r}")
+        refuse(ctx, f"coordinate_transformation_mode={ctm!r}")
     half = ctm == "half_pixel"
     ph_n, pw_n = int(attrs.get("output_height", 1)), int(attrs.get("output_width", 1))
     scale = float(attrs.get("spatial_scale", 1.0))
     _, channels, height, width = xd
-    n_rois = _shape(rois)[0]
-    b64 = relax.op.astype(batch, "int64") if _dtype(batch) != "int64" else batch
+    n_rois = static_shape(rois)[0]
+    b64 = relax.op.astype(batch, "int64") if dtype_of(batch) != "int64" else batch
 
     def compute(data, r, bidx):
         def f(v):

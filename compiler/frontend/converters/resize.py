@@ -11,7 +11,7 @@ as the reference computes it, and the graph only gathers and weighs:
 
 Nearest mode (one weight 1 per output) is a plain ``take`` and exact for every dtype.
 Where the scales, sizes or roi are not constants the converter registered before this
-one (TVM's, behind the guards in ``converters_nn``) handles the node; the session's
+one (TVM's, behind the guards above) handles the node; the session's
 specialisation binds them as values when that fails (``compiler/specialize.py``).
 """
 
@@ -22,23 +22,13 @@ import math
 import numpy as np
 from tvm import relax
 
-from .errors import UnsupportedError
-from .registry import REGISTRY, register_op
+from .common import register, refuse, static_shape, attr_text, refuse_attribute, constant_value
+from ..registry import REGISTRY, register_op
 
 _MODES = ("nearest", "linear", "cubic")
 _COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
            "asymmetric", "tf_crop_and_resize")
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-
-
-def _refuse(ctx, what: str):
-    node = ctx.node
-    raise UnsupportedError(f"node {node.name!r} ({node.op_type}): {what} is not supported")
-
-
-def _text(v, default: str) -> str:
-    v = default if v is None else v
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 # --------------------------------------------------------------------------- #
@@ -195,7 +185,7 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
                 lo_hi is None or (math.isclose(lo_hi[0], 0.0) and math.isclose(lo_hi[1], 1.0))):
             continue  # identity along this axis (the reference skips it too)
         if n_out <= 0:
-            _refuse(ctx, f"an output size of {n_out} along axis {a}")
+            refuse(ctx, f"an output size of {n_out} along axis {a}")
         index, weight, outside = axis_plan(n_in, n_out, scale, coeffs_fn, coord, lo_hi,
                                            exclude_outside)
         one_hot = bool(np.all((weight == 0) | (weight == 1)) and
@@ -206,7 +196,7 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
                                       axis=a))
         else:
             if not is_float:
-                _refuse(ctx, f"mode={mode} on a {dtype} input (the reference rounds the "
+                refuse(ctx, f"mode={mode} on a {dtype} input (the reference rounds the "
                         "float result)")
             if dtype != compute and not cast_back:
                 y, cast_back = bb.emit(relax.op.astype(y, compute)), True
@@ -237,11 +227,9 @@ def _fill_value(value: float, dtype: str):
 def _constant(x):
     """numpy value of a constant input (None if omitted or empty), or False if not
     constant."""
-    from .converters import _static_value
-
     if x is None:
         return None
-    v = _static_value(x)
+    v = constant_value(x)
     if v is None:
         return False
     v = np.asarray(v).reshape(-1)
@@ -255,6 +243,104 @@ def _static_shape(x):
     if values is None or not all(isinstance(v, tirx.IntImm) for v in values):
         return None
     return [int(v.value) for v in values]
+
+
+# Resize 10+: TVM's, refusing antialias, which it ignores
+refuse_attribute("Resize", "antialias", lambda v: bool(v), since=10)
+
+
+
+def _previous_converter(op: str):
+    """The converter registered for ``op`` so far (onnxc's or TVM's)."""
+    from ..registry import REGISTRY
+
+    entries = REGISTRY.versions("", op)
+    if not entries:
+        raise KeyError(op)
+    return entries[-1].converter
+
+
+_resize_tvm = _previous_converter("Resize")
+
+
+@register("Resize", since=10)
+def resize_guarded(bb, inputs, attrs, ctx):
+    """Resize (the converter before this one), refusing what TVM computes wrongly: TVM maps
+    output to input coordinates with the size ratio ``in / out``, ONNX with the given
+    ``scales`` (they differ when ``in * scale`` is not an integer), and in float32, so a
+    nearest-mode sample that falls exactly halfway between two pixels may round the wrong
+    way."""
+    from fractions import Fraction
+
+
+    x = inputs[0]
+    if ctx.opset < 11:
+        scales, sizes = (inputs[1] if len(inputs) > 1 else None), None
+    else:
+        scales = inputs[2] if len(inputs) > 2 else None
+        sizes = inputs[3] if len(inputs) > 3 else None
+    axes = attrs.get("axes")
+    policy = attr_text(attrs.get("keep_aspect_ratio_policy"), "stretch")
+    in_shape = static_shape(x)
+    out_shape = None
+    if axes is None and policy == "stretch":
+        sv = None if scales is None else constant_value(scales)
+        zv = None if sizes is None else constant_value(sizes)
+        if sv is not None and sv.size == len(in_shape):
+            for d, (n, s) in enumerate(zip(in_shape, sv.reshape(-1).tolist())):
+                if Fraction(n) * Fraction(s) != int(Fraction(n) * Fraction(s)):
+                    refuse(ctx, f"attribute/input scales={sv.reshape(-1).tolist()} (axis {d}: "
+                            f"{n} * {s} is not an integer; TVM would use the size ratio)")
+            out_shape = [int(n * s) for n, s in zip(in_shape, sv.reshape(-1).tolist())]
+        elif zv is not None and zv.size == len(in_shape):
+            out_shape = [int(v) for v in zv.reshape(-1)]
+    mode = attr_text(attrs.get("mode"), "nearest")
+    coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
+    nearest = attr_text(attrs.get("nearest_mode"), "round_prefer_floor")
+    if out_shape is not None and mode == "nearest" and nearest.startswith("round"):
+        for d, (n, m) in enumerate(zip(in_shape, out_shape)):
+            if n != m and m > 0 and not _tvm_nearest_agrees(n, m, coord, nearest):
+                refuse(ctx, f"mode=nearest with nearest_mode={nearest} and "
+                        f"coordinate_transformation_mode={coord} from size {n} to {m} "
+                        f"(axis {d}): an output falls exactly halfway between two inputs, "
+                        "which TVM's float32 arithmetic does not round as ONNX")
+    return _resize_tvm(bb, inputs, attrs, ctx)
+
+
+def _tvm_nearest_agrees(n: int, m: int, coord: str, nearest: str) -> bool:
+    """Whether TVM's float32 nearest-index computation (topi ``get_inx`` and
+    ``get_closest_index``, with or without FMA contraction) gives ONNX's index for every
+    output of an axis resized from ``n`` to ``m``.  Only exact ties can differ."""
+    from fractions import Fraction
+
+    half, r = Fraction(1, 2), Fraction(n, m)
+    f32 = np.float32
+    scale = f32(n) / f32(m)
+    for o in range(m):
+        if coord == "half_pixel" or (coord == "pytorch_half_pixel" and m > 1):
+            exact = (o + half) * r - half
+            a = f32(o) + f32(0.5)
+            tvm = [f32(f32(a * scale) - f32(0.5)), f32(float(a) * float(scale) - 0.5)]
+        elif coord == "pytorch_half_pixel":
+            exact, tvm = Fraction(0), [f32(0)]
+        elif coord == "asymmetric":
+            exact, tvm = o * r, [f32(scale * f32(o))]
+        elif coord == "tf_half_pixel_for_nn":
+            exact, tvm = (o + half) * r, [f32((f32(o) + f32(0.5)) * scale)]
+        elif coord == "align_corners":
+            exact = Fraction(o * (n - 1), m - 1) if m > 1 else Fraction(0)
+            tvm = [f32(f32(f32(n - 1) / f32(m - 1)) * f32(o))] if m > 1 else [f32(0)]
+        else:
+            return True  # not checked (tf_crop_and_resize depends on roi)
+        if exact - (exact.numerator // exact.denominator) != half:
+            continue  # not a tie: float error far below 1/2 cannot change the index
+        want = math.floor(exact) if nearest == "round_prefer_floor" else math.ceil(exact)
+        for t in tvm:
+            got = math.ceil(t - f32(0.5)) if nearest == "round_prefer_floor" else \
+                math.floor(t + f32(0.5))
+            if got != want:
+                return False
+    return True
 
 
 _resize_before = REGISTRY.versions("", "Resize")[-1].converter
@@ -274,43 +360,43 @@ def resize(bb, inputs, attrs, ctx):
     in_shape = _static_shape(x)
     if in_shape is None or False in (_is_known(roi), _is_known(scales), _is_known(sizes)):
         return _resize_before(bb, inputs, attrs, ctx)
-    mode = _text(attrs.get("mode"), "nearest")
-    coord = _text(attrs.get("coordinate_transformation_mode"), "half_pixel")
-    nearest_mode = _text(attrs.get("nearest_mode"), "round_prefer_floor")
-    policy = _text(attrs.get("keep_aspect_ratio_policy"), "stretch")
+    mode = attr_text(attrs.get("mode"), "nearest")
+    coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
+    nearest_mode = attr_text(attrs.get("nearest_mode"), "round_prefer_floor")
+    policy = attr_text(attrs.get("keep_aspect_ratio_policy"), "stretch")
     antialias = bool(attrs.get("antialias", 0))
     for name, value, allowed in (("mode", mode, _MODES), ("nearest_mode", nearest_mode, _NEAREST),
                                  ("coordinate_transformation_mode", coord, _COORDS),
                                  ("keep_aspect_ratio_policy", policy,
                                   ("stretch", "not_larger", "not_smaller"))):
         if value not in allowed:
-            _refuse(ctx, f"attribute {name}={value!r}")
+            refuse(ctx, f"attribute {name}={value!r}")
     if antialias and mode == "nearest":
-        _refuse(ctx, "antialias=1 with mode=nearest")
+        refuse(ctx, "antialias=1 with mode=nearest")
     ndim = len(in_shape)
     axes = attrs.get("axes")
     axes = list(range(ndim)) if axes is None else [int(a) + ndim if int(a) < 0 else int(a)
                                                    for a in axes]
     if sorted(set(axes)) != sorted(axes) or not all(0 <= a < ndim for a in axes):
-        _refuse(ctx, f"axes={list(attrs.get('axes'))} for an input of rank {ndim}")
+        refuse(ctx, f"axes={list(attrs.get('axes'))} for an input of rank {ndim}")
     if (scales is None) == (sizes is None):
-        _refuse(ctx, "giving both scales and sizes (or neither)")
+        refuse(ctx, "giving both scales and sizes (or neither)")
     given = scales if sizes is None else sizes
     if given.size != len(axes):
-        _refuse(ctx, f"{'scales' if sizes is None else 'sizes'} of {given.size} values for "
+        refuse(ctx, f"{'scales' if sizes is None else 'sizes'} of {given.size} values for "
                 f"{len(axes)} axes")
     if sizes is None and policy != "stretch":
         policy = "stretch"  # the policy applies to sizes only
     if sizes is None and np.any(scales <= 0):
-        _refuse(ctx, f"scales={scales.tolist()} (must be > 0)")
+        refuse(ctx, f"scales={scales.tolist()} (must be > 0)")
     out_sizes, factors = output_plan(in_shape, axes, scales, sizes, policy)
     pairs = None
     if roi is not None:
         if roi.size != 2 * len(axes):
-            _refuse(ctx, f"roi of {roi.size} values for {len(axes)} axes")
+            refuse(ctx, f"roi of {roi.size} values for {len(axes)} axes")
         pairs = [(float(roi[i]), float(roi[len(axes) + i])) for i in range(len(axes))]
     elif coord == "tf_crop_and_resize":
-        _refuse(ctx, "coordinate_transformation_mode=tf_crop_and_resize without roi")
+        refuse(ctx, "coordinate_transformation_mode=tf_crop_and_resize without roi")
     return resize_exact(bb, ctx, x, axes, out_sizes, factors, mode=mode, coord=coord,
                         nearest_mode=nearest_mode,
                         cubic_a=float(attrs.get("cubic_coeff_a", -0.75)),
@@ -334,11 +420,11 @@ def upsample(bb, inputs, attrs, ctx):
         else _constant(inputs[1] if len(inputs) > 1 else None)
     if in_shape is None or scales is None or scales is False:
         return _upsample_before(bb, inputs, attrs, ctx)
-    mode = _text(attrs.get("mode"), "nearest")
+    mode = attr_text(attrs.get("mode"), "nearest")
     if mode not in ("nearest", "linear"):
-        _refuse(ctx, f"attribute mode={mode!r}")
+        refuse(ctx, f"attribute mode={mode!r}")
     if scales.size != len(in_shape) or np.any(scales < 1):
-        _refuse(ctx, f"scales={scales.tolist()} for an input of rank {len(in_shape)} "
+        refuse(ctx, f"scales={scales.tolist()} for an input of rank {len(in_shape)} "
                 "(one scale >= 1 per axis)")
     axes = list(range(len(in_shape)))
     out_sizes, factors = output_plan(in_shape, axes, scales, None, "stretch")

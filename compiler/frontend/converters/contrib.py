@@ -19,9 +19,9 @@ import numpy as np
 from onnx import TensorProto
 from tvm import relax
 
-from .control_flow import convert_subgraph
-from .converters_nn import _dtype, _refuse, _shape
-from .registry import register_op
+from .common import refuse, static_shape, dtype_of
+from ..control_flow import convert_subgraph
+from ..registry import register_op
 
 PREVIEW = "ai.onnx.preview"
 
@@ -35,7 +35,7 @@ def _softmax_dtype(ctx, dtype: str, attrs) -> str:
     if precision is None:
         return "float64" if dtype == "float64" else "float32"
     if int(precision) not in _PRECISIONS:
-        _refuse(ctx, f"softmax_precision={int(precision)} (only float32 (1) and double (11): "
+        refuse(ctx, f"softmax_precision={int(precision)} (only float32 (1) and double (11): "
                      "the reference rounds each narrow-type step)")
     return _PRECISIONS[int(precision)]
 
@@ -46,14 +46,14 @@ def _modifier(bb, ctx, attrs, name: str, x, compute: str):
     if graph is None:
         return x
     if len(graph.input) != 1 or len(graph.output) != 1:
-        _refuse(ctx, f"{name} with {len(graph.input)} inputs and {len(graph.output)} outputs "
+        refuse(ctx, f"{name} with {len(graph.input)} inputs and {len(graph.output)} outputs "
                      "(FlexAttention needs exactly 1 and 1)")
     (out,) = convert_subgraph(ctx, graph, {graph.input[0].name: x}, f"{ctx.label} {name}")
     (out,) = ctx.importer._shape_values_as_tensors([out], f"{ctx.label} {name}")
-    if _shape(out) != _shape(x):
-        _refuse(ctx, f"{name} output of shape {_shape(out)} (its input has {_shape(x)}; the "
+    if static_shape(out) != static_shape(x):
+        refuse(ctx, f"{name} output of shape {static_shape(out)} (its input has {static_shape(x)}; the "
                      "modifier must keep the shape)")
-    if _dtype(out) != compute:  # the reference casts the modifier's output back
+    if dtype_of(out) != compute:  # the reference casts the modifier's output back
         out = relax.op.astype(out, compute)
     return bb.normalize(out)
 
@@ -64,17 +64,17 @@ def flex_attention(bb, inputs, attrs, ctx):
     optional ``scale`` (default 1/sqrt(E)), ``softmax_precision``, ``score_mod``,
     ``prob_mod``."""
     q, k, v = inputs[0], inputs[1], inputs[2]
-    dtype = _dtype(q)
-    if _dtype(k) != dtype or _dtype(v) != dtype:
-        _refuse(ctx, f"Q, K, V of types {dtype}, {_dtype(k)}, {_dtype(v)}")
+    dtype = dtype_of(q)
+    if dtype_of(k) != dtype or dtype_of(v) != dtype:
+        refuse(ctx, f"Q, K, V of types {dtype}, {dtype_of(k)}, {dtype_of(v)}")
     if dtype not in ("float16", "float32", "float64"):
-        _refuse(ctx, f"inputs of type {dtype}")
-    qd, kd, vd = _shape(q), _shape(k), _shape(v)
+        refuse(ctx, f"inputs of type {dtype}")
+    qd, kd, vd = static_shape(q), static_shape(k), static_shape(v)
     if len(qd) != 4 or len(kd) != 4 or len(vd) != 4:
-        _refuse(ctx, f"Q, K, V of shapes {qd}, {kd}, {vd} (rank 4 is required)")
+        refuse(ctx, f"Q, K, V of shapes {qd}, {kd}, {vd} (rank 4 is required)")
     if kd[1] != vd[1] or kd[2] != vd[2] or qd[3] != kd[3] or qd[0] != kd[0] or qd[0] != vd[0] \
             or kd[1] <= 0 or qd[1] % kd[1]:
-        _refuse(ctx, f"Q, K, V of shapes {qd}, {kd}, {vd} (inconsistent batch, heads, "
+        refuse(ctx, f"Q, K, V of shapes {qd}, {kd}, {vd} (inconsistent batch, heads, "
                      "sequence or head sizes)")
     compute = _softmax_dtype(ctx, dtype, attrs)
     scale = attrs.get("scale")

@@ -15,11 +15,10 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from .control_flow import constant_value
-from .converters_nn import _dtype, _shape
-from .errors import UnsupportedError
-from .legalize_topk import install as install_topk_legalization
-from .registry import register_op, tvm_converter
+from .common import register, static_shape, dtype_of, constant_value
+from ...errors import UnsupportedError
+from ...lowering.legalize_topk import install as install_topk_legalization
+from ..registry import tvm_converter
 
 # TopK is legalized as a rank count, O(n^2) per row of the reduced axis: longer axes are
 # refused rather than compiled into a kernel that would take seconds.
@@ -29,8 +28,6 @@ TOPK_MAX_AXIS = 4096
 install_topk_legalization()  # relax.topk as a TE kernel (TVM has none we can run)
 
 
-def _register(op, since=1):
-    return register_op("", op, since=since, implementation="onnxc")
 
 
 def _where(ctx) -> str:
@@ -54,7 +51,7 @@ def _const(arr: np.ndarray):
     return relax.const(arr, str(arr.dtype))
 
 
-@_register("Compress", since=9)
+@register("Compress", since=9)
 def compress(bb, inputs, attrs, ctx):
     """Compress with a constant condition: a take of the selected indices."""
     x, cond = inputs[0], constant_value(inputs[1])
@@ -64,7 +61,7 @@ def compress(bb, inputs, attrs, ctx):
     if axis is None:
         x = bb.normalize(relax.op.reshape(x, [-1]))
         axis = 0
-    shape = _shape(x)
+    shape = static_shape(x)
     axis = int(axis) + len(shape) if int(axis) < 0 else int(axis)
     try:
         idx = np.compress(cond.reshape(-1).astype(bool), np.arange(shape[axis]))
@@ -74,7 +71,7 @@ def compress(bb, inputs, attrs, ctx):
     return relax.op.take(x, _const(idx.astype(np.int64)), axis=axis)
 
 
-@_register("OneHot", since=9)
+@register("OneHot", since=9)
 def one_hot(bb, inputs, attrs, ctx):
     """OneHot with a constant depth: where(indices == range(depth), on, off)."""
     indices, depth, values = inputs
@@ -82,10 +79,10 @@ def one_hot(bb, inputs, attrs, ctx):
     if d is None:
         _need_constant(ctx, 1, "the output shape (depth)")
     depth_n = int(d.reshape(-1)[0])
-    rank = len(_shape(indices))
+    rank = len(static_shape(indices))
     axis = int(attrs.get("axis", -1))
     axis = axis + rank + 1 if axis < 0 else axis
-    itype = _dtype(indices)
+    itype = dtype_of(indices)
     if itype.startswith("uint"):
         wrapped = indices
     else:  # negative in-range indices count from the end (as the reference)
@@ -101,9 +98,9 @@ def one_hot(bb, inputs, attrs, ctx):
     return relax.op.where(mask, on, off)
 
 
-@_register("TopK", since=1)
+@register("TopK", since=1)
 def top_k(bb, inputs, attrs, ctx):
-    """TopK with a constant K (legalized by ``compiler/legalize_topk.py``)."""
+    """TopK with a constant K (legalized by ``compiler/lowering/legalize_topk.py``)."""
     x = inputs[0]
     if ctx.opset >= 10:
         k = constant_value(inputs[1])
@@ -112,7 +109,7 @@ def top_k(bb, inputs, attrs, ctx):
         k = int(k.reshape(-1)[0])
     else:
         k = int(attrs.get("k", 1))
-    shape = _shape(x)
+    shape = static_shape(x)
     axis = int(attrs.get("axis", -1))
     axis = axis + len(shape) if axis < 0 else axis
     if not 0 <= k <= shape[axis]:
@@ -127,7 +124,7 @@ def top_k(bb, inputs, attrs, ctx):
                          dtype="int64")
 
 
-@_register("Reshape", since=14)
+@register("Reshape", since=14)
 def reshape(bb, inputs, attrs, ctx):
     """Reshape with ``allowzero=1`` and a constant shape: zeros are literal dimensions
     (TVM's converter turns that shape into a run-time ``tensor_to_shape``)."""
@@ -142,10 +139,10 @@ def reshape(bb, inputs, attrs, ctx):
         raise UnsupportedError(f"{_where(ctx)}: shape {dims} has both 0 and -1 with allowzero=1, "
                                "which ONNX leaves undefined")
     # a literal 0 makes the result empty (and Relax's reshape reads 0 as "keep the dim")
-    return relax.op.zeros(relax.ShapeExpr(dims), _dtype(inputs[0]))
+    return relax.op.zeros(relax.ShapeExpr(dims), dtype_of(inputs[0]))
 
 
-@_register("Unsqueeze", since=13)
+@register("Unsqueeze", since=13)
 def unsqueeze(bb, inputs, attrs, ctx):
     """Unsqueeze whose constant axes are a rank-0 tensor (TVM's converter wants a list)."""
     axes = constant_value(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
@@ -158,13 +155,13 @@ def _evaluated_or_refused(op: str):
     """A data-dependent op: its value when all its inputs are constants, else refused."""
 
     def convert(bb, inputs, attrs, ctx):
-        from .fold_onnx import _evaluate, opset_ids
+        from ..fold_onnx import evaluate, opset_ids
 
         values = [None if x is None else constant_value(x) for x in inputs]
         for k, (x, v) in enumerate(zip(inputs, values)):
             if x is not None and v is None:
                 _need_constant(ctx, k, "the output shape")
-        result = _evaluate(ctx.node, values, opset_ids(ctx.importer.domain_opsets))
+        result = evaluate(ctx.node, values, opset_ids(ctx.importer.domain_opsets))
         if result is None:
             raise UnsupportedError(f"{_where(ctx)}: could not evaluate {op} on its constant inputs")
         outs = [_const(r) for r in result]
@@ -175,6 +172,6 @@ def _evaluated_or_refused(op: str):
     return convert
 
 
-_register("NonZero", since=9)(_evaluated_or_refused("NonZero"))
-_register("Unique", since=11)(_evaluated_or_refused("Unique"))
-_register("NonMaxSuppression", since=10)(_evaluated_or_refused("NonMaxSuppression"))
+register("NonZero", since=9)(_evaluated_or_refused("NonZero"))
+register("Unique", since=11)(_evaluated_or_refused("Unique"))
+register("NonMaxSuppression", since=10)(_evaluated_or_refused("NonMaxSuppression"))

@@ -1,5 +1,5 @@
 """Cast, CastLike, QuantizeLinear and DequantizeLinear on narrow element types (bfloat16,
-float8, float4e2m1, int4/uint4/int2/uint2), held as codes (``compiler/narrow_types.py``).
+float8, float4e2m1, int4/uint4/int2/uint2), held as codes (``compiler/frontend/narrow_types.py``).
 
 Registered over the other converters of these ops; a node with no narrow tensor goes to
 the converter registered before (TVM's or ours).  Conversions follow ONNX's reference
@@ -14,9 +14,9 @@ import numpy as np
 from onnx import TensorProto, helper
 from tvm import relax
 
-from .converters_nn import _dtype, _refuse, _shape
-from .narrow_types import decode, encode, fmt_of
-from .registry import REGISTRY, register_op
+from .common import refuse, static_shape, dtype_of
+from ..narrow_types import decode, encode, fmt_of
+from ..registry import REGISTRY, register_op
 
 # integer quantization ranges
 _INT_RANGE = {TensorProto.INT4: (-8, 7), TensorProto.UINT4: (0, 15),
@@ -27,7 +27,7 @@ _FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLO
 
 def _register(op):
     def wrap(fn):
-        fn.handles_narrow = True  # compiler/narrow_import.py: give it narrow tensors
+        fn.handles_narrow = True  # compiler/frontend/narrow_import.py: give it narrow tensors
         return register_op("", op, since=1, implementation="onnxc")(fn)
     return wrap
 
@@ -43,7 +43,7 @@ def _previous(ctx, op_type: str | None = None):
     for e in reversed(REGISTRY.versions("", op_type)):
         if not getattr(e.converter, "handles_narrow", False) and e.covers(ctx.opset):
             return e.converter
-    _refuse(ctx, f"{op_type} at opset {ctx.opset}")
+    refuse(ctx, f"{op_type} at opset {ctx.opset}")
 
 
 def _str(v, default: str) -> str:
@@ -53,7 +53,7 @@ def _str(v, default: str) -> str:
 
 
 def _to_float32(bb, x):
-    return x if _dtype(x) == "float32" else bb.emit(relax.op.astype(x, "float32"))
+    return x if dtype_of(x) == "float32" else bb.emit(relax.op.astype(x, "float32"))
 
 
 def cast_to(bb, x, src, to: int, saturate: bool = True, round_mode: str = "up",
@@ -67,7 +67,7 @@ def cast_to(bb, x, src, to: int, saturate: bool = True, round_mode: str = "up",
         x = decode(bb, x, src)  # float32, or int32 for the narrow ints
     if dst is None:
         want = helper.tensor_dtype_to_np_dtype(to).name
-        return x if _dtype(x) == want else plain_cast(bb, x, to)
+        return x if dtype_of(x) == want else plain_cast(bb, x, to)
     if dst.is_float:
         return encode(bb, _to_float32(bb, x), dst, saturate, round_mode)
     return encode(bb, x, dst)
@@ -104,7 +104,7 @@ def cast_like(bb, inputs, attrs, ctx):
     src, like = types.get(ctx.node.input[0]), types.get(ctx.node.input[1])
     if src is None and like is None:
         return _previous(ctx)(bb, inputs, attrs, ctx)
-    to = like.elem_type if like else helper.np_dtype_to_tensor_dtype(np.dtype(_dtype(inputs[1])))
+    to = like.elem_type if like else helper.np_dtype_to_tensor_dtype(np.dtype(dtype_of(inputs[1])))
     return cast_to(bb, inputs[0], src, to, bool(attrs.get("saturate", 1)),
                    _str(attrs.get("round_mode"), "up"), _plain_cast(ctx))
 
@@ -113,15 +113,15 @@ def _per_axis(bb, v, x_shape, axis, ctx, what):
     """Scale / zero point ``v`` made broadcastable against ``x``: a scalar (``axis`` is
     ignored, as the reference does), or a 1-D tensor along ``axis``; blocked quantization
     is refused."""
-    n = int(np.prod(_shape(v), dtype=np.int64))
+    n = int(np.prod(static_shape(v), dtype=np.int64))
     if n == 1:
         return bb.emit(relax.op.reshape(v, []))
     rank = len(x_shape)
     if not -rank <= axis < rank:
-        _refuse(ctx, f"axis {axis} for an input of rank {rank}")
+        refuse(ctx, f"axis {axis} for an input of rank {rank}")
     axis = axis + rank if axis < 0 else axis
-    if len(_shape(v)) != 1 or _shape(v)[0] != x_shape[axis]:
-        _refuse(ctx, f"{what} of shape {_shape(v)} for input of shape {x_shape} "
+    if len(static_shape(v)) != 1 or static_shape(v)[0] != x_shape[axis]:
+        refuse(ctx, f"{what} of shape {static_shape(v)} for input of shape {x_shape} "
                      "(blocked quantization)")
     dims = [1] * len(x_shape)
     dims[axis] = n
@@ -130,7 +130,7 @@ def _per_axis(bb, v, x_shape, axis, ctx, what):
 
 def _axis(attrs, ctx) -> int:
     if int(attrs.get("block_size", 0) or 0):
-        _refuse(ctx, "block_size (blocked quantization) on narrow types")
+        refuse(ctx, "block_size (blocked quantization) on narrow types")
     return int(attrs.get("axis", 1))
 
 
@@ -149,11 +149,11 @@ def quantize_linear(bb, inputs, attrs, ctx):
     if fmt is None and not any(n in types for n in node.input if n):
         return _previous(ctx)(bb, inputs, attrs, ctx)
     if fmt is None or any(n in types for n in node.input[:2]):
-        _refuse(ctx, "QuantizeLinear with narrow x or y_scale, or a zero point of another "
+        refuse(ctx, "QuantizeLinear with narrow x or y_scale, or a zero point of another "
                      "type than the output")
     if attrs.get("precision"):
-        _refuse(ctx, "the precision attribute on narrow types")
-    shape = _shape(x)
+        refuse(ctx, "the precision attribute on narrow types")
+    shape = static_shape(x)
     axis = _axis(attrs, ctx)
     q = bb.emit(relax.op.divide(x, _per_axis(bb, scale, shape, axis, ctx, "y_scale")))
     q = _to_float32(bb, q)
@@ -188,21 +188,21 @@ def dequantize_linear(bb, inputs, attrs, ctx):
     zp = inputs[2] if len(node.input) > 2 and node.input[2] else None
     x_fmt = types.get(node.input[0])
     if x_fmt is None:
-        _refuse(ctx, "DequantizeLinear of a plain x with a narrow scale or output")
-    shape = _shape(x)
+        refuse(ctx, "DequantizeLinear of a plain x with a narrow scale or output")
+    shape = static_shape(x)
     axis = _axis(attrs, ctx)
     dx = decode(bb, x, x_fmt, "float32")
     if not x_fmt.is_float and zp is not None:
         zp_fmt = types.get(node.input[2])
         if zp_fmt is None or zp_fmt.elem_type != x_fmt.elem_type:
-            _refuse(ctx, "a zero point of another type than x")
+            refuse(ctx, "a zero point of another type than x")
         z = decode(bb, zp, zp_fmt, "float32")
         dx = bb.emit(relax.op.subtract(dx, _per_axis(bb, z, shape, axis, ctx, "x_zero_point")))
     s_fmt = types.get(node.input[1])
     s = decode(bb, scale, s_fmt) if s_fmt else _to_float32(bb, scale)
     y = bb.emit(relax.op.multiply(dx, _per_axis(bb, s, shape, axis, ctx, "x_scale")))
     out_type = int(attrs.get("output_dtype", 0) or 0) or (
-        s_fmt.elem_type if s_fmt else helper.np_dtype_to_tensor_dtype(np.dtype(_dtype(scale))))
+        s_fmt.elem_type if s_fmt else helper.np_dtype_to_tensor_dtype(np.dtype(dtype_of(scale))))
     out_fmt = fmt_of(out_type)
     if out_fmt is not None:
         return encode(bb, y, out_fmt)

@@ -5,7 +5,7 @@ unsupported nodes in one error).  Nodes are then converted in order by their reg
 entry (TVM's frontend converters for the default domain, ours and custom ones on top).
 Each node's output is bound to a Relax variable named after the node's index
 (``n<k>``), and bindings a converter emits on the way get the same tag, so that later
-stages can say which ONNX nodes every kernel computes (``compiler/provenance.py``).
+stages can say which ONNX nodes every kernel computes (``compiler/lowering/provenance.py``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import warnings
 import onnx
 from onnx import helper
 
-from .errors import CompileError, ModelError, UnsupportedError
+from ..errors import CompileError, ModelError, UnsupportedError
 from .narrow_import import narrow_converter, storage_model
-from .provenance import node_of_binding, rename_bindings
+from ..lowering.provenance import node_of_binding, rename_bindings
 from .registry import REGISTRY, ConvertContext
 
 def graph_inputs(model: onnx.ModelProto) -> list:
@@ -56,10 +56,10 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None) -
 def index_bounds(model: onnx.ModelProto) -> list[dict]:
     """Ranges that user-fed inputs used as Gather indices must respect (token ids into an
     embedding table): the session checks them, because the kernel does not."""
-    from .fold_onnx import _static_shapes
+    from .fold_onnx import static_shapes
 
     fed = {vi.name for vi in graph_inputs(model)}
-    shapes = _static_shapes(model)
+    shapes = static_shapes(model)
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     bounds = []
     for i, node in enumerate(model.graph.node):
@@ -176,7 +176,7 @@ class _Importer(_importer_base()):
 
     def _construct_nodes(self, graph, scope: str | None = None):
         """Convert ``graph``'s nodes in order.  ``scope`` is set for a control-flow
-        subgraph (``compiler/control_flow.py``): it prefixes every error's node label, and
+        subgraph (``compiler/frontend/control_flow.py``): it prefixes every error's node label, and
         the bindings go untagged, so they take the parent node's tag (``_tag_bindings``)."""
         from tvm import relax
         from tvm.relax.frontend.onnx.onnx_frontend import onnx_input

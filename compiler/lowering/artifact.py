@@ -14,7 +14,7 @@ import tempfile
 
 from runtime.artifact import BEGIN_SYMBOL, END_SYMBOL, encode_blob
 
-from .errors import CompileError
+from ..errors import CompileError
 
 _ASM = f"""\
     .section .onnxc_blob,"a",@progbits

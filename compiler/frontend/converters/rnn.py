@@ -12,12 +12,9 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from .converters_nn import _dtype, _is_float, _refuse, _scalar, _shape, _text
-from .registry import register_op
+from .common import register, refuse, static_shape, scalar, dtype_of, is_float, attr_text
 
 
-def _register(op, since=1):
-    return register_op("", op, since=since, implementation="onnxc")
 
 
 def _pad_inputs(inputs, n):
@@ -36,8 +33,8 @@ def _stack(bb, items, axis):
 
 
 def _float_input(ctx, x, what):
-    if not _is_float(_dtype(x)):
-        _refuse(ctx, f"{what} of type {_dtype(x)}")
+    if not is_float(dtype_of(x)):
+        refuse(ctx, f"{what} of type {dtype_of(x)}")
 
 
 # --------------------------------------------------------------------------- #
@@ -45,14 +42,14 @@ def _float_input(ctx, x, what):
 # --------------------------------------------------------------------------- #
 
 
-@_register("RotaryEmbedding", since=23)
+@register("RotaryEmbedding", since=23)
 def rotary_embedding(bb, inputs, attrs, ctx):
     """RotaryEmbedding: 4-D (B, H, S, D) or 3-D (B, S, H*D with num_heads) input; cos/sin
     caches gathered by position_ids (or given per batch and position); interleaved or
     half-split pairs; partial rotation (rotary_embedding_dim)."""
     x, cos, sin, pos = _pad_inputs(inputs, 4)[:4]
     _float_input(ctx, x, "input")
-    shape = _shape(x)
+    shape = static_shape(x)
     rank = len(shape)
     interleaved = bool(attrs.get("interleaved", 0))
     if rank == 4:
@@ -62,26 +59,26 @@ def rotary_embedding(bb, inputs, attrs, ctx):
         b, s, hidden = shape
         h = int(attrs.get("num_heads", 0))
         if h <= 0 or hidden % h:
-            _refuse(ctx, f"3-D input of hidden size {hidden} with num_heads={h}")
+            refuse(ctx, f"3-D input of hidden size {hidden} with num_heads={h}")
         d = hidden // h
         # (B, S, H, D) through the 4-D (B, H, S, D) form: the direct reshape fuses into one
         # kernel whose 16-lane vectorised loop (x86 Fallback rule, one core) TVM 0.27
         # computes wrongly in the upper 8 lanes
         x4 = bb.emit(relax.op.reshape(x, [b, s, h, d]))
     else:
-        _refuse(ctx, f"input of rank {rank} (3 or 4 expected)")
+        refuse(ctx, f"input of rank {rank} (3 or 4 expected)")
     rd = int(attrs.get("rotary_embedding_dim", 0)) or d
     if rd > d or rd % 2:
-        _refuse(ctx, f"rotary_embedding_dim={rd} for head size {d}")
+        refuse(ctx, f"rotary_embedding_dim={rd} for head size {d}")
     half = rd // 2
     if pos is not None:
         cos = relax.op.take(cos, pos, axis=0)
         sin = relax.op.take(sin, pos, axis=0)
     cos = bb.emit(relax.op.expand_dims(cos, 2))                    # (B, S, 1, rd/2)
     sin = bb.emit(relax.op.expand_dims(sin, 2))
-    cshape = _shape(cos)
+    cshape = static_shape(cos)
     if cshape[-1] != half:
-        _refuse(ctx, f"cos_cache/sin_cache of last dimension {cshape[-1]} for "
+        refuse(ctx, f"cos_cache/sin_cache of last dimension {cshape[-1]} for "
                 f"rotary_embedding_dim/2 = {half}")
     if interleaved:
         x1, x2 = _slice(x4, 3, 0, rd, 2), _slice(x4, 3, 1, rd, 2)
@@ -110,28 +107,28 @@ def rotary_embedding(bb, inputs, attrs, ctx):
 # --------------------------------------------------------------------------- #
 
 
-@_register("CausalConvWithState", since=27)
+@register("CausalConvWithState", since=27)
 def causal_conv_with_state(bb, inputs, attrs, ctx):
     """CausalConvWithState: depthwise causal conv1d over (B, C, L) with a (C, 1, k) weight,
     left-padded by past_state (zeros without it); optional bias and SiLU/Swish; outputs the
     result and the last k-1 positions of the padded input as present_state."""
     x, w, bias, past = _pad_inputs(inputs, 4)[:4]
     _float_input(ctx, x, "input")
-    act = _text(attrs.get("activation"), "none")
+    act = attr_text(attrs.get("activation"), "none")
     if act not in ("none", "silu", "swish"):
-        _refuse(ctx, f"activation={act!r}")
-    xs, ws = _shape(x), _shape(w)
+        refuse(ctx, f"activation={act!r}")
+    xs, ws = static_shape(x), static_shape(w)
     if len(xs) != 3 or len(ws) != 3 or ws[1] != 1 or ws[0] != xs[1]:
-        _refuse(ctx, f"input of shape {xs} with weight of shape {ws} (expects (B, C, L) and "
+        refuse(ctx, f"input of shape {xs} with weight of shape {ws} (expects (B, C, L) and "
                 "(C, 1, k))")
     batch, channels, length = xs
     k = ws[2]
-    dtype = _dtype(x)
+    dtype = dtype_of(x)
     if past is None:
         pad = relax.op.zeros([batch, channels, k - 1], dtype) if k > 1 else None
     else:
-        if _shape(past) != [batch, channels, k - 1]:
-            _refuse(ctx, f"past_state of shape {_shape(past)} (expects "
+        if static_shape(past) != [batch, channels, k - 1]:
+            refuse(ctx, f"past_state of shape {static_shape(past)} (expects "
                     f"{[batch, channels, k - 1]})")
         pad = past if k > 1 else None
     padded = bb.emit(relax.op.concat([pad, x], axis=2)) if pad is not None else x
@@ -143,7 +140,7 @@ def causal_conv_with_state(bb, inputs, attrs, ctx):
         # the reference applies SiLU in float32 and rounds once
         yf = bb.emit(relax.op.astype(y, "float32")) if dtype in ("float16", "bfloat16") else y
         y = bb.emit(relax.op.multiply(yf, relax.op.sigmoid(yf)))
-        if _dtype(y) != dtype:
+        if dtype_of(y) != dtype:
             y = bb.emit(relax.op.astype(y, dtype))
     total = length + k - 1
     present = bb.emit(_slice(padded, 2, total - (k - 1), total))
@@ -158,17 +155,17 @@ def causal_conv_with_state(bb, inputs, attrs, ctx):
 
 def _heads_4d(bb, x, heads, what, ctx):
     """(B, T, H*D) -> (B, H, T, D) in float32."""
-    b, t, hd = _shape(x)
+    b, t, hd = static_shape(x)
     if hd % heads:
-        _refuse(ctx, f"{what} of last dimension {hd} with {heads} heads")
-    cast = _dtype(x) != "float32"
+        refuse(ctx, f"{what} of last dimension {hd} with {heads} heads")
+    cast = dtype_of(x) != "float32"
     x = relax.op.permute_dims(relax.op.reshape(x, [b, t, heads, hd // heads]), [0, 2, 1, 3])
     if cast:
         x = relax.op.astype(x, "float32")
     return bb.emit(x)
 
 
-@_register("LinearAttention", since=27)
+@register("LinearAttention", since=27)
 def linear_attention(bb, inputs, attrs, ctx):
     """LinearAttention: the recurrent state S (B, H_kv, d_k, d_v) updated per step by the
     rule linear (S += k v^T), gated (S *= exp(g) first), delta (v <- beta (v - S^T k)) or
@@ -176,47 +173,47 @@ def linear_attention(bb, inputs, attrs, ctx):
     sequence length, in float32 as the reference; outputs (B, T, H_q*d_v) and the final
     state (in past_state's dtype, or the query's)."""
     q, k, v, past, decay, beta = _pad_inputs(inputs, 6)[:6]
-    rule = _text(attrs.get("update_rule"), "gated_delta")
+    rule = attr_text(attrs.get("update_rule"), "gated_delta")
     if rule not in ("linear", "gated", "delta", "gated_delta"):
-        _refuse(ctx, f"update_rule={rule!r}")
+        refuse(ctx, f"update_rule={rule!r}")
     hq, hkv = attrs.get("q_num_heads"), attrs.get("kv_num_heads")
     if hq is None or hkv is None or hq <= 0 or hkv <= 0 or hq % hkv:
-        _refuse(ctx, f"q_num_heads={hq} with kv_num_heads={hkv} (both required, q a "
+        refuse(ctx, f"q_num_heads={hq} with kv_num_heads={hkv} (both required, q a "
                 "multiple of kv)")
     gating = rule in ("gated", "gated_delta")
     delta = rule in ("delta", "gated_delta")
     if gating != (decay is not None) or delta != (beta is not None):
-        _refuse(ctx, f"update_rule={rule!r} with decay {'given' if decay else 'omitted'} "
+        refuse(ctx, f"update_rule={rule!r} with decay {'given' if decay else 'omitted'} "
                 f"and beta {'given' if beta else 'omitted'}")
     for x, what in ((q, "query"), (k, "key"), (v, "value")):
         _float_input(ctx, x, what)
         if x.ty.ndim != 3:
-            _refuse(ctx, f"{what} of rank {x.ty.ndim} (3 expected)")
-    out_dtype = _dtype(q)
-    b, t, _ = _shape(q)
+            refuse(ctx, f"{what} of rank {x.ty.ndim} (3 expected)")
+    out_dtype = dtype_of(q)
+    b, t, _ = static_shape(q)
     q4 = _heads_4d(bb, q, hq, "query", ctx)
     k4 = _heads_4d(bb, k, hkv, "key", ctx)
     v4 = _heads_4d(bb, v, hkv, "value", ctx)
-    dk, dv = _shape(q4)[3], _shape(v4)[3]
-    if _shape(k4)[3] != dk:
-        _refuse(ctx, f"key head size {_shape(k4)[3]} != query head size {dk}")
+    dk, dv = static_shape(q4)[3], static_shape(v4)[3]
+    if static_shape(k4)[3] != dk:
+        refuse(ctx, f"key head size {static_shape(k4)[3]} != query head size {dk}")
     group = hq // hkv
     if decay is not None:
-        last = _shape(decay)[-1]
+        last = static_shape(decay)[-1]
         if decay.ty.ndim != 3 or last not in (hkv, hkv * dk):
-            _refuse(ctx, f"decay of shape {_shape(decay)}")
+            refuse(ctx, f"decay of shape {static_shape(decay)}")
         decay4 = _heads_4d(bb, decay, hkv, "decay", ctx)            # (B, H, T, 1 | dk)
         decay4 = bb.emit(relax.op.exp(relax.op.permute_dims(decay4, [0, 1, 3, 2])))
     if beta is not None:
-        last = _shape(beta)[-1]
+        last = static_shape(beta)[-1]
         if beta.ty.ndim != 3 or last not in (hkv, 1):
-            _refuse(ctx, f"beta of shape {_shape(beta)}")
+            refuse(ctx, f"beta of shape {static_shape(beta)}")
         beta4 = _heads_4d(bb, beta, last, "beta", ctx)              # (B, H | 1, T, 1)
     state_dtype = out_dtype
     if past is not None:
-        if _shape(past) != [b, hkv, dk, dv]:
-            _refuse(ctx, f"past_state of shape {_shape(past)} (expects {[b, hkv, dk, dv]})")
-        state_dtype = _dtype(past)
+        if static_shape(past) != [b, hkv, dk, dv]:
+            refuse(ctx, f"past_state of shape {static_shape(past)} (expects {[b, hkv, dk, dv]})")
+        state_dtype = dtype_of(past)
         state = past if state_dtype == "float32" else relax.op.astype(past, "float32")
         state = bb.emit(state)
     else:
@@ -239,7 +236,7 @@ def linear_attention(bb, inputs, attrs, ctx):
         read = state if group == 1 else relax.op.repeat(state, group, axis=1)
         outs.append(bb.emit(relax.op.matmul(_slice(q4, 2, i, i + 1), read)))
     o = relax.op.concat(outs, axis=2) if len(outs) > 1 else outs[0]   # (B, Hq, T, dv)
-    o = relax.op.multiply(o, _scalar(scale, "float32"))
+    o = relax.op.multiply(o, scalar(scale, "float32"))
     o = relax.op.reshape(relax.op.permute_dims(o, [0, 2, 1, 3]), [b, t, hq * dv])
     if out_dtype != "float32":
         o = relax.op.astype(o, out_dtype)
@@ -265,7 +262,7 @@ def _activation(ctx, name: str, alpha, beta):
     low = name.lower()
 
     def c(v, x):
-        return _scalar(v, _dtype(x))
+        return scalar(v, dtype_of(x))
 
     if low == "sigmoid":
         return op.sigmoid
@@ -296,7 +293,7 @@ def _activation(ctx, name: str, alpha, beta):
     if low == "affine":
         a, b = (1.0 if alpha is None else alpha), (0.0 if beta is None else beta)
         return lambda x: op.add(op.multiply(x, c(a, x)), c(b, x))
-    _refuse(ctx, f"activation {name!r}")
+    refuse(ctx, f"activation {name!r}")
 
 
 def _recurrent(kind: str):
@@ -305,32 +302,32 @@ def _recurrent(kind: str):
         n_g = _GATES[kind]
         x, w, r, b, seq_lens, h0, c0, p = _pad_inputs(inputs, 8)[:8]
         _float_input(ctx, x, "X")
-        dtype = _dtype(x)
+        dtype = dtype_of(x)
         layout = int(attrs.get("layout", 0))
-        direction = _text(attrs.get("direction"), "forward")
+        direction = attr_text(attrs.get("direction"), "forward")
         if direction not in ("forward", "reverse", "bidirectional"):
-            _refuse(ctx, f"direction={direction!r}")
+            refuse(ctx, f"direction={direction!r}")
         n_dir = 2 if direction == "bidirectional" else 1
         if kind == "LSTM" and int(attrs.get("input_forget", 0)):
-            _refuse(ctx, "input_forget=1")
+            refuse(ctx, "input_forget=1")
         clip = attrs.get("clip")
         if layout:
             x = op.permute_dims(x, [1, 0, 2])
             h0 = None if h0 is None else op.permute_dims(h0, [1, 0, 2])
             c0 = None if c0 is None else op.permute_dims(c0, [1, 0, 2])
         x = bb.emit(x)
-        seq, batch, _ = _shape(x)
-        ws = _shape(w)
-        hidden = _shape(r)[-1]
+        seq, batch, _ = static_shape(x)
+        ws = static_shape(w)
+        hidden = static_shape(r)[-1]
         if ws[0] != n_dir or ws[1] != n_g * hidden:
-            _refuse(ctx, f"W of shape {ws} for direction={direction} and hidden size {hidden}")
+            refuse(ctx, f"W of shape {ws} for direction={direction} and hidden size {hidden}")
         if seq == 0:
-            _refuse(ctx, "an empty sequence")
+            refuse(ctx, "an empty sequence")
         acts = attrs.get("activations")
         n_act = len(_DEFAULT_ACTS[kind])
         acts = list(acts) if acts else _DEFAULT_ACTS[kind] * n_dir
         if len(acts) != n_act * n_dir:
-            _refuse(ctx, f"{len(acts)} activations (expects {n_act * n_dir})")
+            refuse(ctx, f"{len(acts)} activations (expects {n_act * n_dir})")
         alphas = list(attrs.get("activation_alpha", []) or [])
         betas = list(attrs.get("activation_beta", []) or [])
         fns = [_activation(ctx, a, alphas[i] if i < len(alphas) else None,
@@ -399,7 +396,7 @@ def _recurrent(kind: str):
                     else:
                         hh = op.matmul(op.multiply(rr, h), rh)
                     ht = bb.emit(f[1](clipped(op.add(gate(2, gx), hh))))
-                    one = _scalar(1, dtype)
+                    one = scalar(1, dtype)
                     h_new = op.add(op.multiply(op.subtract(one, z), ht), op.multiply(z, h))
                     c_new = None
                 else:  # LSTM, gates i, o, f, c
@@ -420,7 +417,7 @@ def _recurrent(kind: str):
                 if lens is not None:
                     # steps at or past a batch entry's length leave its state alone and
                     # output 0 (in reverse, the state stays initial until its last step)
-                    live = bb.emit(op.less(_scalar(t, "int64"), lens))
+                    live = bb.emit(op.less(scalar(t, "int64"), lens))
                     y_steps[t] = bb.emit(op.where(live, h_new, zeros))
                     h = bb.emit(op.where(live, h_new, h))
                     if c_new is not None:
@@ -451,4 +448,4 @@ def _recurrent(kind: str):
 
 
 for _kind in _GATES:
-    _register(_kind, since=7)(_recurrent(_kind))
+    register(_kind, since=7)(_recurrent(_kind))
