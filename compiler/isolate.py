@@ -28,6 +28,7 @@ later, when it runs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
@@ -280,11 +281,12 @@ def _custom_registrations() -> list:
         for e in versions:
             if not e.implementation.startswith("custom"):
                 continue
-            try:
-                blob = pickle.dumps(e)
+            try:  # what it replaces is the child's own entry, not this process's
+                blob = pickle.dumps(dataclasses.replace(e, replaces=None))
             except Exception:  # a closure (register_te_op): its module registers it
                 blob = None
             out.append({"key": (e.domain, e.op_type, e.since, e.until), "entry": blob,
+                        "override": e.replaces is not None,
                         "module": getattr(e.converter, "__module__", None)})
     return out
 
@@ -303,8 +305,10 @@ def _apply_registrations(regs: list) -> None:
                 entry = pickle.loads(r["entry"])
             except Exception:
                 entry = None
+            # unpickling a converter imports its module, which may register it already
+            if entry is not None and not present(r["key"]):
+                REGISTRY.add(entry, override=r["override"])
             if entry is not None:
-                REGISTRY.add(entry)
                 continue
         if not present(r["key"]) and r["module"] and r["module"] != "__main__":
             try:

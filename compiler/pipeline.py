@@ -11,9 +11,12 @@ from tvm import relax
 
 import passes
 
-from .lowering.legalize_vector_math import LEGALIZE_MAP as LEGALIZE_VECTOR_MATH
+from . import lowering
 
-from .lowering import legalize_conv_nchwc  # noqa: F401  (conv2d NCHW[b]c, which TVM cannot lower)
+# onnxc's legalizations, installed here once, before any pass runs: FoldConstants (a graph
+# pass) legalizes constants with the functions registered on the ops, and must agree with
+# LegalizeOps below
+LEGALIZE_MAP = lowering.install()
 
 FUSE = relax.transform.FuseOps()
 
@@ -74,10 +77,10 @@ def lowering() -> list:
     (compiler/lowering/provenance.py), so that step is named.
     """
     return [
-        # every Relax op becomes a call_tir to a TIR PrimFunc; float32 GELU and softmax with
-        # erf / exp in plain arithmetic (compiler/lowering/legalize_vector_math.py): TVM's are scalar
-        # libm calls per vector lane
-        relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE_VECTOR_MATH),
+        # every Relax op becomes a call_tir to a TIR PrimFunc, with onnxc's legalizations
+        # (compiler/lowering): float32 GELU and softmax with erf / exp in plain arithmetic
+        # (TVM's are scalar libm calls per vector lane), blocked conv2d, topk, float max/min
+        relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE_MAP),
         # mark each PrimFunc elementwise / broadcast / injective / reduction / out-fusable
         relax.transform.AnnotateTIROpPattern(),
         # constants that legalization exposed (e.g. reshaped biases)

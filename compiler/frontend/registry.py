@@ -16,6 +16,12 @@ as Relax expressions (None for an omitted optional input), its attributes as a d
 a :class:`ConvertContext` (node, opset of its domain, the importer's tensor map), and
 returns a Relax expression (or a Tuple for several outputs).  ``register_te_op`` takes a
 TE compute function instead.
+
+Overrides are explicit: registering a converter for an opset range that an entry of the
+same (domain, op) already covers raises :class:`RegistrationError` unless the call says
+``override=True``; the new entry then records the one it replaces (``OpEntry.replaces``),
+and the converter can delegate to it with :func:`previous`.  Which converter wins never
+depends on the order modules are imported in, only on what each registration says.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ class ConvertContext:
     label: str = ""          # how errors name the node (subgraph nodes: with their parents)
 
 
+class RegistrationError(ValueError):
+    """A registration that clashes with an existing entry (or overrides nothing)."""
+
+
 @dataclass
 class OpEntry:
     """One registered implementation of an ONNX operator for an opset range."""
@@ -55,6 +65,8 @@ class OpEntry:
     targets: tuple = ALL_TARGETS
     implementation: str = "onnxc"   # "tvm" (TVM's frontend converter), "onnxc", "custom"
     doc: str = ""
+    # the entry this one overrides (registered with override=True), else None
+    replaces: "OpEntry | None" = field(default=None, repr=False, compare=False)
 
     def covers(self, opset: int) -> bool:
         return self.since <= opset and (self.until is None or opset <= self.until)
@@ -62,17 +74,53 @@ class OpEntry:
     def opsets(self) -> str:
         return f"{self.since}+" if self.until is None else f"{self.since}-{self.until}"
 
+    def overlaps(self, other: "OpEntry") -> bool:
+        """Some opset is covered by both entries."""
+        return ((self.until is None or other.since <= self.until)
+                and (other.until is None or self.since <= other.until))
+
 
 @dataclass
 class OperatorRegistry:
-    """Entries keyed by (domain, op_type); later registrations override earlier ones."""
+    """Entries keyed by (domain, op_type); an override (``add(..., override=True)``) takes
+    precedence over the entries it overlaps."""
 
     entries: dict = field(default_factory=dict)   # (domain, op) -> [OpEntry], newest last
 
-    def add(self, entry: OpEntry) -> OpEntry:
+    def add(self, entry: OpEntry, override: bool = False) -> OpEntry:
+        """Register ``entry``.
+
+        Raises :class:`RegistrationError` if an existing entry of the same (domain, op)
+        covers one of its opsets and ``override`` is false, or if ``override`` is true and
+        there is nothing to override.  An override records the newest entry it overlaps as
+        ``entry.replaces``.
+        """
         entry.domain = _norm_domain(entry.domain)
-        self.entries.setdefault((entry.domain, entry.op_type), []).append(entry)
+        versions = self.entries.setdefault((entry.domain, entry.op_type), [])
+        clash = [e for e in versions if e.overlaps(entry)]
+        what = f"{entry.domain}:{entry.op_type} (opsets {entry.opsets()})"
+        if clash and not override:
+            raise RegistrationError(
+                f"{what} is already registered ("
+                + ", ".join(f"{e.implementation} {e.opsets()}" for e in clash)
+                + "): pass override=True to replace it")
+        if override and not clash:
+            raise RegistrationError(f"{what}: override=True, but no registered converter "
+                                    "covers these opsets")
+        entry.replaces = clash[-1] if clash else None
+        versions.append(entry)
         return entry
+
+    def previous(self, converter: Callable) -> Callable:
+        """The converter that ``converter``'s registration overrode (to delegate to).
+
+        Raises KeyError if ``converter`` is not registered or overrode nothing."""
+        for versions in self.entries.values():
+            for e in versions:
+                if e.converter is converter and e.replaces is not None:
+                    return e.replaces.converter
+        raise KeyError(f"{getattr(converter, '__qualname__', converter)} overrides no "
+                       "registered converter")
 
     def lookup(self, domain: str, op_type: str, opset: int) -> OpEntry | None:
         """The newest entry covering ``opset``, or None."""
@@ -128,16 +176,19 @@ REGISTRY = OperatorRegistry()
 
 
 def register_op(domain: str, op_type: str, since: int = 1, until: int | None = None,
-                targets=ALL_TARGETS, implementation: str = "custom", registry=None):
+                targets=ALL_TARGETS, implementation: str = "custom", registry=None,
+                override: bool = False):
     """Decorator: register ``fn(bb, inputs, attrs, ctx) -> relax.Expr`` for an op.
 
-    Registering an op that already exists (even a default-domain one) overrides it for the
-    given opset range.
+    Replacing a registered converter (even TVM's, of a default-domain op) for opsets it
+    covers needs ``override=True``, else :class:`RegistrationError`; ``previous(fn)`` is
+    then the converter it replaced.
     """
 
     def wrap(fn):
         (registry or REGISTRY).add(OpEntry(domain, op_type, since, until, fn, tuple(targets),
-                                           implementation, (fn.__doc__ or "").strip()))
+                                           implementation, (fn.__doc__ or "").strip()),
+                                   override=override)
         return fn
 
     return wrap
@@ -145,10 +196,11 @@ def register_op(domain: str, op_type: str, since: int = 1, until: int | None = N
 
 def register_te_op(domain: str, op_type: str, compute: Callable, since: int = 1,
                    until: int | None = None, targets=ALL_TARGETS, registry=None,
-                   attrs: tuple = ()):
+                   attrs: tuple = (), override: bool = False):
     """Register an op implemented by a TE compute: ``compute(*te_tensors, **attrs)``.
 
-    ``attrs`` names the node attributes passed to ``compute`` as keyword arguments.
+    ``attrs`` names the node attributes passed to ``compute`` as keyword arguments;
+    ``override`` as for :func:`register_op`.
     """
 
     def convert(bb, inputs, node_attrs, ctx):
@@ -157,12 +209,18 @@ def register_te_op(domain: str, op_type: str, compute: Callable, since: int = 1,
                           primfunc_name_hint=f"{op_type.lower()}", **kwargs)
 
     (registry or REGISTRY).add(OpEntry(domain, op_type, since, until, convert, tuple(targets),
-                                       "custom (TE)", (compute.__doc__ or "").strip()))
+                                       "custom (TE)", (compute.__doc__ or "").strip()),
+                               override=override)
     return compute
 
 
+def previous(converter: Callable) -> Callable:
+    """The converter that ``converter`` (registered with ``override=True``) replaced."""
+    return REGISTRY.previous(converter)
+
+
 def tvm_converter(op_type: str) -> Callable:
-    """TVM's converter for a default-domain op (to delegate to from an override)."""
+    """TVM's converter for a default-domain op, whatever overrides it since."""
     for e in REGISTRY.versions(DEFAULT_DOMAIN, op_type):
         if e.implementation == "tvm":
             return e.converter

@@ -120,7 +120,8 @@ def _supported(call):
     return int(a.groups) == channels and ib == 1 and ob == db
 
 
-def _install() -> None:
+def install() -> None:
+    """Register the NCHW[b]c legalization on ``relax.nn.conv2d`` (once)."""
     op = tvm.ir.Op.get("relax.nn.conv2d")
     default = op.get_attr(_ATTR)
     if getattr(default, "__onnxc_nchwc__", False):
@@ -136,5 +137,3 @@ def _install() -> None:
     legalize.__onnxc_nchwc__ = True
     tvm.ir.register_op_attr("relax.nn.conv2d", _ATTR, legalize, level=11)
 
-
-_install()

@@ -11,8 +11,8 @@ the same way.
 This module replaces the legalization of both ops, for float dtypes, by a TE reduction
 whose identity is -inf (max) / +inf (min); integer dtypes and empty reductions keep TVM's.
 It is registered on the ops themselves (``FLegalize``), so that constant folding (which
-legalizes with the registered functions) and the lowering agree.  Imported for its side
-effect by ``compiler.converters_nn``.
+legalizes with the registered functions) and the lowering agree; ``compiler.lowering.install``
+installs it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _has_zero_dim(call) -> bool:
     return any(isinstance(v, tirx.IntImm) and int(v.value) == 0 for v in values)
 
 
-def _install(op_name: str, kind: str) -> None:
+def _install_one(op_name: str, kind: str) -> None:
     op = tvm.ir.Op.get(op_name)
     default = op.get_attr(_ATTR)
     if getattr(default, "__onnxc_inf_identity__", False):
@@ -90,5 +90,8 @@ def _install(op_name: str, kind: str) -> None:
     tvm.ir.register_op_attr(op_name, _ATTR, legalize, level=11)
 
 
-_install("relax.max", "max")
-_install("relax.min", "min")
+
+def install() -> None:
+    """Register the +-inf-identity legalization on ``relax.max`` and ``relax.min`` (once)."""
+    _install_one("relax.max", "max")
+    _install_one("relax.min", "min")

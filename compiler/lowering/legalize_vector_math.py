@@ -132,4 +132,5 @@ def _legalize_softmax(bb, call):
 
 
 LEGALIZE_MAP = {"relax.nn.gelu": _legalize_gelu, "relax.nn.softmax": _legalize_softmax}
-"""For ``relax.transform.LegalizeOps(customize_legalize_map=...)``."""
+"""For ``relax.transform.LegalizeOps(customize_legalize_map=...)`` (``compiler.lowering.install``
+returns it)."""

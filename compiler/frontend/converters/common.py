@@ -14,9 +14,10 @@ from ...errors import UnsupportedError
 from ..registry import register_op, tvm_converter
 
 
-def register(op, since=1):
-    """Decorator: register an onnxc converter for default-domain ``op`` from opset ``since``."""
-    return register_op("", op, since=since, implementation="onnxc")
+def register(op, since=1, override=False):
+    """Decorator: register an onnxc converter for default-domain ``op`` from opset ``since``;
+    ``override=True`` where it replaces a registered one (TVM's), see ``registry.previous``."""
+    return register_op("", op, since=since, implementation="onnxc", override=override)
 
 
 def refuse(ctx, what: str):
@@ -85,7 +86,7 @@ def const_input(x, what: str, node):
 def refuse_attribute(op, attr, why, since=1):
     """Refuse ``op`` when attribute ``attr`` is set (TVM ignores it), else delegate."""
 
-    @register(op, since)
+    @register(op, since, override=True)
     def convert(bb, inputs, attrs, ctx):
         if attr in attrs and why(attrs[attr]):
             raise UnsupportedError(f"node {ctx.node.name!r} ({op}): attribute {attr}="

@@ -45,7 +45,7 @@ def celu(bb, inputs, attrs, ctx):
     return relax.op.add(relax.op.maximum(x, zero), relax.op.minimum(zero, neg))
 
 
-@register("Elu", since=6)
+@register("Elu", since=6, override=True)
 def elu(bb, inputs, attrs, ctx):
     """Elu: x if x >= 0 else alpha * (exp(x) - 1), with constants of the input's type
     (TVM 0.27's converter builds float32 constants and fails on float16)."""
@@ -156,7 +156,7 @@ def det(bb, inputs, attrs, ctx):
 # --------------------------------------------------------------------------- #
 
 
-@register("Clip")
+@register("Clip", override=True)
 def clip(bb, inputs, attrs, ctx):
     """Clip as maximum/minimum ops (TVM's converter emits opaque kernels, which the layout
     pass cannot see through: MobileNet's Relu6 then cost two layout transforms each).
@@ -176,7 +176,7 @@ def clip(bb, inputs, attrs, ctx):
     return x
 
 
-@register("IsInf")
+@register("IsInf", override=True)
 def is_inf(bb, inputs, attrs, ctx):
     """IsInf honouring detect_positive / detect_negative."""
     x = inputs[0]
@@ -192,7 +192,7 @@ def is_inf(bb, inputs, attrs, ctx):
     return relax.op.zeros_like(x, dtype="bool")
 
 
-@register("BitShift", since=11)
+@register("BitShift", since=11, override=True)
 def bit_shift(bb, inputs, attrs, ctx):
     """BitShift with ONNX's edge cases: a shift < 0 or >= the bit width gives 0 (LEFT) or
     the sign fill (RIGHT), where C (and TVM) leave it undefined."""
@@ -213,7 +213,7 @@ def bit_shift(bb, inputs, attrs, ctx):
     return relax.op.where(out_of_range, fill, shifted)
 
 
-@register("Mod", since=10)
+@register("Mod", since=10, override=True)
 def mod(bb, inputs, attrs, ctx):
     """Mod; floats with fmod=0 as numpy's ``np.mod`` (the reference) computes it from C's
     fmod: r = fmod(a, b); r += b where r is non-zero and of the other sign than b; a zero
@@ -233,7 +233,7 @@ def mod(bb, inputs, attrs, ctx):
     return relax.op.where(relax.op.equal(r, zero), signed_zero, r)
 
 
-@register("Pow", since=7)
+@register("Pow", since=7, override=True)
 def pow_(bb, inputs, attrs, ctx):
     """Pow with a base and an exponent of different types (opset 12+ allows it): the
     result has the base's type.  As the reference (``np.power(a, b).astype(a.dtype)``),
@@ -248,7 +248,7 @@ def pow_(bb, inputs, attrs, ctx):
     return relax.op.astype(bb.normalize(out), at)
 
 
-@register("Equal", since=7)
+@register("Equal", since=7, override=True)
 def equal(bb, inputs, attrs, ctx):
     """Equal computed at import when both inputs are known.  TVM 0.27 compares a shape
     value with a constant by ``structural_equal`` of an int64 ``IntImm`` against a Python
@@ -311,7 +311,7 @@ def _cumulative(kind: str):
     return convert
 
 
-register("CumSum", since=11)(_cumulative("sum"))
+register("CumSum", since=11, override=True)(_cumulative("sum"))
 
 
 register("CumProd", since=26)(_cumulative("prod"))

@@ -15,7 +15,7 @@ from tvm import relax
 
 from .common import (register, refuse, static_shape, np_dtype, scalar, dtype_of, is_float,
                      attr_text, tensor_const, refuse_attribute)
-from ..registry import REGISTRY, register_op
+from ..registry import previous, register_op
 
 ML = "ai.onnx.ml"
 
@@ -298,21 +298,14 @@ refuse_attribute("RoiAlign", "mode", lambda v: (v.decode() if isinstance(v, byte
 # --------------------------------------------------------------------------- #
 
 
-def _previous(op: str, opset: int, me):
-    for e in reversed(REGISTRY.versions("", op)):
-        if e.converter is not me and e.covers(opset):
-            return e.converter
-    raise KeyError(op)
-
-
-@register("RoiAlign", since=10)
+@register("RoiAlign", since=10, override=True)
 def roi_align(bb, inputs, attrs, ctx):
     """RoiAlign: mode=max as ONNX's reference computes it (the maximum, over the sampling
     grid, of the four weighted bilinear corner terms), with a fixed sampling_ratio > 0;
-    mode=avg delegates to the converter registered before this one."""
+    mode=avg delegates to the converter it overrides (TVM's, refusing other modes)."""
     mode = attr_text(attrs.get("mode"), "avg")
     if mode != "max":
-        return _previous("RoiAlign", ctx.opset, roi_align)(bb, inputs, attrs, ctx)
+        return previous(roi_align)(bb, inputs, attrs, ctx)
     from tvm import te, tirx
 
     x, rois, batch = inputs[0], inputs[1], inputs[2]

@@ -2,7 +2,7 @@
 float8, float4e2m1, int4/uint4/int2/uint2), held as codes (``compiler/frontend/narrow_types.py``).
 
 Registered over the other converters of these ops; a node with no narrow tensor goes to
-the converter registered before (TVM's or ours).  Conversions follow ONNX's reference
+the converter each one overrides (TVM's: ``registry.previous``).  Conversions follow ONNX's reference
 (``onnx/reference/ops/op_cast.py``, ``op_quantize_linear.py``, ``op_dequantize_linear.py``)
 on ml_dtypes arrays: between two types through float32 (int32 for the narrow ints), which
 is also how ml_dtypes converts float64 and int64 to bfloat16 / float8.
@@ -16,7 +16,7 @@ from tvm import relax
 
 from .common import refuse, static_shape, dtype_of
 from ..narrow_types import decode, encode, fmt_of
-from ..registry import REGISTRY, register_op
+from ..registry import previous, register_op
 
 # integer quantization ranges
 _INT_RANGE = {TensorProto.INT4: (-8, 7), TensorProto.UINT4: (0, 15),
@@ -28,22 +28,12 @@ _FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLO
 def _register(op):
     def wrap(fn):
         fn.handles_narrow = True  # compiler/frontend/narrow_import.py: give it narrow tensors
-        return register_op("", op, since=1, implementation="onnxc")(fn)
+        return register_op("", op, since=1, implementation="onnxc", override=True)(fn)
     return wrap
 
 
 def _types(ctx) -> dict:
     return getattr(ctx.importer, "elem_types", None) or {}
-
-
-def _previous(ctx, op_type: str | None = None):
-    """The newest converter of ``op_type`` (default: the node's) registered before ours
-    that covers the node's opset."""
-    op_type = op_type or ctx.node.op_type
-    for e in reversed(REGISTRY.versions("", op_type)):
-        if not getattr(e.converter, "handles_narrow", False) and e.covers(ctx.opset):
-            return e.converter
-    refuse(ctx, f"{op_type} at opset {ctx.opset}")
 
 
 def _str(v, default: str) -> str:
@@ -75,7 +65,7 @@ def cast_to(bb, x, src, to: int, saturate: bool = True, round_mode: str = "up",
 
 def _plain_cast(ctx):
     """``cast(bb, x, to)`` between plain types, by the Cast converter registered before."""
-    prev = _previous(ctx, "Cast")
+    prev = previous(cast)
 
     def cast(bb, x, to):
         from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
@@ -92,7 +82,7 @@ def cast(bb, inputs, attrs, ctx):
     src = _types(ctx).get(ctx.node.input[0])
     to = int(attrs["to"])
     if src is None and fmt_of(to) is None:
-        return _previous(ctx)(bb, inputs, attrs, ctx)
+        return previous(cast)(bb, inputs, attrs, ctx)
     return cast_to(bb, inputs[0], src, to, bool(attrs.get("saturate", 1)),
                    _str(attrs.get("round_mode"), "up"), _plain_cast(ctx))
 
@@ -103,7 +93,7 @@ def cast_like(bb, inputs, attrs, ctx):
     types = _types(ctx)
     src, like = types.get(ctx.node.input[0]), types.get(ctx.node.input[1])
     if src is None and like is None:
-        return _previous(ctx)(bb, inputs, attrs, ctx)
+        return previous(cast_like)(bb, inputs, attrs, ctx)
     to = like.elem_type if like else helper.np_dtype_to_tensor_dtype(np.dtype(dtype_of(inputs[1])))
     return cast_to(bb, inputs[0], src, to, bool(attrs.get("saturate", 1)),
                    _str(attrs.get("round_mode"), "up"), _plain_cast(ctx))
@@ -147,7 +137,7 @@ def quantize_linear(bb, inputs, attrs, ctx):
     out_type = zp_fmt.elem_type if zp_fmt else int(attrs.get("output_dtype", 0) or 0)
     fmt = fmt_of(out_type)
     if fmt is None and not any(n in types for n in node.input if n):
-        return _previous(ctx)(bb, inputs, attrs, ctx)
+        return previous(quantize_linear)(bb, inputs, attrs, ctx)
     if fmt is None or any(n in types for n in node.input[:2]):
         refuse(ctx, "QuantizeLinear with narrow x or y_scale, or a zero point of another "
                      "type than the output")
@@ -183,7 +173,7 @@ def dequantize_linear(bb, inputs, attrs, ctx):
     types = _types(ctx)
     node = ctx.node
     if not any(n in types for n in list(node.input) + list(node.output) if n):
-        return _previous(ctx)(bb, inputs, attrs, ctx)
+        return previous(dequantize_linear)(bb, inputs, attrs, ctx)
     x, scale = inputs[0], inputs[1]
     zp = inputs[2] if len(node.input) > 2 and node.input[2] else None
     x_fmt = types.get(node.input[0])

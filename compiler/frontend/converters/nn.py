@@ -16,7 +16,6 @@ from tvm import relax
 from .common import (register, refuse, static_shape, np_dtype, scalar, dtype_of, is_float,
                      attr_text, const_input, static_dims, float_only, normalize_axis,
                      int_values, constant_value)
-from ...lowering import legalize_reductions  # noqa: F401  (float max/min with +-inf identity)
 from ...errors import UnsupportedError
 from ..registry import tvm_converter
 
@@ -49,7 +48,7 @@ def _safe_softmax(bb, x, axis=-1):
 # --------------------------------------------------------------------------- #
 
 
-@register("Attention", since=23)
+@register("Attention", since=23, override=True)
 def attention(bb, inputs, attrs, ctx):
     """Scaled dot-product attention as in ONNX's reference: 3-D inputs with q_num_heads /
     kv_num_heads or 4-D, GQA/MQA (kv heads repeated), scale, is_causal (offset-aware),
@@ -326,7 +325,7 @@ def softmax_cross_entropy_loss(bb, inputs, attrs, ctx):
 # --------------------------------------------------------------------------- #
 
 
-@register("RMSNormalization", since=23)
+@register("RMSNormalization", since=23, override=True)
 def rms_normalization(bb, inputs, attrs, ctx):
     """RMSNormalization; over all axes (axis 0 or -rank) decomposed as the reference
     computes it, x / sqrt(mean(x^2) + epsilon) * scale in the stash type, because TVM
@@ -388,7 +387,7 @@ def _pool_geometry(ctx, attrs, in_spatial):
     return kernel, strides, dil, begin, out
 
 
-@register("MaxPool", since=8)
+@register("MaxPool", since=8, override=True)
 def max_pool(bb, inputs, attrs, ctx):
     """MaxPool; with the Indices output requested, one TE argmax reduction gives both the
     maximum and its flat index into the input (n, c, then row-major over the spatial
@@ -444,7 +443,7 @@ def max_pool(bb, inputs, attrs, ctx):
                         bb.emit(relax.TupleGetItem(res, 1))])
 
 
-@register("MaxUnpool", since=9)
+@register("MaxUnpool", since=9, override=True)
 def max_unpool(bb, inputs, attrs, ctx):
     """MaxUnpool; with output_shape, as the reference: the values are scattered into the
     shape inferred from kernel, strides and pads (the indices index that shape), which is
@@ -475,7 +474,7 @@ def max_unpool(bb, inputs, attrs, ctx):
 # --------------------------------------------------------------------------- #
 
 
-@register("Dropout")
+@register("Dropout", override=True)
 def dropout(bb, inputs, attrs, ctx):
     """Dropout where it is deterministic: inference (training_mode false) or a ratio of 0
     give output = input and mask = all true (bool).  Training with a ratio > 0 draws
@@ -500,7 +499,7 @@ def dropout(bb, inputs, attrs, ctx):
     return x
 
 
-@register("BatchNormalization")
+@register("BatchNormalization", override=True)
 def batch_norm(bb, inputs, attrs, ctx):
     """BatchNormalization: inference is TVM's; training_mode=1 (opset 14+) normalizes with
     the batch statistics and returns the running mean and variance updated with
@@ -531,7 +530,7 @@ def batch_norm(bb, inputs, attrs, ctx):
     return outs[0] if len(outs) == 1 else relax.Tuple(outs)
 
 
-@register("LayerNormalization", since=17)
+@register("LayerNormalization", since=17, override=True)
 def layer_norm(bb, inputs, attrs, ctx):
     """LayerNormalization; the optional Mean and InvStdDev outputs computed too."""
     y = tvm_converter("LayerNormalization")(bb, inputs, attrs, ctx)
@@ -555,7 +554,7 @@ def layer_norm(bb, inputs, attrs, ctx):
     return relax.Tuple([y, mean, bb.emit(inv)])
 
 
-@register("ConvTranspose")
+@register("ConvTranspose", override=True)
 def conv_transpose(bb, inputs, attrs, ctx):
     """ConvTranspose with the output_shape attribute (TVM ignores it), as the reference:
     pads from output_shape under auto_pad SAME_UPPER/SAME_LOWER, else the pads given (0 by

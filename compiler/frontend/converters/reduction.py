@@ -47,7 +47,7 @@ def _reduce_axes(inputs, attrs, ctx, ndim):
 
 
 def _reduce_with_identity(op):
-    @register(op)
+    @register(op, override=True)
     def convert(bb, inputs, attrs, ctx):
         x = inputs[0]
         dtype = str(x.ty.dtype)

@@ -23,7 +23,7 @@ import numpy as np
 from tvm import relax
 
 from .common import register, refuse, static_shape, attr_text, refuse_attribute, constant_value
-from ..registry import REGISTRY, register_op
+from ..registry import previous, register_op
 
 _MODES = ("nearest", "linear", "cubic")
 _COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
@@ -249,23 +249,10 @@ def _static_shape(x):
 refuse_attribute("Resize", "antialias", lambda v: bool(v), since=10)
 
 
-
-def _previous_converter(op: str):
-    """The converter registered for ``op`` so far (onnxc's or TVM's)."""
-    from ..registry import REGISTRY
-
-    entries = REGISTRY.versions("", op)
-    if not entries:
-        raise KeyError(op)
-    return entries[-1].converter
-
-
-_resize_tvm = _previous_converter("Resize")
-
-
-@register("Resize", since=10)
+# Resize 10+: TVM's behind the antialias refusal, refusing what TVM computes wrongly
+@register("Resize", since=10, override=True)
 def resize_guarded(bb, inputs, attrs, ctx):
-    """Resize (the converter before this one), refusing what TVM computes wrongly: TVM maps
+    """Resize (the converter it overrides), refusing what TVM computes wrongly: TVM maps
     output to input coordinates with the size ratio ``in / out``, ONNX with the given
     ``scales`` (they differ when ``in * scale`` is not an integer), and in float32, so a
     nearest-mode sample that falls exactly halfway between two pixels may round the wrong
@@ -304,7 +291,7 @@ def resize_guarded(bb, inputs, attrs, ctx):
                         f"coordinate_transformation_mode={coord} from size {n} to {m} "
                         f"(axis {d}): an output falls exactly halfway between two inputs, "
                         "which TVM's float32 arithmetic does not round as ONNX")
-    return _resize_tvm(bb, inputs, attrs, ctx)
+    return previous(resize_guarded)(bb, inputs, attrs, ctx)
 
 
 def _tvm_nearest_agrees(n: int, m: int, coord: str, nearest: str) -> bool:
@@ -343,11 +330,8 @@ def _tvm_nearest_agrees(n: int, m: int, coord: str, nearest: str) -> bool:
     return True
 
 
-_resize_before = REGISTRY.versions("", "Resize")[-1].converter
-_upsample_before = REGISTRY.versions("", "Upsample")[-1].converter
-
-
-@register_op("", "Resize", since=11, implementation="onnxc")
+# Resize 11+: exact where scales, sizes and roi are constants, else the guarded TVM one above
+@register("Resize", since=11, override=True)
 def resize(bb, inputs, attrs, ctx):
     """Resize exactly as ONNX's reference: every mode (nearest with its four roundings,
     linear, cubic with cubic_coeff_a and exclude_outside), every coordinate transform
@@ -359,7 +343,7 @@ def resize(bb, inputs, attrs, ctx):
     roi, scales, sizes = (_constant(v) for v in inputs[1:4])
     in_shape = _static_shape(x)
     if in_shape is None or False in (_is_known(roi), _is_known(scales), _is_known(sizes)):
-        return _resize_before(bb, inputs, attrs, ctx)
+        return previous(resize)(bb, inputs, attrs, ctx)
     mode = attr_text(attrs.get("mode"), "nearest")
     coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
     nearest_mode = attr_text(attrs.get("nearest_mode"), "round_prefer_floor")
@@ -409,7 +393,7 @@ def _is_known(v) -> bool:
     return v is not False
 
 
-@register_op("", "Upsample", since=7, until=9, implementation="onnxc")
+@register_op("", "Upsample", since=7, until=9, implementation="onnxc", override=True)
 def upsample(bb, inputs, attrs, ctx):
     """Upsample (deprecated since opset 10): Resize with asymmetric coordinates, nearest
     rounding down (the reference repeats each element ``scale`` times) or linear; scales
@@ -419,7 +403,7 @@ def upsample(bb, inputs, attrs, ctx):
     scales = np.asarray(attrs["scales"], np.float32) if ctx.opset < 9 and "scales" in attrs \
         else _constant(inputs[1] if len(inputs) > 1 else None)
     if in_shape is None or scales is None or scales is False:
-        return _upsample_before(bb, inputs, attrs, ctx)
+        return previous(upsample)(bb, inputs, attrs, ctx)
     mode = attr_text(attrs.get("mode"), "nearest")
     if mode not in ("nearest", "linear"):
         refuse(ctx, f"attribute mode={mode!r}")

@@ -17,7 +17,6 @@ from tvm import relax
 
 from .common import register, static_shape, dtype_of, constant_value
 from ...errors import UnsupportedError
-from ...lowering.legalize_topk import install as install_topk_legalization
 from ..registry import tvm_converter
 
 # TopK is legalized as a rank count, O(n^2) per row of the reduced axis: longer axes are
@@ -25,7 +24,6 @@ from ..registry import tvm_converter
 TOPK_MAX_AXIS = 4096
 
 
-install_topk_legalization()  # relax.topk as a TE kernel (TVM has none we can run)
 
 
 
@@ -51,7 +49,7 @@ def _const(arr: np.ndarray):
     return relax.const(arr, str(arr.dtype))
 
 
-@register("Compress", since=9)
+@register("Compress", since=9, override=True)
 def compress(bb, inputs, attrs, ctx):
     """Compress with a constant condition: a take of the selected indices."""
     x, cond = inputs[0], constant_value(inputs[1])
@@ -71,7 +69,7 @@ def compress(bb, inputs, attrs, ctx):
     return relax.op.take(x, _const(idx.astype(np.int64)), axis=axis)
 
 
-@register("OneHot", since=9)
+@register("OneHot", since=9, override=True)
 def one_hot(bb, inputs, attrs, ctx):
     """OneHot with a constant depth: where(indices == range(depth), on, off)."""
     indices, depth, values = inputs
@@ -98,7 +96,7 @@ def one_hot(bb, inputs, attrs, ctx):
     return relax.op.where(mask, on, off)
 
 
-@register("TopK", since=1)
+@register("TopK", since=1, override=True)
 def top_k(bb, inputs, attrs, ctx):
     """TopK with a constant K (legalized by ``compiler/lowering/legalize_topk.py``)."""
     x = inputs[0]
@@ -124,7 +122,7 @@ def top_k(bb, inputs, attrs, ctx):
                          dtype="int64")
 
 
-@register("Reshape", since=14)
+@register("Reshape", since=14, override=True)
 def reshape(bb, inputs, attrs, ctx):
     """Reshape with ``allowzero=1`` and a constant shape: zeros are literal dimensions
     (TVM's converter turns that shape into a run-time ``tensor_to_shape``)."""
@@ -142,7 +140,7 @@ def reshape(bb, inputs, attrs, ctx):
     return relax.op.zeros(relax.ShapeExpr(dims), dtype_of(inputs[0]))
 
 
-@register("Unsqueeze", since=13)
+@register("Unsqueeze", since=13, override=True)
 def unsqueeze(bb, inputs, attrs, ctx):
     """Unsqueeze whose constant axes are a rank-0 tensor (TVM's converter wants a list)."""
     axes = constant_value(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
@@ -172,6 +170,6 @@ def _evaluated_or_refused(op: str):
     return convert
 
 
-register("NonZero", since=9)(_evaluated_or_refused("NonZero"))
-register("Unique", since=11)(_evaluated_or_refused("Unique"))
-register("NonMaxSuppression", since=10)(_evaluated_or_refused("NonMaxSuppression"))
+register("NonZero", since=9, override=True)(_evaluated_or_refused("NonZero"))
+register("Unique", since=11, override=True)(_evaluated_or_refused("Unique"))
+register("NonMaxSuppression", since=10, override=True)(_evaluated_or_refused("NonMaxSuppression"))

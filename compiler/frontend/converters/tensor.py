@@ -20,7 +20,7 @@ from ..registry import tvm_converter
 
 
 
-@register("Constant")
+@register("Constant", override=True)
 def constant(bb, inputs, attrs, ctx):
     """Constant from value / value_float(s) / value_int(s); strings and sparse refused."""
     node = ctx.node
@@ -43,7 +43,7 @@ def constant(bb, inputs, attrs, ctx):
                            "supported (tensor, float(s) and int(s) are)")
 
 
-@register("SpaceToDepth", since=1)
+@register("SpaceToDepth", since=1, override=True)
 def space_to_depth(bb, inputs, attrs, ctx):
     """SpaceToDepth in DCR and CRD modes."""
     x = inputs[0]
@@ -63,7 +63,7 @@ def space_to_depth(bb, inputs, attrs, ctx):
 # The value of a reduction over no elements, as ONNX's reference gives it (per dtype kind).
 
 
-@register("Split", since=1)
+@register("Split", since=1, override=True)
 def split(bb, inputs, attrs, ctx):
     """Split with some parts of size 0 (TVM's ``split`` wants strictly increasing indices):
     each part is a slice, an empty one a constant of its (empty) shape.  Else TVM's."""
@@ -102,7 +102,7 @@ def split(bb, inputs, attrs, ctx):
 # Results up to this many elements are computed at import; larger ones stay Relax ops.
 
 
-@register("Where", since=9)
+@register("Where", since=9, override=True)
 def where(bb, inputs, attrs, ctx):
     """Where computed at import when all inputs are known; else TVM's.  TVM 0.27 folds only
     all-constant or all-1-D-shape inputs, and hands a constant scalar from shape arithmetic
@@ -117,7 +117,7 @@ def where(bb, inputs, attrs, ctx):
     return tvm_converter("Where")(bb, inputs, attrs, ctx)
 
 
-@register("Range", since=11)
+@register("Range", since=11, override=True)
 def range_(bb, inputs, attrs, ctx):
     """Range computed at import when start/limit/delta are known.  TVM 0.27 treats a
     constant scalar that comes from shape arithmetic (an ``IntImm``, e.g. the sequence length
@@ -137,7 +137,7 @@ def range_(bb, inputs, attrs, ctx):
     return tvm_converter("Range")(bb, inputs, attrs, ctx)
 
 
-@register("ConstantOfShape", since=9)
+@register("ConstantOfShape", since=9, override=True)
 def constant_of_shape(bb, inputs, attrs, ctx):
     """ConstantOfShape for every output rank.  TVM 0.27 broadcasts the 1-element ``value``
     tensor (rank 1) to the target shape, which fails for a rank-0 target (``shape`` = [],
@@ -161,7 +161,7 @@ def constant_of_shape(bb, inputs, attrs, ctx):
     return relax.op.broadcast_to(tensor_const(np.array(scalar, dtype=arr.dtype)), shape)
 
 
-@register("Expand", since=8)
+@register("Expand", since=8, override=True)
 def expand(bb, inputs, attrs, ctx):
     """Expand with ONNX's bidirectional broadcasting when the target shape is known: the
     output shape is numpy's broadcast of the input's shape and ``shape`` (computed at import
