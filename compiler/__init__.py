@@ -12,7 +12,8 @@ from .frontend import converters as _converters  # noqa: E402
 _converters.register_all()  # onnxc's converters into the operator registry
 
 from .driver import CompiledModel  # noqa: E402
-from .specialize import DynamicModel, compile  # noqa: E402
+from .api import compile  # noqa: E402
+from .specialize import DynamicModel  # noqa: E402
 from .errors import (CompileCrashError, CompileError, CompileTimeoutError,  # noqa: E402
                      ModelError, UnsupportedError)
 

@@ -135,7 +135,7 @@ def cmd_compile(args) -> int:
         cm.export(args.output)
         r = cm.report
     else:  # a crash inside TVM/LLVM kills the child only (compiler/isolate.py)
-        from compiler.isolate import compile_to_file
+        from compiler.api import compile_to_file
 
         r = compile_to_file(args.model, args.output, timeout=args.timeout, **kwargs)
     mem = r["memory"]

@@ -2,7 +2,7 @@
 
 Our runtime runs a static list of kernels, so control flow is resolved when the model is
 imported.  A node's subgraph (its ``GraphProto`` attribute) is converted by the importer's
-own node loop (``_Importer._construct_nodes``), with the outer scope's tensor names
+own node loop (its public ``convert_subgraph``), with the outer scope's tensor names
 visible and the subgraph's inputs bound to Relax values:
 
 * ``If``: a compile-time constant condition (an initializer, a folded value, or an input
@@ -90,17 +90,12 @@ def convert_subgraph(ctx, graph, feeds: dict, scope: str) -> list:
     importer = ctx.importer
     if importer is None:
         raise CompileError(f"{ctx.label}: subgraphs need the onnxc importer")
-    outer = importer._nodes
-    names = dict(outer)
+    names = dict(ctx.tensors)  # the outer scope (a subgraph's own, for nested ones)
     for t in graph.initializer:
         names[t.name] = _const(numpy_helper.to_array(t))
     names.update(feeds)
     rest = _fold(graph, names, importer.domain_opsets)
-    importer._nodes = names
-    try:
-        importer._construct_nodes(rest, scope=scope)
-    finally:
-        importer._nodes = outer
+    importer.convert_subgraph(rest, names, scope)
     missing = [o.name for o in graph.output if o.name not in names]
     if missing:
         raise CompileError(f"{importer.where}: {scope}: subgraph outputs {missing} are never "

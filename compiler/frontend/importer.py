@@ -174,6 +174,21 @@ class _Importer(_importer_base()):
     def _check_for_unsupported_ops(self, graph):
         pass  # done by the registry before conversion (import_onnx)
 
+    def convert_subgraph(self, graph, names: dict, scope: str) -> None:
+        """Convert a control-flow subgraph's nodes into the function being built.
+
+        ``names`` ({ONNX tensor name: Relax expression}) is what the subgraph sees: the
+        outer scope, its initializers and inputs; its nodes' outputs are added to it.  The
+        importer's own tensor map is left as it was.  ``scope`` names the parent node in
+        errors (``parent > child``), and the bindings take the parent node's tag.
+        """
+        outer = self._nodes
+        self._nodes = names
+        try:
+            self._construct_nodes(graph, scope=scope)
+        finally:
+            self._nodes = outer
+
     def _construct_nodes(self, graph, scope: str | None = None):
         """Convert ``graph``'s nodes in order.  ``scope`` is set for a control-flow
         subgraph (``compiler/frontend/control_flow.py``): it prefixes every error's node label, and

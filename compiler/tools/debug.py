@@ -79,7 +79,7 @@ def find_divergence(model, feeds: dict, compare: str = "onnxruntime", target="ho
                     disabled_passes=(), rtol: float = 1e-3, atol: float = 1e-5) -> dict:
     """Compile ``model`` (path or ModelProto), run it on ``feeds`` and the reference, and
     return {"first": divergence or None, "checked": [...], "unobservable": n, ...}."""
-    from ..driver import compile as compile_static
+    from ..driver import compile_static
     from ..frontend.fold_onnx import fold_constants
     from ..frontend.loader import load_model
     from ..specialize import specialize_model

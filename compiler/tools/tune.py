@@ -153,8 +153,8 @@ def check_in_model(model, target, database: TuningDatabase, tasks: list, *,
             else:
                 out["tuned_ms"] = out.get("untuned_ms")  # everything demoted: the untuned model
             return out
-        base = driver.compile(model, tinfo, **kw)
-        tuned = driver.compile(model, tinfo, tuning_db=database, **kw)
+        base = driver.compile_static(model, tinfo, **kw)
+        tuned = driver.compile_static(model, tinfo, tuning_db=database, **kw)
         try:
             (b_kernels, b_total), (t_kernels, t_total) = _profile_alternately(
                 [base, tuned], rounds, min_runs)

@@ -81,7 +81,7 @@ def test_if_input_condition_selects_with_where():
 def test_if_branches_of_different_shapes_specialise_on_the_condition():
     m = _if_model(else_shape=(6,))
     with pytest.raises(compiler.UnsupportedError, match=r"'branch' \(If.*not a compile-time"):
-        compiler.driver.compile(m)  # what the specialising session catches
+        compiler.driver.compile_static(m)  # what the specialising session catches
     sess = compiler.compile(m).session()
     x = np.array([1, -2, 3], np.float32)
     for cond in (True, False, True):
