@@ -118,11 +118,15 @@ def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str |
     except CompileError:
         raise
     except Exception as e:
-        msg = str(e).strip().splitlines()
-        raise CompileError(f"{where}: import to Relax failed: "
-                           f"{msg[-1] if msg else type(e).__name__}") from e
+        raise CompileError(f"{where}: import to Relax failed: {_last_line(e)}") from e
     _check_outputs(mod, model, where)
     return _tag_bindings(mod)
+
+
+def _last_line(e: Exception) -> str:
+    """The last line of an exception's message (TVM's checks end with the reason)."""
+    msg = str(e).strip().splitlines()
+    return msg[-1] if msg else type(e).__name__
 
 
 def _check_outputs(mod, model: onnx.ModelProto, where: str) -> None:
@@ -224,9 +228,8 @@ class _Importer(_importer_base()):
             except CompileError:
                 raise
             except Exception as e:
-                msg = str(e).strip().splitlines()
                 raise CompileError(f"{self.where}: {label}: conversion failed: "
-                                   f"{msg[-1] if msg else type(e).__name__}") from e
+                                   f"{_last_line(e)}") from e
             outs = self._bind_outputs(out, len(node.output), "sub" if scope else f"n{idx}",
                                      label)
             for name, value in zip(node.output, outs):
