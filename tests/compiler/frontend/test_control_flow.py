@@ -1,4 +1,4 @@
-"""If / Loop / Scan unrolled at import (compiler/control_flow.py), against onnx's reference."""
+"""If / Loop / Scan unrolled at import (compiler/frontend/control_flow.py), against onnx's reference."""
 
 from __future__ import annotations
 

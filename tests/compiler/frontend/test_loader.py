@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper, TensorProto
 
 import compiler
 from compiler.errors import ModelError, UnsupportedError
+from tests.compiler.frontend.converters.reference import (B, F, check_against_reference, onnx_model,
+                                                          value_info)
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
@@ -104,3 +106,14 @@ def test_accepts_model_proto_and_path(tmp_path):
     for m in (_relu(), str(p)):
         (y,) = compiler.compile(m).session().run(None, {"x": x})
         np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_opset_below_7_accepted_when_every_op_is_unchanged():
+    x = np.array([[True, False], [False, True]])
+    node = helper.make_node("Not", ["x"], ["y"])
+    check_against_reference(onnx_model(node, [value_info("x", B, [2, 2])], [value_info("y", B, [2, 2])], 1), {"x": x})
+    # Add changed at opset 7 (broadcasting): an opset-6 Add is still refused, by name
+    node = helper.make_node("Add", ["x", "x"], ["y"])
+    model = onnx_model(node, [value_info("x", F, [2])], [value_info("y", F, [2])], 6)
+    with pytest.raises(UnsupportedError, match=r"opset 6 is outside .*Add"):
+        compiler.compile(model)

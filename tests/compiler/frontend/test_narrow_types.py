@@ -1,6 +1,6 @@
 """Narrow element types (bfloat16, float8, float4e2m1, int4/uint4/int2/uint2) as codes:
 the TIR codecs bit for bit against ml_dtypes / onnx, and compiled models against
-onnx.reference on ml_dtypes arrays (compiler/narrow_types.py, narrow_import.py,
+onnx.reference on ml_dtypes arrays (compiler/frontend/narrow_types.py, narrow_import.py,
 converters_narrow.py, runtime/session.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""compiler/legalize_vector_math.py: float32 GELU and softmax with vectorisable erf / exp.
+"""compiler/lowering/legalize_vector_math.py: float32 GELU and softmax with vectorisable erf / exp.
 
 Accuracy against float64 erf / exp on wide ranges, structure (no libm call left in the
 kernel, other dtypes and axes keep TVM's), and numerics of compiled Erf-GELU and softmax

@@ -1,4 +1,4 @@
-"""onnxc's FlexAttention converter (compiler/converters_flexattention.py, ai.onnx.preview)
+"""onnxc's FlexAttention converter (compiler/frontend/converters/contrib.py, ai.onnx.preview)
 against onnx.reference, with score_mod / prob_mod subgraphs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""onnxc's converters in compiler/converters_ml.py (Binarizer, ArrayFeatureExtractor,
+"""onnxc's converters in compiler/frontend/converters/ml.py (Binarizer, ArrayFeatureExtractor,
 TreeEnsemble, TfIdfVectorizer, RoiAlign mode=max) against onnx.reference."""
 
 from __future__ import annotations

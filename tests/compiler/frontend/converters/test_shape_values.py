@@ -1,5 +1,5 @@
-"""Ops whose output shape depends on an input's values (compiler/converters_shape_values.py,
-compiler/legalize_topk.py), against onnx's reference evaluator."""
+"""Ops whose output shape depends on an input's values (compiler/frontend/converters/shape_values.py,
+compiler/lowering/legalize_topk.py), against onnx's reference evaluator."""
 
 from __future__ import annotations
 

@@ -1,14 +1,17 @@
-"""onnxc's converters in compiler/converters_signal.py (windows, MelWeightMatrix, DFT,
+"""onnxc's converters in compiler/frontend/converters/signal.py (windows, MelWeightMatrix, DFT,
 STFT) against onnx.reference on small models."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import helper, TensorProto
 
 from compiler.errors import UnsupportedError
+from tests.compiler.frontend.converters.reference import (F, check_against_reference, initializer,
+                                                          onnx_model, value_info)
 from tests.compiler.onnx_check import check, run_onnxc
+
 
 RNG = np.random.default_rng(0)
 
@@ -87,3 +90,16 @@ def test_stft_with_window_and_complex_signal():
     check("STFT", {"x": _f(1, 30, 2), "step": np.array(4, np.int64),
                    "w": np.hanning(10).astype(np.float32)}, consts=("step",), opset=17,
           atol=1e-4, onesided=0)
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_stft_omitted_onesided_with_constant_frames(window):
+    x = RNG.standard_normal((1, 64, 1)).astype(np.float32)
+    inits = [initializer("step", np.int64(8)), initializer("length", np.int64(16))]
+    if window:
+        inits.append(initializer("w", np.hanning(16).astype(np.float32)))
+    node = helper.make_node("STFT", ["x", "step", "w" if window else "", "length"], ["y"])
+    model = onnx_model(node, [value_info("x", F, [1, 64, 1])], [value_info("y", F, [1, 7, 9, 2])], 17, inits)
+    got = check_against_reference(model, {"x": x})[0]
+    assert got.shape == (1, 7, 9, 2)
+    assert not any(a.name == "onesided" for a in model.graph.node[0].attribute)  # not mutated
