@@ -1,108 +1,12 @@
-"""Latency of a compiled model next to onnxruntime's, each engine in its own process.
+"""``python -m compiler.bench ENGINE PATH RUNS WARMUP OUT_NPZ THREADS``: one benchmark worker.
 
-onnxruntime's idle worker threads spin and steal the cores from whatever runs next in
-the same process, so every measurement runs in a fresh worker process, the engines
-alternate round by round, and the figures are medians over all rounds.  Outputs of
-both engines are compared on the same seeded inputs.
+The entry point scripts and tests start as a worker process; the code is
+``compiler/tools/bench.py``, whose ``measure`` and ``random_feeds`` are re-exported here.
 """
 
-from __future__ import annotations
-
-import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 
-import numpy as np
-
-
-def random_feeds(inputs, seed: int = 0) -> dict:
-    """Seeded inputs for [(name, shape, dtype)]: normal floats, small non-negative ints."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, shape, dtype in inputs:
-        if np.issubdtype(np.dtype(dtype), np.floating):
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == "bool":
-            feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            feeds[name] = rng.integers(0, 8, size=shape).astype(dtype)
-    return feeds
-
-
-def _worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads: int) -> dict:
-    import time
-
-    if engine == "onnxc":
-        import runtime
-
-        sess = runtime.load(path)
-        inputs = [(i.name, i.shape, i.dtype) for i in sess.get_inputs()]
-    else:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        np_types = {"tensor(float)": "float32", "tensor(double)": "float64",
-                    "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool",
-                    "tensor(float16)": "float16", "tensor(uint8)": "uint8", "tensor(int8)": "int8"}
-        inputs = [(i.name, i.shape, np_types[i.type]) for i in sess.get_inputs()]
-    feeds = random_feeds(inputs)
-    outs = None
-    for _ in range(warmup):
-        outs = sess.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        outs = sess.run(None, feeds)
-        times.append(time.perf_counter() - t0)
-    if out_npz:
-        np.savez(out_npz, *outs)
-    return {"times": times}
-
-
-def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, warmup: int = 3,
-            threads: int | None = None, compare: bool = True) -> dict:
-    """Alternate onnxc and onnxruntime worker processes; return medians and output diffs."""
-    threads = threads or len(os.sched_getaffinity(0))
-    engines = [("onnxc", artifact)] + ([("onnxruntime", model_path)] if compare else [])
-    times = {e: [] for e, _ in engines}
-    with tempfile.TemporaryDirectory(prefix="onnxc-bench-") as tmp:
-        for r in range(rounds):
-            for engine, path in engines:
-                npz = os.path.join(tmp, f"{engine}.npz") if r == 0 else ""
-                cmd = [sys.executable, "-m", "compiler.bench", engine, path, str(runs),
-                       str(warmup), npz, str(threads)]
-                p = subprocess.run(cmd, capture_output=True, text=True)
-                if p.returncode != 0:
-                    raise RuntimeError(f"{engine} worker failed: {p.stderr.strip()[-2000:]}")
-                times[engine] += json.loads(p.stdout.strip().splitlines()[-1])["times"]
-        result = {e: {"median_ms": statistics.median(t) * 1e3, "min_ms": min(t) * 1e3,
-                      "samples": len(t)} for e, t in times.items()}
-        if compare:
-            a = np.load(os.path.join(tmp, "onnxc.npz"))
-            b = np.load(os.path.join(tmp, "onnxruntime.npz"))
-            diffs = []
-            for k in a.files:
-                x, y = a[k].astype(np.float64), b[k].astype(np.float64)
-                diffs.append(float(np.max(np.abs(x - y))) if x.size else 0.0)
-            result["max_abs_diff"] = diffs
-            result["allclose"] = all(np.allclose(a[k], b[k], rtol=1e-4, atol=1e-5)
-                                     for k in a.files)
-            result["ratio"] = result["onnxc"]["median_ms"] / result["onnxruntime"]["median_ms"]
-            a_outs = [a[k] for k in a.files]
-        else:
-            a = np.load(os.path.join(tmp, "onnxc.npz"))
-            a_outs = [a[k] for k in a.files]
-        result["onnxc_outputs"] = a_outs
-    return result
-
+from .tools.bench import main, measure, random_feeds, worker  # noqa: F401
 
 if __name__ == "__main__":
-    engine, path, runs, warmup, npz, threads = sys.argv[1:7]
-    print(json.dumps(_worker(engine, path, int(runs), int(warmup), npz, int(threads))))
+    main(sys.argv[1:])

@@ -135,7 +135,7 @@ def cmd_compile(args) -> int:
         cm.export(args.output)
         r = cm.report
     else:  # a crash inside TVM/LLVM kills the child only (compiler/isolate.py)
-        from compiler.isolate import compile_to_file
+        from compiler.api import compile_to_file
 
         r = compile_to_file(args.model, args.output, timeout=args.timeout, **kwargs)
     mem = r["memory"]
@@ -279,7 +279,7 @@ def cmd_bench(args) -> int:
     import tempfile
 
     import compiler
-    from compiler.bench import measure
+    from compiler.tools.bench import measure
 
     if args.rounds < 1 or args.runs < 1:
         raise UsageError("--rounds and --runs must be >= 1")
@@ -312,9 +312,9 @@ def cmd_debug(args) -> int:
     """Exit 0 when every observable tensor matches, 1 at the first divergence."""
     import numpy as np
 
-    from compiler.debug import find_divergence
-    from compiler.importer import input_signature
-    from compiler.loader import load_model
+    from compiler.tools.debug import find_divergence
+    from compiler.frontend.importer import input_signature
+    from compiler.frontend.loader import load_model
 
     feeds = _parse_inputs(args.input)
     rng = np.random.default_rng(args.seed)
@@ -389,8 +389,8 @@ def _draw_plan(plan, names, path: str) -> None:
 def cmd_inspect(args) -> int:
     """Every node's op, domain, opset and status; exit 1 if any is unsupported."""
     import targets
-    from compiler.loader import load_model
-    from compiler.registry import REGISTRY
+    from compiler.frontend.loader import load_model
+    from compiler.frontend.registry import REGISTRY
 
     arch = targets.resolve(args.target).arch
     model = load_model(args.model)
@@ -414,7 +414,7 @@ def cmd_inspect(args) -> int:
 def cmd_ops(args) -> int:
     """The operator registry as a table."""
     import targets
-    from compiler.registry import REGISTRY
+    from compiler.frontend.registry import REGISTRY
 
     arch = targets.resolve(args.target).arch
     rows = [e for e in REGISTRY.table() if arch in e.targets]
@@ -426,7 +426,7 @@ def cmd_ops(args) -> int:
     return 0
 
 
-# -- onnxc tune (compiler/tune.py) -------------------------------------------------------
+# -- onnxc tune (compiler/tools/tune.py) -------------------------------------------------------
 
 
 def _add_tune(sub):
@@ -452,7 +452,7 @@ def _add_tune(sub):
 
 
 def cmd_tune(args) -> int:
-    from compiler.tune import tune
+    from compiler.tools.tune import tune
 
     if args.rpc_tracker and not args.rpc_key:
         raise UsageError("--rpc-tracker needs --rpc-key (the key the RPC servers registered)")

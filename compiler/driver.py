@@ -1,4 +1,4 @@
-"""``compile()``: ONNX model -> CompiledModel (kernels + graph + memory plan + params).
+"""``compile_static()``: ONNX model -> CompiledModel (kernels + graph + memory plan + params).
 
 The stages, in order (DESIGN.md's data flow):
 load + validate -> import to Relax -> our graph passes -> lower and group into kernels
@@ -24,16 +24,16 @@ import schedules
 import targets
 
 from . import __version__
-from .artifact import write_artifact
+from .lowering.artifact import write_artifact
 from .errors import CompileError
-from .fold_onnx import fold_constants as fold_onnx_constants
-from .graph import extract, plan_storage
-from .kernel_table import generic_warning, kernel_table
-from .importer import import_onnx, index_bounds, input_signature
-from .loader import load_model
-from .narrow_import import io_types
+from .frontend.fold_onnx import fold_constants as fold_onnx_constants
+from .lowering.graph import extract, plan_storage
+from .lowering.kernel_table import generic_warning, kernel_table
+from .frontend.importer import import_onnx, index_bounds, input_signature
+from .frontend.loader import load_model
+from .frontend.narrow_import import io_types
 from .pipeline import FUSE, graph_passes, lowering
-from .provenance import name_fused_calls
+from .lowering.provenance import name_fused_calls
 
 log = logging.getLogger("onnxc")
 # "stage <name>" (DEBUG) as each stage starts: compiler.isolate names the stage a crash hit
@@ -72,10 +72,13 @@ class CompiledModel:
         return runtime.make_session(self.meta, self._payload, self._kernels, options)
 
 
-def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
+def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=(),
             required_passes=(), pass_config=None, layout: str = "auto", tuning_db=None,
             memory_reuse: bool = True, dump_ir=None) -> CompiledModel:
-    """Compile an ONNX model (path or ModelProto) for ``target``.
+    """Compile an ONNX model (path or ModelProto) with static shapes for ``target``.
+
+    The stages themselves, in this process; ``compiler.compile`` (``compiler/api.py``) is
+    the public entry, which also handles symbolic shapes and child-process isolation.
 
     Parameters
     ----------
@@ -101,7 +104,7 @@ def compile(model, target="host", *, opt_level: int = 3, disabled_passes=(),
     """
     t0 = time.perf_counter()
     database = _open_tuning_db(tuning_db)
-    stage = _Stages(_where(model))
+    stage = _Stages(model_label(model))
     where = stage.where
     tinfo = targets.resolve(target)
     pass_config, layout_report = _choose_layout(layout, tinfo, pass_config, disabled_passes)
@@ -202,7 +205,7 @@ class _Stages:
         return result
 
 
-def _where(model) -> str:
+def model_label(model) -> str:
     """How errors name the model: its path, else its graph name."""
     if isinstance(model, (str, os.PathLike)):
         return os.fspath(model)
@@ -310,26 +313,47 @@ def _user() -> str:
         return str(os.getuid())
 
 
-# -- tuning hooks (compiler/tune.py, schedules/database.py) ------------------------------
+# -- tuning hooks (compiler/tools/tune.py, schedules/database.py) ------------------------------
 
 
 def lower_to_kernels(model, target="host", *, opt_level: int = 3, disabled_passes=(),
                      required_passes=(), pass_config=None, layout: str = "auto", dump_ir=None,
                      **_build_only):
-    """compile()'s stages up to the kernels, without scheduling or building.
+    """compile_static()'s stages up to the kernels, without scheduling or building.
 
     Returns (graph, prim_funcs): the :class:`compiler.graph.KernelGraph` (``graph.calls``
     in execution order) and its unscheduled kernels {symbol: PrimFunc}.  Tuning jobs
-    extract their tasks here, so they tune exactly the kernels compile() builds.  Keywords
+    extract their tasks here, so they tune exactly the kernels compile_static() builds.  Keywords
     that only affect scheduling, building or memory (tuning_db, memory_reuse) are
-    accepted and ignored, so callers can pass compile()'s keywords as they are.
+    accepted and ignored, so callers can pass compile_static()'s keywords as they are.
     """
-    tinfo = targets.resolve(target)  # the same refusals as compile()
+    _, _, graph = _front_only(model, target, opt_level, disabled_passes, required_passes,
+                              pass_config, layout, dump_ir)
+    return graph, graph.prim_funcs
+
+
+def schedule_kernels(model, target="host", *, tuning_db=None, **front_kwargs):
+    """compile_static()'s stages up to and including scheduling, without building.
+
+    Returns (scheduled IRModule {symbol: PrimFunc}, {symbol: rule}, pass reports as dicts):
+    exactly what compile_static() hands to ``tvm.compile``, so tools can fingerprint the scheduled
+    TIR (``scripts/schedule_fingerprint.py``) without the cost of a build.  Keywords are
+    those of :func:`lower_to_kernels`.
+    """
+    tinfo, ctx, graph = _front_only(model, target, **front_kwargs)
+    mod, rules = _schedule(graph.prim_funcs, tinfo, _open_tuning_db(tuning_db))
+    return mod, rules, [r.to_dict() for r in ctx.reports]
+
+
+def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_passes=(),
+                pass_config=None, layout: str = "auto", dump_ir=None, **_build_only):
+    """(TargetInfo, PassContext, KernelGraph): the front half of compile_static() on its own."""
+    tinfo = targets.resolve(target)  # the same refusals as compile_static()
     pass_config, _ = _choose_layout(layout, tinfo, pass_config, disabled_passes)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
-    _, _, graph = _front(model, ctx, _Stages(_where(model)))
-    return graph, graph.prim_funcs
+    _, _, graph = _front(model, ctx, _Stages(model_label(model)))
+    return tinfo, ctx, graph
 
 
 def _open_tuning_db(tuning_db):

@@ -1,10 +1,11 @@
-"""Compile in a child process, so that a crash inside TVM/LLVM becomes an error, not a core dump.
+"""Run a function in a child process, so that a crash inside TVM/LLVM becomes an error, not a core dump.
 
 TVM's C++ passes and LLVM are not hardened against every input (docs/security.md): a
 segfault or abort there would kill the process that compiles.  ``onnxc compile`` (and
-``compiler.compile(..., isolate=True)``) therefore run the whole compilation, up to writing
-the artifact, in a fresh child process (``multiprocessing`` "spawn": nothing of the
-parent's threads or TVM state is inherited) and wait for it:
+``compiler.compile(..., isolate=True)``, ``compiler/api.py``) therefore run the whole
+compilation, up to writing the artifact, through :func:`run_in_child`: a fresh child
+process (``multiprocessing`` "spawn": nothing of the parent's threads or TVM state is
+inherited), waited for.  It knows nothing of what the function compiles:
 
 * the child's result comes back through a pipe: the report, and the artifact it wrote;
 * an exception raised in the child (``CompileError``, ``UnsupportedError``, ``ValueError``,
@@ -22,12 +23,12 @@ No core file is written (the child sets ``RLIMIT_CORE`` to 0), and the child die
 parent (``PR_SET_PDEATHSIG``).  Custom operators registered in the parent
 (``compiler.registry.register_op``) are sent to the child: a converter that pickles (a
 module-level function) is sent by reference, otherwise the module that registered it is
-imported there.  A ``DynamicModel`` (symbolic shapes) compiles its variants in-process
-later, when it runs.
+imported there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
@@ -39,7 +40,6 @@ import tempfile
 import time
 import traceback
 
-from .driver import CompiledModel
 from .errors import CompileCrashError, CompileError, CompileTimeoutError
 
 STAGE_LOGGER = "onnxc.stage"  # driver._Stages logs "stage <name>" here (DEBUG) as it enters one
@@ -50,95 +50,6 @@ class RemoteTraceback(Exception):
 
     def __str__(self):
         return self.args[0]
-
-
-def compile_to_file(model, output: str, target="host", *, timeout=None, **kwargs) -> dict:
-    """Compile ``model`` in a child process and write the artifact to ``output``.
-
-    Returns the compile report.  Raises what the compilation raised (same type and
-    message), :class:`CompileCrashError` or :class:`CompileTimeoutError`.  Keywords are
-    those of ``compiler.compile``.
-    """
-    kind, value = run_in_child(_compile_and_export, (model, target, kwargs, os.fspath(output)),
-                               where=_where(model), timeout=timeout,
-                               partial_output=os.fspath(output))
-    return value
-
-
-def compile_isolated(model, target="host", *, timeout=None, **kwargs):
-    """``compiler.compile(..., isolate=True)``: a CompiledModel backed by the artifact the
-    child wrote (in a private temporary directory), or the child's DynamicModel."""
-    from .specialize import DynamicModel
-
-    tmp = tempfile.TemporaryDirectory(prefix="onnxc-isolated-")
-    path = os.path.join(tmp.name, "model.so")
-    try:
-        kind, value = run_in_child(_compile_and_export, (model, target, kwargs, path, True),
-                                   where=_where(model), timeout=timeout, partial_output=path)
-    except BaseException:
-        tmp.cleanup()
-        raise
-    if kind == "dynamic":
-        tmp.cleanup()
-        assert isinstance(value, DynamicModel)
-        return value
-    return ArtifactModel(path, value, tmp)
-
-
-def _where(model) -> str:
-    if isinstance(model, (str, os.PathLike)):
-        return os.fspath(model)
-    return getattr(getattr(model, "graph", None), "name", "") or "model"
-
-
-def _compile_and_export(model, target, kwargs, output, allow_dynamic=False):
-    """Runs in the child: compile, write the artifact, return ("compiled", report)."""
-    from . import specialize
-
-    cm = specialize.compile(model, target, **kwargs)
-    if allow_dynamic and isinstance(cm, specialize.DynamicModel):
-        return "dynamic", cm
-    logging.getLogger(STAGE_LOGGER).debug("stage export")
-    cm.export(output)
-    return "compiled", cm.report
-
-
-# -- the child process ---------------------------------------------------------------------
-
-
-class ArtifactModel(CompiledModel):
-    """A CompiledModel whose kernels live in the artifact a compile process wrote.
-
-    ``export`` copies that file; ``session`` loads it (``runtime.load``).  The file sits in
-    a private temporary directory that goes away with this object.
-    """
-
-    def __init__(self, path: str, report: dict, tmpdir):
-        from runtime.artifact import read_artifact
-
-        meta, payload, _ = read_artifact(path)
-        super().__init__(None, meta, bytes(payload), report)
-        self.path, self._tmpdir = path, tmpdir
-
-    def export(self, path: str) -> str:
-        dest = os.path.abspath(os.fspath(path))
-        if not os.path.isdir(os.path.dirname(dest)):
-            raise CompileError(f"cannot write {dest}: directory {os.path.dirname(dest)} "
-                               "does not exist")
-        partial = os.path.join(os.path.dirname(dest),
-                               f".{os.path.basename(dest)}.{os.getpid()}.tmp.so")
-        try:
-            shutil.copyfile(self.path, partial)
-            os.replace(partial, dest)
-        finally:
-            if os.path.exists(partial):
-                os.unlink(partial)
-        return os.fspath(path)
-
-    def session(self, options=None):
-        import runtime
-
-        return runtime.load(self.path, options)
 
 
 def run_in_child(fn, args: tuple, *, where: str, timeout=None, partial_output=None):
@@ -273,24 +184,25 @@ def _custom_registrations() -> list:
     """Custom operator entries of the registry, as the child can repeat them: the pickled
     entry (module-level converters pickle by reference), else the module to import.  One
     the child cannot repeat matters only to models that use it (see _explain_missing)."""
-    from .registry import REGISTRY
+    from .frontend.registry import REGISTRY
 
     out = []
     for versions in REGISTRY.entries.values():
         for e in versions:
             if not e.implementation.startswith("custom"):
                 continue
-            try:
-                blob = pickle.dumps(e)
+            try:  # what it replaces is the child's own entry, not this process's
+                blob = pickle.dumps(dataclasses.replace(e, replaces=None))
             except Exception:  # a closure (register_te_op): its module registers it
                 blob = None
             out.append({"key": (e.domain, e.op_type, e.since, e.until), "entry": blob,
+                        "override": e.replaces is not None,
                         "module": getattr(e.converter, "__module__", None)})
     return out
 
 
 def _apply_registrations(regs: list) -> None:
-    from .registry import REGISTRY
+    from .frontend.registry import REGISTRY
 
     def present(key):
         return any((e.domain, e.op_type, e.since, e.until) == key
@@ -303,8 +215,10 @@ def _apply_registrations(regs: list) -> None:
                 entry = pickle.loads(r["entry"])
             except Exception:
                 entry = None
+            # unpickling a converter imports its module, which may register it already
+            if entry is not None and not present(r["key"]):
+                REGISTRY.add(entry, override=r["override"])
             if entry is not None:
-                REGISTRY.add(entry)
                 continue
         if not present(r["key"]) and r["module"] and r["module"] != "__main__":
             try:

@@ -11,9 +11,12 @@ from tvm import relax
 
 import passes
 
-from .legalize_vector_math import LEGALIZE_MAP as LEGALIZE_VECTOR_MATH
+from . import lowering
 
-from . import legalize_conv_nchwc  # noqa: F401  (conv2d NCHW[b]c, which TVM cannot lower)
+# onnxc's legalizations, installed here once, before any pass runs: FoldConstants (a graph
+# pass) legalizes constants with the functions registered on the ops, and must agree with
+# LegalizeOps below
+LEGALIZE_MAP = lowering.install()
 
 FUSE = relax.transform.FuseOps()
 
@@ -75,13 +78,13 @@ def lowering() -> list:
     """Relax ops -> TIR kernels, grouped; TVM's passes, always run, not configurable.
 
     The driver records which ONNX nodes each kernel covers across the "fuse" step
-    (compiler/provenance.py), so that step is named.
+    (compiler/lowering/provenance.py), so that step is named.
     """
     return [
-        # every Relax op becomes a call_tir to a TIR PrimFunc; float32 GELU and softmax with
-        # erf / exp in plain arithmetic (compiler/legalize_vector_math.py): TVM's are scalar
-        # libm calls per vector lane
-        relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE_VECTOR_MATH),
+        # every Relax op becomes a call_tir to a TIR PrimFunc, with onnxc's legalizations
+        # (compiler/lowering): float32 GELU and softmax with erf / exp in plain arithmetic
+        # (TVM's are scalar libm calls per vector lane), blocked conv2d, topk, float max/min
+        relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE_MAP),
         # mark each PrimFunc elementwise / broadcast / injective / reduction / out-fusable
         relax.transform.AnnotateTIROpPattern(),
         # constants that legalization exposed (e.g. reshaped biases)

@@ -10,7 +10,7 @@ torch.compile do, and keeps the most recent ``max_variants`` (LRU).  The key hol
 input's shape and dtype, plus the values of those small inputs only when the shapes alone
 do not compile.  Values are never guessed: a variant is compiled from what was fed.
 
-``compile(..., input_shapes=..., input_values=...)`` fixes them up front instead, which
+``compiler.compile(..., input_shapes=..., input_values=...)`` fixes them up front instead, which
 is what exporting one artifact needs.
 """
 
@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 
 from . import driver
 from .errors import CompileError, ModelError
-from .importer import graph_inputs, refuse_unsupported
+from .frontend.importer import graph_inputs, refuse_unsupported
 
 # Integer inputs up to this many elements may be bound as values (shapes, axes, pads).
 MAX_VALUE_ELEMENTS = 64
@@ -81,7 +81,7 @@ def _node_arg(vi):
     (``tensor(float8e4m3fn)``, as the compiled session reports them)."""
     from runtime.session import NodeArg
 
-    from .narrow_types import fmt_of
+    from .frontend.narrow_types import fmt_of
 
     fmt = fmt_of(vi.type.tensor_type.elem_type)
     return NodeArg(vi.name, *_declared(vi), fmt.name if fmt else None)
@@ -165,31 +165,20 @@ def _has_symbolic_or_value_inputs(model) -> bool:
     return False
 
 
-def compile(model, target="host", *, input_shapes=None, input_values=None,
-            max_variants: int = 8, isolate: bool = False, timeout=None, **kwargs):
-    """Compile ``model``; see ``driver.compile`` for the other keywords.
+def compile_in_process(model, target="host", *, input_shapes=None, input_values=None,
+                       max_variants: int = 8, **kwargs):
+    """``compiler.compile`` in this process; see ``driver.compile_static`` for the other
+    keywords.
 
     Returns a :class:`driver.CompiledModel`, or a :class:`DynamicModel` when the model
     needs the shapes or values it will be fed (symbolic dimensions, shape-determining
     inputs) and ``input_shapes`` / ``input_values`` do not fix them.
-
-    ``isolate=True`` compiles in a child process (``compiler.isolate``): a crash inside
-    TVM becomes a ``CompileCrashError`` naming the signal and stage, and ``timeout``
-    (seconds) bounds the compilation (``CompileTimeoutError``).  Errors keep their type.
     """
-    if isolate:
-        from .isolate import compile_isolated
-
-        return compile_isolated(model, target, timeout=timeout, input_shapes=input_shapes,
-                                input_values=input_values, max_variants=max_variants, **kwargs)
-    if timeout is not None:
-        raise ValueError("timeout= needs isolate=True (an in-process compile cannot be "
-                         "stopped safely)")
     if input_shapes or input_values:
         proto = model if isinstance(model, onnx.ModelProto) else _load(model)
         model = specialize_model(proto, input_shapes, input_values)
     try:
-        return driver.compile(model, target, **kwargs)
+        return driver.compile_static(model, target, **kwargs)
     except (ModelError, TypeError, ValueError):
         raise
     except CompileError as e:
@@ -202,9 +191,9 @@ def compile(model, target="host", *, input_shapes=None, input_values=None,
 
 
 def _load(path) -> onnx.ModelProto:
-    from .loader import _read
+    from .frontend.loader import read_model
 
-    return _read(os.fspath(path))
+    return read_model(os.fspath(path))
 
 
 class DynamicModel:
@@ -310,4 +299,4 @@ class SpecializingSession:
     def _compile(self, shapes, values):
         self.compiles += 1
         proto = specialize_model(self.model.proto, shapes, values)
-        return driver.compile(proto, self.model.target, **self.model.kwargs)
+        return driver.compile_static(proto, self.model.target, **self.model.kwargs)

@@ -31,7 +31,7 @@ class PassReport:
     seconds: float = 0.0
     skipped: str = ""                              # why it did not run, if it did not
     # the model's ONNX node names by index (PassContext.node_names), so a pass can name the
-    # nodes behind the bindings it rewrote (binding tags n<k>: compiler/provenance.py)
+    # nodes behind the bindings it rewrote (binding tags n<k>: compiler/lowering/provenance.py)
     node_names: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:

@@ -18,7 +18,7 @@ without a transform; any other conv (SqueezeNet's 1000-class 1x1, MobileNetV2's 
 projections, grouped convs) stays NCHW for ``pack_conv_weights``.  The
 weight and bias transforms of constants are computed here once (numpy), so no kernel
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
-``compiler/legalize_conv_nchwc.py`` does.
+``compiler/lowering/legalize_conv_nchwc.py`` does.
 
 ``layout`` option: ``NCHW`` (no change), ``NCHWc`` or ``NHWC`` (``HWIO`` weights, every
 float32 conv).  The compile driver sets it from ``--layout`` and the target and reports the

@@ -6,7 +6,7 @@ and how many *live* uses it has (a binding that nothing reaches, e.g. the unused
 of BatchNormalization, is not a use; the function's result is).
 
 ``rewrite`` replaces chosen bindings and names what it emits with provenance tags
-(``compiler/provenance.py``): the root after every ONNX node the match covers
+(``compiler/lowering/provenance.py``): the root after every ONNX node the match covers
 (``n24x25x26x27x28`` for a fused GELU), helpers after the node they stand for, so kernels
 keep naming all their nodes.  The bindings a rewrite made dead are dropped right away: a
 later pass would otherwise rewrite them too (e.g. pack a dead conv's weights).
@@ -25,7 +25,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .relax_util import bindings
 
-# The binding tags of compiler/provenance.py (passes/ may not import compiler/): ``n3`` for
+# The binding tags of compiler/lowering/provenance.py (passes/ may not import compiler/): ``n3`` for
 # node 3, ``n2x3`` for a value a pass made from nodes 2 and 3, ``_<j>``/``_o<j>`` suffixes.
 _TAG = re.compile(r"^n(\d+(?:x\d+)*)(?:_o?(\d+))?$")
 

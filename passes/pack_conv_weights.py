@@ -104,7 +104,7 @@ def pack_oihw(w: np.ndarray, b: int) -> np.ndarray:
 
 
 def _node_name(var, names) -> str:
-    """The ONNX node name behind a binding tagged ``n<k>`` (compiler/provenance.py)."""
+    """The ONNX node name behind a binding tagged ``n<k>`` (compiler/lowering/provenance.py)."""
     tag = var.name
     if tag.startswith("n"):
         head = tag[1:].split("_")[0]

@@ -43,7 +43,7 @@ def bench_model(name: str, rounds: int, runs: int, tmp: str) -> dict:
     import onnx
 
     import compiler
-    from compiler.bench import measure
+    from compiler.tools.bench import measure
 
     model = zoo.build(name, **MODELS[name])
     path = os.path.join(tmp, f"{name}.onnx")

@@ -114,7 +114,7 @@ def cmd_curve(args) -> int:
     import statistics
 
     import compiler
-    from compiler.bench import measure
+    from compiler.tools.bench import measure
 
     jobs = json.load(open(os.path.join(args.dir, "jobs.json")))
     rows = []

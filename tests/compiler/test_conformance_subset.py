@@ -48,16 +48,16 @@ SUBSET = [
     "test_rms_normalization_4d_axis1",
     # misc
     "test_gridsample_bilinear", "test_nllloss_NCd1d2_with_weight_expanded",
-    # sequence and quantized converters (compiler/converters_seq.py, converters_quant.py)
+    # sequence and quantized converters (compiler/frontend/converters/rnn.py, quantization.py)
     "test_rotary_embedding_interleaved", "test_causal_conv_with_state_silu_with_past_state",
     "test_linear_attention_gated_delta_gqa", "test_lstm_bidirectional", "test_gru_batchwise",
     "test_simple_rnn_reverse", "test_qlinearmatmul_3D_int8_float16", "test_qlinearconv",
     "test_convinteger_with_padding", "test_bitcast_float64_to_int64",
-    # narrow element types (compiler/narrow_types.py, converters_narrow.py)
+    # narrow element types (compiler/frontend/narrow_types.py, converters/narrow.py)
     "test_cast_FLOAT_to_FLOAT8E4M3FN", "test_cast_no_saturate_FLOAT_to_FLOAT8E5M2",
     "test_castlike_BFLOAT16_to_FLOAT", "test_cast_FLOAT_to_INT4", "test_quantizelinear_int4",
     "test_dequantizelinear_e4m3fn_zero_point", "test_cast_FLOAT_to_FLOAT4E2M1",
-    # control flow and value-determined shapes (compiler/control_flow.py, specialize.py)
+    # control flow and value-determined shapes (compiler/frontend/control_flow.py, specialize.py)
     "test_scan9_sum", "test_loop11", "test_if", "test_top_k", "test_range_float_type_positive_delta",
     "test_compress_0",
     # new and fixed converters

@@ -80,8 +80,8 @@ def test_opset_ranges_and_override():
     reg.add(OpEntry("com.acme", "Op", 4, None, lambda *a: None, implementation="v4"))
     assert reg.lookup("com.acme", "Op", 2).implementation == "v1"
     assert reg.lookup("com.acme", "Op", 9).implementation == "v4"
-    register_op("com.acme", "Op", since=2, until=2, registry=reg)(lambda *a: None)
-    assert reg.lookup("com.acme", "Op", 2).implementation == "custom"  # newest wins
+    register_op("com.acme", "Op", since=2, until=2, registry=reg, override=True)(lambda *a: None)
+    assert reg.lookup("com.acme", "Op", 2).implementation == "custom"  # the override wins
     assert reg.lookup("com.acme", "Op", 0) is None
 
 

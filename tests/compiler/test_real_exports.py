@@ -4,7 +4,7 @@ The committed ``tests/data/hf_*_tiny.onnx`` are tiny random BERT / GPT-2 / Disti
 models written by ``scripts/export_hf.py`` (torch.onnx.export, opset 17, dynamo=False,
 dynamic ``batch`` and ``sequence`` axes).  Their attention masks and position ids are
 computed from Shape/Gather/Unsqueeze/Concat/Range/Slice/ConstantOfShape/Equal/Where/Expand,
-which TVM 0.27's converters mishandle (compiler/converters.py says how).  ``bert_torch_style``
+which TVM 0.27's converters mishandle (compiler/frontend/converters/tensor.py says how).  ``bert_torch_style``
 (scripts/zoo.py) builds the same structure with onnx.helper, so these tests need no torch.
 
 Each model must: compile to a DynamicModel that specialises on the shapes alone (no input

@@ -6,8 +6,8 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import compiler
-from compiler.importer import import_onnx
-from compiler.loader import load_model
+from compiler.frontend.importer import import_onnx
+from compiler.frontend.loader import load_model
 from passes import FoldConstants, PassContext
 from passes.relax_util import op_counts
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from compiler.importer import import_onnx
-from compiler.loader import load_model
+from compiler.frontend.importer import import_onnx
+from compiler.frontend.loader import load_model
 from passes import CanonicalizeBindings
 from passes.relax_util import bindings
 from tests.conftest import assert_close, ort_run

@@ -71,8 +71,8 @@ def test_structure_names_and_packed_constant():
 
 def test_keeps_binding_names_and_packs_weight():
     names = [n.name for n in dense_block().graph.node]
-    from compiler.importer import import_onnx
-    from compiler.loader import load_model
+    from compiler.frontend.importer import import_onnx
+    from compiler.frontend.loader import load_model
     from passes import FoldConstants, PassContext
 
     mod = PassContext(node_names=names).run([FoldConstants()],

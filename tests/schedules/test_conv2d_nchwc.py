@@ -9,9 +9,11 @@ import pytest
 from onnx import helper
 from tvm import relax
 
-from compiler import legalize_conv_nchwc  # noqa: F401  (registers the NCHWc legalization)
+import compiler.lowering
 from schedules.cpu.conv2d_nchwc import Conv2dNCHWc, depthwise_tile, tile
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
+
+compiler.lowering.install()  # the NCHWc legalization on relax.nn.conv2d
 
 
 def _blocked(c, h, f, k, groups=1, b=16, pad=1, stride=1):

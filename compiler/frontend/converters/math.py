@@ -1,0 +1,317 @@
+"""onnxc's converters for small default-domain ops TVM 0.27 lacks: activations (Celu, Elu
+with float16, Swish, SwiGLU), LpNormalization, CenterCropPad, ReverseSequence,
+TensorScatter, Det and Col2Im.
+
+Each follows the ONNX spec and its reference implementation (``onnx/reference/ops``) and
+refuses, with an ``UnsupportedError`` naming the node, what it does not implement.  Inputs
+that fix output shapes (CenterCropPad's ``shape``, Col2Im's ``image_shape``) must be
+constants; a graph input there raises ``UnsupportedError``, and ``compiler.specialize``
+then binds the fed value (small integer inputs) and compiles again.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from tvm import relax
+
+from .common import (register, refuse, static_shape, scalar, dtype_of, constant_value,
+                     constant_values, fold_result, float_only)
+from ..registry import tvm_converter
+
+
+
+
+# --------------------------------------------------------------------------- #
+# Activations
+# --------------------------------------------------------------------------- #
+
+
+@register("Celu", since=12)
+def celu(bb, inputs, attrs, ctx):
+    """Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1)), in the input's type."""
+    x = inputs[0]
+    float_only(ctx, x)
+    dtype = dtype_of(x)
+    alpha = float(attrs.get("alpha", 1.0))
+    if alpha == 0:
+        refuse(ctx, "alpha=0")
+    zero = scalar(0, dtype)
+    neg = relax.op.multiply(
+        scalar(alpha, dtype),
+        relax.op.subtract(relax.op.exp(relax.op.divide(x, scalar(alpha, dtype))),
+                          scalar(1, dtype)))
+    return relax.op.add(relax.op.maximum(x, zero), relax.op.minimum(zero, neg))
+
+
+@register("Elu", since=6, override=True)
+def elu(bb, inputs, attrs, ctx):
+    """Elu: x if x >= 0 else alpha * (exp(x) - 1), with constants of the input's type
+    (TVM 0.27's converter builds float32 constants and fails on float16)."""
+    x = inputs[0]
+    float_only(ctx, x)
+    dtype = dtype_of(x)
+    alpha = float(attrs.get("alpha", 1.0))
+    neg = relax.op.multiply(scalar(alpha, dtype),
+                            relax.op.subtract(relax.op.exp(x), scalar(1, dtype)))
+    return relax.op.where(relax.op.less(x, scalar(0, dtype)), neg, x)
+
+
+def _swish(x, alpha: float):
+    """x * sigmoid(alpha * x) in x's type."""
+    dtype = dtype_of(x)
+    scaled = x if alpha == 1.0 else relax.op.multiply(scalar(alpha, dtype), x)
+    return relax.op.multiply(x, relax.op.sigmoid(scaled))
+
+
+@register("Swish", since=24)
+def swish(bb, inputs, attrs, ctx):
+    """Swish: x * sigmoid(alpha * x)."""
+    float_only(ctx, inputs[0])
+    return _swish(inputs[0], float(attrs.get("alpha", 1.0)))
+
+
+@register("SwiGLU", since=28)
+def swiglu(bb, inputs, attrs, ctx):
+    """SwiGLU: Swish_alpha(A) * B, A and B of the same shape and type (no broadcasting)."""
+    a, b = inputs[0], inputs[1]
+    float_only(ctx, a, "A")
+    if dtype_of(a) != dtype_of(b) or static_shape(a) != static_shape(b):
+        refuse(ctx, f"A {static_shape(a)} {dtype_of(a)} with B {static_shape(b)} {dtype_of(b)} (same shape "
+                "and type required)")
+    return relax.op.multiply(_swish(a, float(attrs.get("alpha", 1.0))), b)
+
+
+# --------------------------------------------------------------------------- #
+# LpNormalization
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# CenterCropPad
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# ReverseSequence
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# TensorScatter
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# Det
+# --------------------------------------------------------------------------- #
+
+_DET_MAX = 6  # Laplace expansion over column subsets: n * 2^n small products
+
+
+@register("Det", since=11)
+def det(bb, inputs, attrs, ctx):
+    """Det of (..., n, n) matrices by Laplace expansion along rows, memoised over column
+    subsets (exact arithmetic order, no pivoting); n up to 6."""
+    x = inputs[0]
+    float_only(ctx, x)
+    dims = static_shape(x)
+    if len(dims) < 2 or dims[-1] != dims[-2]:
+        refuse(ctx, f"input of shape {dims} (square matrices (..., n, n) expected)")
+    n = dims[-1]
+    if n > _DET_MAX:
+        refuse(ctx, f"matrices of size {n} (at most {_DET_MAX})")
+    batch = dims[:-2]
+    rank = len(dims)
+    if n == 0:
+        return relax.op.ones(batch, dtype_of(x))
+    entry = {}
+    for r in range(n):
+        for c in range(n):
+            e = relax.op.strided_slice(x, axes=[rank - 2, rank - 1], begin=[r, c],
+                                       end=[r + 1, c + 1])
+            entry[r, c] = bb.emit(relax.op.reshape(e, batch))
+    # minor[cols] = det of rows n-len(cols).. over the sorted column subset cols
+    minor = {(c,): entry[n - 1, c] for c in range(n)}
+    for size in range(2, n + 1):
+        row = n - size
+        for cols in itertools.combinations(range(n), size):
+            acc = None
+            for k, c in enumerate(cols):
+                rest = cols[:k] + cols[k + 1:]
+                term = relax.op.multiply(entry[row, c], minor[rest])
+                if acc is None:
+                    acc = term
+                elif k % 2:
+                    acc = relax.op.subtract(acc, term)
+                else:
+                    acc = relax.op.add(acc, term)
+            minor[cols] = bb.emit(acc)
+    return minor[tuple(range(n))]
+
+
+# --------------------------------------------------------------------------- #
+# Col2Im
+# --------------------------------------------------------------------------- #
+
+
+@register("Clip", override=True)
+def clip(bb, inputs, attrs, ctx):
+    """Clip as maximum/minimum ops (TVM's converter emits opaque kernels, which the layout
+    pass cannot see through: MobileNet's Relu6 then cost two layout transforms each).
+    Bounds from attributes (opset < 11) or inputs (constant or not); absent = unbounded."""
+    x = inputs[0]
+    if ctx.opset < 11:
+        lo, hi = attrs.get("min"), attrs.get("max")
+        lo = None if lo is None else relax.const(float(lo), x.ty.dtype)
+        hi = None if hi is None else relax.const(float(hi), x.ty.dtype)
+    else:
+        lo = inputs[1] if len(inputs) > 1 else None
+        hi = inputs[2] if len(inputs) > 2 else None
+    if lo is not None:
+        x = bb.normalize(relax.op.maximum(x, lo))
+    if hi is not None:
+        x = relax.op.minimum(x, hi)
+    return x
+
+
+@register("IsInf", override=True)
+def is_inf(bb, inputs, attrs, ctx):
+    """IsInf honouring detect_positive / detect_negative."""
+    x = inputs[0]
+    pos, neg = int(attrs.get("detect_positive", 1)), int(attrs.get("detect_negative", 1))
+    inf = relax.op.isinf(x)
+    zero = relax.const(0, x.ty.dtype)
+    if pos and neg:
+        return inf
+    if pos:
+        return relax.op.logical_and(inf, relax.op.greater(x, zero))
+    if neg:
+        return relax.op.logical_and(inf, relax.op.less(x, zero))
+    return relax.op.zeros_like(x, dtype="bool")
+
+
+@register("BitShift", since=11, override=True)
+def bit_shift(bb, inputs, attrs, ctx):
+    """BitShift with ONNX's edge cases: a shift < 0 or >= the bit width gives 0 (LEFT) or
+    the sign fill (RIGHT), where C (and TVM) leave it undefined."""
+    x, s = inputs
+    dtype = x.ty.dtype
+    bits = np.dtype(str(dtype)).itemsize * 8
+    direction = attrs.get("direction", b"LEFT")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    zero, limit = relax.const(0, dtype), relax.const(bits - 1, dtype)
+    safe = relax.op.minimum(relax.op.maximum(s, zero), limit)
+    if direction == "LEFT":
+        shifted, fill = relax.op.left_shift(x, safe), relax.op.zeros_like(x)
+    else:
+        shifted = relax.op.right_shift(x, safe)
+        signed = np.issubdtype(np.dtype(str(dtype)), np.signedinteger)
+        fill = relax.op.right_shift(x, limit) if signed else relax.op.zeros_like(x)
+    out_of_range = relax.op.logical_or(relax.op.greater(s, limit), relax.op.less(s, zero))
+    return relax.op.where(out_of_range, fill, shifted)
+
+
+@register("Mod", since=10, override=True)
+def mod(bb, inputs, attrs, ctx):
+    """Mod; floats with fmod=0 as numpy's ``np.mod`` (the reference) computes it from C's
+    fmod: r = fmod(a, b); r += b where r is non-zero and of the other sign than b; a zero
+    r takes b's sign.  TVM's ``a - floor(a / b) * b`` gives NaN for a finite ``a`` and an
+    infinite ``b`` (numpy: ``mod(-3, inf) = inf``, ``mod(3, inf) = 3``).  Else TVM's."""
+    a, b = inputs
+    dtype = str(a.ty.dtype)
+    if attrs.get("fmod", 0) or not dtype.startswith("float") or str(b.ty.dtype) != dtype:
+        return tvm_converter("Mod")(bb, inputs, attrs, ctx)
+    zero = relax.const(np.array(0, dtype), dtype)
+    r = bb.normalize(relax.op.mod(a, b))  # C fmod for floats
+    other_sign = relax.op.logical_xor(relax.op.less(b, zero), relax.op.less(r, zero))
+    fix = relax.op.logical_and(relax.op.not_equal(r, zero), other_sign)
+    r = bb.normalize(relax.op.where(fix, relax.op.add(r, b), r))
+    neg_zero = relax.const(np.array(-0.0, dtype), dtype)
+    signed_zero = relax.op.where(relax.op.less(b, zero), neg_zero, zero)
+    return relax.op.where(relax.op.equal(r, zero), signed_zero, r)
+
+
+@register("Pow", since=7, override=True)
+def pow_(bb, inputs, attrs, ctx):
+    """Pow with a base and an exponent of different types (opset 12+ allows it): the
+    result has the base's type.  As the reference (``np.power(a, b).astype(a.dtype)``),
+    both are widened (float64, or int64 for two integer types), raised, and cast back
+    (truncating toward zero for an integer base).  Same types: TVM's."""
+    a, b = inputs
+    at, bt = str(a.ty.dtype), str(b.ty.dtype)
+    if at == bt:
+        return tvm_converter("Pow")(bb, inputs, attrs, ctx)
+    wide = "int64" if not (at.startswith("float") or bt.startswith("float")) else "float64"
+    out = relax.op.power(relax.op.astype(a, wide), relax.op.astype(b, wide))
+    return relax.op.astype(bb.normalize(out), at)
+
+
+@register("Equal", since=7, override=True)
+def equal(bb, inputs, attrs, ctx):
+    """Equal computed at import when both inputs are known.  TVM 0.27 compares a shape
+    value with a constant by ``structural_equal`` of an int64 ``IntImm`` against a Python
+    int, which is never equal: ``Equal(Shape-derived [1, -1, 5, 5], -1)`` gave all False, so
+    the exporter's ``Where(Equal(shape, -1), 1, shape)`` kept the -1 and the following
+    Expand failed ("Cannot use and / or / not operator to Expr").  It also did not
+    broadcast."""
+    values = constant_values(inputs)
+    if values is not None:
+        out = fold_result(np.equal(values[0], values[1]))
+        if out is not None:
+            return out
+    return tvm_converter("Equal")(bb, inputs, attrs, ctx)
+
+
+def _cumulative(kind: str):
+    def convert(bb, inputs, attrs, ctx):
+        """Cumulative sum/product along a constant axis; exclusive and reverse honoured.
+        A TE reduction over the prefix (or suffix): out[i] = op(x[k] for k <= i)."""
+        from tvm import te, tirx
+
+        x, axis_in = inputs[0], inputs[1]
+        axis = constant_value(axis_in) if axis_in is not None else None
+        if axis is None:
+            refuse(ctx, "a non-constant axis input")
+        ndim = x.ty.ndim
+        axis = int(np.asarray(axis).reshape(-1)[0])
+        axis = axis + ndim if axis < 0 else axis
+        if not 0 <= axis < ndim:
+            refuse(ctx, f"axis {axis} for an input of rank {ndim}")
+        exclusive = bool(attrs.get("exclusive", 0))
+        reverse = bool(attrs.get("reverse", 0))
+        n = static_shape(x)[axis]
+        if n == 0:
+            return x
+
+        def compute(t):
+            k = te.reduce_axis((0, n), name="k")
+            ident = 0 if kind == "sum" else 1
+
+            def body(*idx):
+                i = idx[axis]
+                if reverse:
+                    cond = (k > i) if exclusive else (k >= i)
+                else:
+                    cond = (k < i) if exclusive else (k <= i)
+                src = list(idx)
+                src[axis] = k
+                val = tirx.Select(cond, t[tuple(src)], tirx.const(ident, t.dtype))
+                if kind == "sum":
+                    return te.sum(val, axis=k)
+                prod = te.comm_reducer(lambda a, b: a * b, lambda dt: tirx.const(1, dt),
+                                       name="prod")
+                return prod(val, axis=k)
+
+            return te.compute(t.shape, body, name=f"cum{kind}")
+
+        return bb.emit_te(compute, x, primfunc_name_hint=f"cum{kind}")
+
+    return convert
+
+
+register("CumSum", since=11, override=True)(_cumulative("sum"))
+
+
+register("CumProd", since=26)(_cumulative("prod"))

@@ -1,0 +1,163 @@
+"""onnxc's converters for integer / quantized ops TVM 0.27 lacks: QLinearMatMul, QLinearConv,
+ConvInteger, and BitCast.
+
+The integer products are exact (int32 accumulation after subtracting the zero points, as
+ONNX's reference); requantization multiplies by ``a_scale * b_scale / y_scale`` computed in
+the scales' own type (rounded as the reference rounds it) and then in float64, rounds half
+to even and saturates to the output type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+from tvm import relax
+
+from .common import register, refuse, static_shape, dtype_of
+from ..registry import tvm_converter
+
+
+
+
+_INT8 = ("int8", "uint8")
+
+
+def _minus_zero_point(bb, x, zp, ctx, what, axis_shape=None):
+    """int32(x) - int32(zp); zp a scalar / size-1 tensor, or per-channel reshaped to
+    ``axis_shape`` (broadcastable against x)."""
+    x32 = relax.op.astype(x, "int32")
+    if zp is None:
+        return bb.emit(x32)
+    n = int(np.prod(static_shape(zp), dtype=np.int64))
+    z = relax.op.astype(zp, "int32")
+    if n == 1:
+        z = relax.op.reshape(z, [])
+    elif axis_shape is not None:
+        z = relax.op.reshape(z, axis_shape)
+    else:
+        refuse(ctx, f"{what} of shape {static_shape(zp)} (per-tensor only)")
+    return bb.emit(relax.op.subtract(x32, z))
+
+
+def _requantize(bb, acc, scale, zp, out_dtype):
+    """saturate(round_half_even(float64(acc) * scale + zp)) as ``out_dtype``."""
+    y = relax.op.multiply(relax.op.astype(acc, "float64"), relax.op.astype(scale, "float64"))
+    if zp is not None:
+        y = relax.op.add(y, relax.op.astype(zp, "float64"))
+    info = np.iinfo(out_dtype)
+    y = relax.op.clip(relax.op.round(y), int(info.min), int(info.max))
+    return relax.op.astype(y, out_dtype)
+
+
+def _scalarize(x, ctx, what):
+    n = int(np.prod(static_shape(x), dtype=np.int64))
+    if n != 1:
+        refuse(ctx, f"{what} of shape {static_shape(x)} (per-tensor only)")
+    return relax.op.reshape(x, [])
+
+
+@register("QLinearMatMul", since=10)
+def qlinear_matmul(bb, inputs, attrs, ctx):
+    """QLinearMatMul with per-tensor scales and zero points (int8 / uint8)."""
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (list(inputs) + [None] * 8)[:8]
+    for x, what in ((a, "a"), (b, "b")):
+        if dtype_of(x) not in _INT8:
+            refuse(ctx, f"input {what} of type {dtype_of(x)}")
+    out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(a)
+    acc = bb.emit(relax.op.matmul(_minus_zero_point(bb, a, a_zp, ctx, "a_zero_point"),
+                                  _minus_zero_point(bb, b, b_zp, ctx, "b_zero_point"),
+                                  out_dtype="int32"))
+    scale = relax.op.divide(relax.op.multiply(_scalarize(a_s, ctx, "a_scale"),
+                                              _scalarize(b_s, ctx, "b_scale")),
+                            _scalarize(y_s, ctx, "y_scale"))
+    zp = _scalarize(y_zp, ctx, "y_zero_point") if y_zp is not None else None
+    return _requantize(bb, acc, bb.emit(scale), zp, out_dtype)
+
+
+def _conv_int32(bb, x32, w32, attrs, ctx):
+    """TVM's Conv converter (auto_pad, pads, strides, dilations, group) over int32 tensors."""
+    conv_attrs = {k: v for k, v in attrs.items()
+                  if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
+    return bb.normalize(tvm_converter("Conv")(bb, [x32, w32, None], conv_attrs, ctx))
+
+
+def _per_channel_shape(w):
+    return [static_shape(w)[0]] + [1] * (w.ty.ndim - 1)
+
+
+@register("ConvInteger", since=10)
+def conv_integer(bb, inputs, attrs, ctx):
+    """ConvInteger: int32 convolution of (x - x_zero_point) and (w - w_zero_point);
+    w_zero_point per tensor or per output channel."""
+    x, w, x_zp, w_zp = (list(inputs) + [None] * 4)[:4]
+    for t, what in ((x, "x"), (w, "w")):
+        if dtype_of(t) not in _INT8:
+            refuse(ctx, f"input {what} of type {dtype_of(t)}")
+    x32 = _minus_zero_point(bb, x, x_zp, ctx, "x_zero_point")
+    w32 = _minus_zero_point(bb, w, w_zp, ctx, "w_zero_point", _per_channel_shape(w))
+    return _conv_int32(bb, x32, w32, attrs, ctx)
+
+
+@register("QLinearConv", since=10)
+def qlinear_conv(bb, inputs, attrs, ctx):
+    """QLinearConv: int32 convolution of the zero-point-shifted inputs plus the int32 bias,
+    requantized with x_scale * w_scale / y_scale (w_scale per tensor or per output
+    channel)."""
+    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (list(inputs) + [None] * 9)[:9]
+    for t, what in ((x, "x"), (w, "w")):
+        if dtype_of(t) not in _INT8:
+            refuse(ctx, f"input {what} of type {dtype_of(t)}")
+    x32 = _minus_zero_point(bb, x, x_zp, ctx, "x_zero_point")
+    w32 = _minus_zero_point(bb, w, w_zp, ctx, "w_zero_point", _per_channel_shape(w))
+    acc = _conv_int32(bb, x32, w32, attrs, ctx)
+    nd = w.ty.ndim
+    if bias is not None:
+        acc = bb.emit(relax.op.add(acc, relax.op.reshape(
+            relax.op.astype(bias, "int32"), [1, static_shape(w)[0]] + [1] * (nd - 2))))
+    n_ws = int(np.prod(static_shape(w_s), dtype=np.int64))
+    if n_ws == 1:
+        ws = relax.op.reshape(w_s, [])
+    elif n_ws == static_shape(w)[0]:
+        ws = relax.op.reshape(w_s, [1, n_ws] + [1] * (nd - 2))
+    else:
+        refuse(ctx, f"w_scale of shape {static_shape(w_s)}")
+    scale = relax.op.divide(relax.op.multiply(_scalarize(x_s, ctx, "x_scale"), ws),
+                            _scalarize(y_s, ctx, "y_scale"))
+    out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(x)
+    zp = _scalarize(y_zp, ctx, "y_zero_point") if y_zp is not None else None
+    return _requantize(bb, acc, bb.emit(scale), zp, out_dtype)
+
+
+# --------------------------------------------------------------------------- #
+# BitCast (26+)
+# --------------------------------------------------------------------------- #
+
+
+@register("BitCast", since=26)
+def bitcast(bb, inputs, attrs, ctx):
+    """BitCast between element types of the same width (the bits reinterpreted); bool to
+    a byte type as its 0/1 value."""
+    from tvm import te, tirx
+
+    x = inputs[0]
+    src = dtype_of(x)
+    to = int(attrs["to"])
+    try:
+        dst = np.dtype(helper.tensor_dtype_to_np_dtype(to)).name
+    except Exception:  # noqa: BLE001 - string, or a type numpy does not know
+        dst = None
+    if dst in (None, "object", "str") or src in ("object", "str"):
+        refuse(ctx, f"BitCast from {src} to type {to}")
+    if dst == "bool":
+        refuse(ctx, f"BitCast from {src} to bool (only 0/1 bytes are valid bools)")
+    if src == "bool":
+        if np.dtype(dst).itemsize != 1:
+            refuse(ctx, f"BitCast from bool to {dst} (widths differ)")
+        return relax.op.astype(x, dst)
+    if np.dtype(src).itemsize != np.dtype(dst).itemsize:
+        refuse(ctx, f"BitCast from {src} to {dst} (widths differ)")
+    if src == dst:
+        return x
+    return bb.emit_te(lambda t: te.compute(t.shape, lambda *i: tirx.reinterpret(dst, t(*i)),
+                                           name="bitcast"),
+                      x, primfunc_name_hint="bitcast")

@@ -1,0 +1,83 @@
+"""Reductions with ONNX's identity on empty inputs: ReduceSum of nothing is 0, ReduceMax
+of nothing is -inf (TVM's converters fail on zero-size axes).  Float max/min with a
++-inf identity is the legalization ``compiler/lowering/legalize_reductions.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from .common import register, tensor_const, constant_value
+from ...errors import UnsupportedError
+from ..registry import tvm_converter
+
+
+def _empty_identity(op: str, dtype: np.dtype):
+    kind = "bool" if dtype == np.bool_ else "int" if np.issubdtype(dtype, np.integer) else "float"
+    if op in ("ReduceSum", "ReduceL1", "ReduceL2", "ReduceSumSquare"):
+        return 0
+    if op == "ReduceProd":
+        return 1
+    if op == "ReduceMax":
+        return {"bool": False, "int": np.iinfo(dtype).min if kind == "int" else 0,
+                "float": -np.inf}[kind]
+    if op == "ReduceMin":
+        return {"bool": True, "int": np.iinfo(dtype).max if kind == "int" else 0,
+                "float": np.inf}[kind]
+    if kind != "float":
+        return None  # log / mean of no integers: no value in the type
+    return np.nan if op == "ReduceMean" else -np.inf  # mean of nothing; log(0)
+
+
+def _reduce_axes(inputs, attrs, ctx, ndim):
+    """The reduced axes (a sorted list; [] means none, the noop), as the reference reads
+    them: the attribute (older opsets) or the constant second input; none given reduces all
+    unless noop_with_empty_axes."""
+    axes = attrs.get("axes")
+    if axes is None and len(inputs) > 1 and inputs[1] is not None:
+        axes = constant_value(inputs[1])
+        if axes is None:
+            raise UnsupportedError(f"node {ctx.node.name!r} ({ctx.node.op_type}): axes must "
+                                   "be a constant (an initializer) for onnxc")
+    axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    if not axes:
+        return [] if attrs.get("noop_with_empty_axes", 0) else list(range(ndim))
+    return sorted({a + ndim if a < 0 else a for a in axes})
+
+
+def _reduce_with_identity(op):
+    @register(op, override=True)
+    def convert(bb, inputs, attrs, ctx):
+        x = inputs[0]
+        dtype = str(x.ty.dtype)
+        shape = getattr(x.ty, "shape", None)
+        values = getattr(shape, "values", None) or []
+        if any(getattr(v, "value", 1) == 0 for v in values):
+            dims = [int(v) for v in values]
+            axes = _reduce_axes(inputs, attrs, ctx, len(dims))
+            if not axes:
+                return x  # noop_with_empty_axes
+            keep = bool(attrs.get("keepdims", 1))
+            out = [1 if i in axes else d for i, d in enumerate(dims) if keep or i not in axes]
+            ident = _empty_identity(op, np.dtype(dtype))
+            if ident is None:
+                raise UnsupportedError(f"node {ctx.node.name!r} ({op}): reducing an empty "
+                                       f"{dtype} tensor (shape {dims}) has no value")
+            return tensor_const(np.full(out, ident, dtype=dtype))
+        if dtype == "bool" and op in ("ReduceMax", "ReduceMin"):
+            # any / all: TVM has no min/max value for bool; uint8 0/1 reduces the same
+            as_u8 = bb.normalize(relax.op.astype(x, "uint8"))
+            out = tvm_converter(op)(bb, [as_u8] + list(inputs[1:]), attrs, ctx)
+            return relax.op.astype(bb.normalize(out), "bool")
+        return tvm_converter(op)(bb, inputs, attrs, ctx)
+
+    convert.__doc__ = (f"{op} (TVM's); over an empty input the constant ONNX's reference "
+                       "gives (TVM returns the wrong identity)"
+                       + ("; bool inputs as uint8" if op in ("ReduceMax", "ReduceMin") else ""))
+    return convert
+
+
+for _op in ("ReduceMin", "ReduceMax", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1",
+            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"):
+    _reduce_with_identity(_op)

@@ -1,0 +1,417 @@
+"""Resize (11+) and Upsample (7-9) computed as ONNX's reference does, by gathers.
+
+Resize is separable: each resized axis maps every output index to a few input indices
+with weights (``onnx/reference/ops/op_resize.py``: the coordinate transform, the nearest
+rounding, the linear/cubic/antialias coefficients, ``exclude_outside``, edge clamping and
+``tf_crop_and_resize``'s extrapolation).  With static shapes and constant scales, sizes
+and roi, all of that is known at compile time: it is computed here in numpy, in float64
+as the reference computes it, and the graph only gathers and weighs:
+
+    y = sum_k take(x, index[:, k], axis) * weight[:, k]      (one axis at a time)
+
+Nearest mode (one weight 1 per output) is a plain ``take`` and exact for every dtype.
+Where the scales, sizes or roi are not constants the converter registered before this
+one (TVM's, behind the guards above) handles the node; the session's
+specialisation binds them as values when that fails (``compiler/specialize.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tvm import relax
+
+from .common import register, refuse, static_shape, attr_text, refuse_attribute, constant_value
+from ..registry import previous, register_op
+
+_MODES = ("nearest", "linear", "cubic")
+_COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+           "asymmetric", "tf_crop_and_resize")
+_NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+# --------------------------------------------------------------------------- #
+# Coefficients of one output position (ratio in (0, 1], as the reference's)
+# --------------------------------------------------------------------------- #
+
+
+def _nearest_coeffs(ratio: float, mode: str) -> list:
+    if float(ratio).is_integer():
+        return [0.0, 1.0]
+    if mode == "round_prefer_floor":
+        return [float(ratio <= 0.5), float(ratio > 0.5)]
+    if mode == "round_prefer_ceil":
+        return [float(ratio < 0.5), float(ratio >= 0.5)]
+    return [1.0, 0.0] if mode == "floor" else [0.0, 1.0]
+
+
+def _linear_coeffs(ratio: float, scale: float, antialias: bool) -> np.ndarray:
+    if not antialias:
+        return np.array([1 - ratio, ratio])
+    scale = min(scale, 1.0)  # antialiasing widens the kernel when downsampling only
+    start = int(np.floor(-1 / scale) + 1)
+    args = (np.arange(start, start + 2 - 2 * start) - ratio) * scale
+    c = np.clip(1 - np.abs(args), 0, 1)
+    return c / c.sum()
+
+
+def _cubic_coeffs(ratio: float, scale: float, a: float, antialias: bool) -> np.ndarray:
+    if not antialias:
+        r1, r2 = ratio + 1, 1 - ratio
+        return np.array([((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a,
+                         ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+                         ((a + 2) * r2 - (a + 3)) * r2 * r2 + 1,
+                         ((a * (r2 + 1) - 5 * a) * (r2 + 1) + 8 * a) * (r2 + 1) - 4 * a])
+    scale = min(scale, 1.0)
+
+    def w(x):
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x * x + 1
+        if x < 2:
+            return a * x ** 3 - 5 * a * x * x + 8 * a * x - 4 * a
+        return 0.0
+
+    start = int(np.floor(-2 / scale) + 1)
+    c = np.array([w(scale * (i - ratio)) for i in range(start, 2 - start)])
+    return c / c.sum()
+
+
+# --------------------------------------------------------------------------- #
+# One axis: output index -> input indices and weights
+# --------------------------------------------------------------------------- #
+
+
+def _source_coords(coord: str, n_out: int, scale: float, n_in: int, roi):
+    """The input coordinate of every output index, and the tf_crop_and_resize mask of the
+    outputs that fall outside the input (None for the other modes)."""
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in  # the reference's float output width, not n_out
+    outside = None
+    if coord == "align_corners":
+        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    elif coord == "asymmetric":
+        x = y / scale
+    elif coord == "tf_crop_and_resize":
+        lo, hi = roi
+        if width == 1:
+            x = np.full(n_out, (hi - lo) * (n_in - 1) / 2)
+        else:
+            x = y * (hi - lo) * (n_in - 1) / (width - 1)
+        x = x + lo * (n_in - 1)
+        outside = (x < 0) | (x > n_in - 1)
+    elif coord == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif coord == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    else:  # half_pixel_symmetric
+        offset = n_in / 2 * (1 - n_out / width)
+        x = offset + (y + 0.5) / scale - 0.5
+    return x, outside
+
+
+def axis_plan(n_in: int, n_out: int, scale: float, coeffs_fn, coord: str, roi,
+              exclude_outside: bool):
+    """(index (n_out, k) int64, weight (n_out, k) float64, outside mask or None) of one
+    resized axis, as ``_interpolate_1d_along_axis`` of the reference computes them."""
+    x, outside = _source_coords(coord, n_out, scale, n_in, roi)
+    x_int = np.floor(x)
+    ratios = np.where(x == x_int, 1.0, x - x_int)  # the left pixel is preferred
+    weights = np.array([coeffs_fn(float(r), scale) for r in ratios], np.float64)
+    k = weights.shape[1]
+    pad = int(np.ceil(k / 2))
+    xp = x + pad
+    p = np.floor(xp)
+    frac = xp - p
+    if k % 2 == 0:  # window of k nearest to x, ties to the smaller index
+        offset = np.where(frac == 0, -(k // 2), -(k // 2) + 1)
+    else:
+        base = -((k - 1) // 2)
+        offset = np.where(frac <= 0.5, base, base + 1)
+    index = (p.astype(np.int64) + offset)[:, None] + np.arange(k)[None, :] - pad
+    if exclude_outside:
+        weights = np.where((index < 0) | (index >= n_in), 0.0, weights)
+        total = weights.sum(axis=-1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return np.clip(index, 0, n_in - 1), weights, outside
+
+
+# --------------------------------------------------------------------------- #
+# The whole node
+# --------------------------------------------------------------------------- #
+
+
+def output_plan(in_shape, axes, scales, sizes, policy: str):
+    """(output sizes, scale factors) over ``axes`` as the reference's ``_interpolate_nd``:
+    from scales, size = floor(scale * n); from sizes, scale = size / n, or one common
+    scale (min for not_larger, max for not_smaller) and size = round-half-up(scale * n)."""
+    dims = [in_shape[a] for a in axes]
+    if sizes is not None:
+        out = [int(s) for s in sizes]
+        factors = [o / n for o, n in zip(out, dims)]
+        if policy != "stretch":
+            scale = min(factors) if policy == "not_larger" else max(factors)
+            factors = [scale] * len(dims)
+            out = [int(scale * n + 0.5) for n in dims]
+        return out, factors
+    factors = [float(s) for s in scales]
+    out = [int(np.float64(s) * n) for s, n in zip(factors, dims)]
+    return out, factors
+
+
+def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_mode,
+                 cubic_a, antialias, exclude_outside, roi, extrapolation):
+    """Relax expression of ``x`` resized over ``axes`` (in that order)."""
+    in_shape = [int(v) for v in x.ty.shape.values]
+    ndim = len(in_shape)
+    dtype = str(x.ty.dtype)
+    is_float = dtype.startswith("float")
+    if mode == "nearest":
+        def coeffs_fn(r, s):
+            return _nearest_coeffs(r, nearest_mode)
+    elif mode == "linear":
+        def coeffs_fn(r, s):
+            return _linear_coeffs(r, s, antialias)
+    else:
+        def coeffs_fn(r, s):
+            return _cubic_coeffs(r, s, cubic_a, antialias)
+    compute = "float64" if dtype == "float64" else "float32"
+    y, cast_back = x, False
+    for i, a in enumerate(axes):
+        n_in, n_out, scale = in_shape[a], out_sizes[i], factors[i]
+        lo_hi = None if roi is None else roi[i]
+        if math.isclose(scale, 1.0) and n_out == n_in and (
+                lo_hi is None or (math.isclose(lo_hi[0], 0.0) and math.isclose(lo_hi[1], 1.0))):
+            continue  # identity along this axis (the reference skips it too)
+        if n_out <= 0:
+            refuse(ctx, f"an output size of {n_out} along axis {a}")
+        index, weight, outside = axis_plan(n_in, n_out, scale, coeffs_fn, coord, lo_hi,
+                                           exclude_outside)
+        one_hot = bool(np.all((weight == 0) | (weight == 1)) and
+                       np.all(weight.sum(axis=1) == 1))
+        if one_hot:
+            picked = index[np.arange(n_out), weight.argmax(axis=1)]
+            y = bb.emit(relax.op.take(y, relax.const(picked.astype(np.int64), "int64"),
+                                      axis=a))
+        else:
+            if not is_float:
+                refuse(ctx, f"mode={mode} on a {dtype} input (the reference rounds the "
+                        "float result)")
+            if dtype != compute and not cast_back:
+                y, cast_back = bb.emit(relax.op.astype(y, compute)), True
+            k = index.shape[1]
+            g = bb.emit(relax.op.take(y, relax.const(index.reshape(-1), "int64"), axis=a))
+            shape = [int(v) for v in g.ty.shape.values]
+            g = relax.op.reshape(g, shape[:a] + [n_out, k] + shape[a + 1:])
+            w = relax.const(weight.astype(compute).reshape((n_out, k) + (1,) * (ndim - a - 1)),
+                            compute)
+            y = bb.emit(relax.op.sum(relax.op.multiply(g, w), axis=[a + 1]))
+        if outside is not None and outside.any():
+            mask = relax.const(outside.reshape((n_out,) + (1,) * (ndim - a - 1)), "bool")
+            fill = _fill_value(extrapolation, str(y.ty.dtype))
+            y = bb.emit(relax.op.where(mask, fill, y))
+    if cast_back:
+        y = relax.op.astype(y, dtype)
+    return y
+
+
+def _fill_value(value: float, dtype: str):
+    """``value`` in ``dtype`` as the reference's saturate_cast gives it."""
+    if dtype.startswith("float"):
+        return relax.const(np.array(value, dtype), dtype)
+    info = np.iinfo(np.dtype(dtype))
+    return relax.const(np.array(np.clip(np.round(value), info.min, info.max), dtype), dtype)
+
+
+def _constant(x):
+    """numpy value of a constant input (None if omitted or empty), or False if not
+    constant."""
+    if x is None:
+        return None
+    v = constant_value(x)
+    if v is None:
+        return False
+    v = np.asarray(v).reshape(-1)
+    return None if v.size == 0 else v
+
+
+def _static_shape(x):
+    from tvm import tirx
+
+    values = getattr(getattr(x.ty, "shape", None), "values", None)
+    if values is None or not all(isinstance(v, tirx.IntImm) for v in values):
+        return None
+    return [int(v.value) for v in values]
+
+
+# Resize 10+: TVM's, refusing antialias, which it ignores
+refuse_attribute("Resize", "antialias", lambda v: bool(v), since=10)
+
+
+# Resize 10+: TVM's behind the antialias refusal, refusing what TVM computes wrongly
+@register("Resize", since=10, override=True)
+def resize_guarded(bb, inputs, attrs, ctx):
+    """Resize (the converter it overrides), refusing what TVM computes wrongly: TVM maps
+    output to input coordinates with the size ratio ``in / out``, ONNX with the given
+    ``scales`` (they differ when ``in * scale`` is not an integer), and in float32, so a
+    nearest-mode sample that falls exactly halfway between two pixels may round the wrong
+    way."""
+    from fractions import Fraction
+
+
+    x = inputs[0]
+    if ctx.opset < 11:
+        scales, sizes = (inputs[1] if len(inputs) > 1 else None), None
+    else:
+        scales = inputs[2] if len(inputs) > 2 else None
+        sizes = inputs[3] if len(inputs) > 3 else None
+    axes = attrs.get("axes")
+    policy = attr_text(attrs.get("keep_aspect_ratio_policy"), "stretch")
+    in_shape = static_shape(x)
+    out_shape = None
+    if axes is None and policy == "stretch":
+        sv = None if scales is None else constant_value(scales)
+        zv = None if sizes is None else constant_value(sizes)
+        if sv is not None and sv.size == len(in_shape):
+            for d, (n, s) in enumerate(zip(in_shape, sv.reshape(-1).tolist())):
+                if Fraction(n) * Fraction(s) != int(Fraction(n) * Fraction(s)):
+                    refuse(ctx, f"attribute/input scales={sv.reshape(-1).tolist()} (axis {d}: "
+                            f"{n} * {s} is not an integer; TVM would use the size ratio)")
+            out_shape = [int(n * s) for n, s in zip(in_shape, sv.reshape(-1).tolist())]
+        elif zv is not None and zv.size == len(in_shape):
+            out_shape = [int(v) for v in zv.reshape(-1)]
+    mode = attr_text(attrs.get("mode"), "nearest")
+    coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
+    nearest = attr_text(attrs.get("nearest_mode"), "round_prefer_floor")
+    if out_shape is not None and mode == "nearest" and nearest.startswith("round"):
+        for d, (n, m) in enumerate(zip(in_shape, out_shape)):
+            if n != m and m > 0 and not _tvm_nearest_agrees(n, m, coord, nearest):
+                refuse(ctx, f"mode=nearest with nearest_mode={nearest} and "
+                        f"coordinate_transformation_mode={coord} from size {n} to {m} "
+                        f"(axis {d}): an output falls exactly halfway between two inputs, "
+                        "which TVM's float32 arithmetic does not round as ONNX")
+    return previous(resize_guarded)(bb, inputs, attrs, ctx)
+
+
+def _tvm_nearest_agrees(n: int, m: int, coord: str, nearest: str) -> bool:
+    """Whether TVM's float32 nearest-index computation (topi ``get_inx`` and
+    ``get_closest_index``, with or without FMA contraction) gives ONNX's index for every
+    output of an axis resized from ``n`` to ``m``.  Only exact ties can differ."""
+    from fractions import Fraction
+
+    half, r = Fraction(1, 2), Fraction(n, m)
+    f32 = np.float32
+    scale = f32(n) / f32(m)
+    for o in range(m):
+        if coord == "half_pixel" or (coord == "pytorch_half_pixel" and m > 1):
+            exact = (o + half) * r - half
+            a = f32(o) + f32(0.5)
+            tvm = [f32(f32(a * scale) - f32(0.5)), f32(float(a) * float(scale) - 0.5)]
+        elif coord == "pytorch_half_pixel":
+            exact, tvm = Fraction(0), [f32(0)]
+        elif coord == "asymmetric":
+            exact, tvm = o * r, [f32(scale * f32(o))]
+        elif coord == "tf_half_pixel_for_nn":
+            exact, tvm = (o + half) * r, [f32((f32(o) + f32(0.5)) * scale)]
+        elif coord == "align_corners":
+            exact = Fraction(o * (n - 1), m - 1) if m > 1 else Fraction(0)
+            tvm = [f32(f32(f32(n - 1) / f32(m - 1)) * f32(o))] if m > 1 else [f32(0)]
+        else:
+            return True  # not checked (tf_crop_and_resize depends on roi)
+        if exact - (exact.numerator // exact.denominator) != half:
+            continue  # not a tie: float error far below 1/2 cannot change the index
+        want = math.floor(exact) if nearest == "round_prefer_floor" else math.ceil(exact)
+        for t in tvm:
+            got = math.ceil(t - f32(0.5)) if nearest == "round_prefer_floor" else \
+                math.floor(t + f32(0.5))
+            if got != want:
+                return False
+    return True
+
+
+# Resize 11+: exact where scales, sizes and roi are constants, else the guarded TVM one above
+@register("Resize", since=11, override=True)
+def resize(bb, inputs, attrs, ctx):
+    """Resize exactly as ONNX's reference: every mode (nearest with its four roundings,
+    linear, cubic with cubic_coeff_a and exclude_outside), every coordinate transform
+    (tf_crop_and_resize with roi and extrapolation_value), antialias, axes and
+    keep_aspect_ratio_policy.  Needs static shapes and constant scales/sizes/roi; without
+    them the previous converter (TVM's, guarded) takes the node."""
+    inputs = list(inputs) + [None] * (4 - len(inputs))
+    x = inputs[0]
+    roi, scales, sizes = (_constant(v) for v in inputs[1:4])
+    in_shape = _static_shape(x)
+    if in_shape is None or False in (_is_known(roi), _is_known(scales), _is_known(sizes)):
+        return previous(resize)(bb, inputs, attrs, ctx)
+    mode = attr_text(attrs.get("mode"), "nearest")
+    coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
+    nearest_mode = attr_text(attrs.get("nearest_mode"), "round_prefer_floor")
+    policy = attr_text(attrs.get("keep_aspect_ratio_policy"), "stretch")
+    antialias = bool(attrs.get("antialias", 0))
+    for name, value, allowed in (("mode", mode, _MODES), ("nearest_mode", nearest_mode, _NEAREST),
+                                 ("coordinate_transformation_mode", coord, _COORDS),
+                                 ("keep_aspect_ratio_policy", policy,
+                                  ("stretch", "not_larger", "not_smaller"))):
+        if value not in allowed:
+            refuse(ctx, f"attribute {name}={value!r}")
+    if antialias and mode == "nearest":
+        refuse(ctx, "antialias=1 with mode=nearest")
+    ndim = len(in_shape)
+    axes = attrs.get("axes")
+    axes = list(range(ndim)) if axes is None else [int(a) + ndim if int(a) < 0 else int(a)
+                                                   for a in axes]
+    if sorted(set(axes)) != sorted(axes) or not all(0 <= a < ndim for a in axes):
+        refuse(ctx, f"axes={list(attrs.get('axes'))} for an input of rank {ndim}")
+    if (scales is None) == (sizes is None):
+        refuse(ctx, "giving both scales and sizes (or neither)")
+    given = scales if sizes is None else sizes
+    if given.size != len(axes):
+        refuse(ctx, f"{'scales' if sizes is None else 'sizes'} of {given.size} values for "
+                f"{len(axes)} axes")
+    if sizes is None and policy != "stretch":
+        policy = "stretch"  # the policy applies to sizes only
+    if sizes is None and np.any(scales <= 0):
+        refuse(ctx, f"scales={scales.tolist()} (must be > 0)")
+    out_sizes, factors = output_plan(in_shape, axes, scales, sizes, policy)
+    pairs = None
+    if roi is not None:
+        if roi.size != 2 * len(axes):
+            refuse(ctx, f"roi of {roi.size} values for {len(axes)} axes")
+        pairs = [(float(roi[i]), float(roi[len(axes) + i])) for i in range(len(axes))]
+    elif coord == "tf_crop_and_resize":
+        refuse(ctx, "coordinate_transformation_mode=tf_crop_and_resize without roi")
+    return resize_exact(bb, ctx, x, axes, out_sizes, factors, mode=mode, coord=coord,
+                        nearest_mode=nearest_mode,
+                        cubic_a=float(attrs.get("cubic_coeff_a", -0.75)),
+                        antialias=antialias,
+                        exclude_outside=bool(attrs.get("exclude_outside", 0)), roi=pairs,
+                        extrapolation=float(attrs.get("extrapolation_value", 0.0)))
+
+
+def _is_known(v) -> bool:
+    return v is not False
+
+
+@register_op("", "Upsample", since=7, until=9, implementation="onnxc", override=True)
+def upsample(bb, inputs, attrs, ctx):
+    """Upsample (deprecated since opset 10): Resize with asymmetric coordinates, nearest
+    rounding down (the reference repeats each element ``scale`` times) or linear; scales
+    from the attribute (opset 7) or the constant second input (opset 9)."""
+    x = inputs[0]
+    in_shape = _static_shape(x)
+    scales = np.asarray(attrs["scales"], np.float32) if ctx.opset < 9 and "scales" in attrs \
+        else _constant(inputs[1] if len(inputs) > 1 else None)
+    if in_shape is None or scales is None or scales is False:
+        return previous(upsample)(bb, inputs, attrs, ctx)
+    mode = attr_text(attrs.get("mode"), "nearest")
+    if mode not in ("nearest", "linear"):
+        refuse(ctx, f"attribute mode={mode!r}")
+    if scales.size != len(in_shape) or np.any(scales < 1):
+        refuse(ctx, f"scales={scales.tolist()} for an input of rank {len(in_shape)} "
+                "(one scale >= 1 per axis)")
+    axes = list(range(len(in_shape)))
+    out_sizes, factors = output_plan(in_shape, axes, scales, None, "stretch")
+    return resize_exact(bb, ctx, x, axes, out_sizes, factors, mode=mode, coord="asymmetric",
+                        nearest_mode="floor", cubic_a=-0.75, antialias=False,
+                        exclude_outside=False, roi=None, extrapolation=0.0)

@@ -1,0 +1,175 @@
+"""Converters for ops whose output shape depends on the values of an input.
+
+Compress (its condition), OneHot (depth), TopK (K), Reshape with ``allowzero`` (the
+shape), Unsqueeze (rank-0 axes), and NonZero / Unique / NonMaxSuppression (their data).
+onnxc runs static graphs, so these values must be compile-time constants: initializers,
+values folded at import, or graph inputs bound by the specialising session
+(``compiler/specialize.py`` lists these inputs as shape-determining and binds small
+ones).  When a value is not known, the converter raises an ``UnsupportedError`` naming
+the node and the input; being a ``CompileError``, it is what makes ``compiler.compile``
+hand back a specialising session for a model whose inputs fix the value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from .common import register, static_shape, dtype_of, constant_value
+from ...errors import UnsupportedError
+from ..registry import tvm_converter
+
+# TopK is legalized as a rank count, O(n^2) per row of the reduced axis: longer axes are
+# refused rather than compiled into a kernel that would take seconds.
+TOPK_MAX_AXIS = 4096
+
+
+
+
+
+
+def _where(ctx) -> str:
+    where = getattr(ctx.importer, "where", None)
+    label = ctx.label or f"node {ctx.node.name!r} ({ctx.node.op_type})"
+    return f"{where}: {label}" if where else label
+
+
+def _need_constant(ctx, index: int, why: str):
+    """Raise the error that says input ``index`` must be a compile-time constant."""
+    node = ctx.node
+    raise UnsupportedError(
+        f"{_where(ctx)}: {why} depends on the values of input "
+        f"{node.input[index]!r}, which are not known at compile time; onnxc compiles static "
+        "shapes: compile with input_values={...} for it, or run the model through the "
+        "session compiler.compile returns, which binds small shape-determining inputs")
+
+
+def _const(arr: np.ndarray):
+    arr = np.asarray(arr)
+    return relax.const(arr, str(arr.dtype))
+
+
+@register("Compress", since=9, override=True)
+def compress(bb, inputs, attrs, ctx):
+    """Compress with a constant condition: a take of the selected indices."""
+    x, cond = inputs[0], constant_value(inputs[1])
+    if cond is None:
+        _need_constant(ctx, 1, "the output shape")
+    axis = attrs.get("axis")
+    if axis is None:
+        x = bb.normalize(relax.op.reshape(x, [-1]))
+        axis = 0
+    shape = static_shape(x)
+    axis = int(axis) + len(shape) if int(axis) < 0 else int(axis)
+    try:
+        idx = np.compress(cond.reshape(-1).astype(bool), np.arange(shape[axis]))
+    except (IndexError, ValueError) as e:
+        raise UnsupportedError(f"{_where(ctx)}: condition of {cond.size} elements does not fit "
+                               f"axis {axis} of length {shape[axis]}: {e}") from None
+    return relax.op.take(x, _const(idx.astype(np.int64)), axis=axis)
+
+
+@register("OneHot", since=9, override=True)
+def one_hot(bb, inputs, attrs, ctx):
+    """OneHot with a constant depth: where(indices == range(depth), on, off)."""
+    indices, depth, values = inputs
+    d = constant_value(depth)
+    if d is None:
+        _need_constant(ctx, 1, "the output shape (depth)")
+    depth_n = int(d.reshape(-1)[0])
+    rank = len(static_shape(indices))
+    axis = int(attrs.get("axis", -1))
+    axis = axis + rank + 1 if axis < 0 else axis
+    itype = dtype_of(indices)
+    if itype.startswith("uint"):
+        wrapped = indices
+    else:  # negative in-range indices count from the end (as the reference)
+        d_const = _const(np.array(depth_n, dtype=itype))
+        zero = _const(np.array(0, dtype=itype))
+        wrapped = relax.op.where(relax.op.less(indices, zero),
+                                 relax.op.add(indices, d_const), indices)
+    targets = np.arange(depth_n).astype(itype).reshape(
+        (1,) * axis + (depth_n,) + (1,) * (rank - axis))
+    mask = relax.op.equal(relax.op.expand_dims(wrapped, [axis]), _const(targets))
+    off = relax.op.take(values, _const(np.array(0, np.int64)), axis=0)
+    on = relax.op.take(values, _const(np.array(1, np.int64)), axis=0)
+    return relax.op.where(mask, on, off)
+
+
+@register("TopK", since=1, override=True)
+def top_k(bb, inputs, attrs, ctx):
+    """TopK with a constant K (legalized by ``compiler/lowering/legalize_topk.py``)."""
+    x = inputs[0]
+    if ctx.opset >= 10:
+        k = constant_value(inputs[1])
+        if k is None:
+            _need_constant(ctx, 1, "the output shape (K)")
+        k = int(k.reshape(-1)[0])
+    else:
+        k = int(attrs.get("k", 1))
+    shape = static_shape(x)
+    axis = int(attrs.get("axis", -1))
+    axis = axis + len(shape) if axis < 0 else axis
+    if not 0 <= k <= shape[axis]:
+        raise UnsupportedError(f"{_where(ctx)}: K={k} is outside 0..{shape[axis]} (the length "
+                               f"of axis {axis})")
+    if shape[axis] > TOPK_MAX_AXIS:
+        raise UnsupportedError(f"{_where(ctx)}: TopK over an axis of {shape[axis]} elements is "
+                               f"not supported (onnxc's TopK kernel handles up to "
+                               f"{TOPK_MAX_AXIS})")
+    # sorted=0 leaves the order unspecified: sorted output is a valid answer
+    return relax.op.topk(x, k, axis, ret_type="both", largest=bool(attrs.get("largest", 1)),
+                         dtype="int64")
+
+
+@register("Reshape", since=14, override=True)
+def reshape(bb, inputs, attrs, ctx):
+    """Reshape with ``allowzero=1`` and a constant shape: zeros are literal dimensions
+    (TVM's converter turns that shape into a run-time ``tensor_to_shape``)."""
+    shape = constant_value(inputs[1])
+    if not attrs.get("allowzero", 0) or shape is None or 0 not in shape:
+        # TVM's converter with the inputs as the importer has them (it takes shape values,
+        # which the importer turned into tensors for this onnxc entry)
+        original = [ctx.tensors[n] if n else None for n in ctx.node.input]
+        return tvm_converter("Reshape")(bb, original, attrs, ctx)
+    dims = [int(v) for v in shape.reshape(-1)]
+    if 0 in dims and -1 in dims:
+        raise UnsupportedError(f"{_where(ctx)}: shape {dims} has both 0 and -1 with allowzero=1, "
+                               "which ONNX leaves undefined")
+    # a literal 0 makes the result empty (and Relax's reshape reads 0 as "keep the dim")
+    return relax.op.zeros(relax.ShapeExpr(dims), dtype_of(inputs[0]))
+
+
+@register("Unsqueeze", since=13, override=True)
+def unsqueeze(bb, inputs, attrs, ctx):
+    """Unsqueeze whose constant axes are a rank-0 tensor (TVM's converter wants a list)."""
+    axes = constant_value(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
+    if axes is not None and axes.ndim == 0:
+        inputs = [inputs[0], _const(axes.reshape(1))]
+    return tvm_converter("Unsqueeze")(bb, inputs, attrs, ctx)
+
+
+def _evaluated_or_refused(op: str):
+    """A data-dependent op: its value when all its inputs are constants, else refused."""
+
+    def convert(bb, inputs, attrs, ctx):
+        from ..fold_onnx import evaluate, opset_ids
+
+        values = [None if x is None else constant_value(x) for x in inputs]
+        for k, (x, v) in enumerate(zip(inputs, values)):
+            if x is not None and v is None:
+                _need_constant(ctx, k, "the output shape")
+        result = evaluate(ctx.node, values, opset_ids(ctx.importer.domain_opsets))
+        if result is None:
+            raise UnsupportedError(f"{_where(ctx)}: could not evaluate {op} on its constant inputs")
+        outs = [_const(r) for r in result]
+        return outs[0] if len(outs) == 1 else relax.Tuple(outs)
+
+    convert.__doc__ = f"{op} on constant inputs, evaluated at import (its output shape " \
+                      "depends on its data)."
+    return convert
+
+
+register("NonZero", since=9, override=True)(_evaluated_or_refused("NonZero"))
+register("Unique", since=11, override=True)(_evaluated_or_refused("Unique"))
+register("NonMaxSuppression", since=10, override=True)(_evaluated_or_refused("NonMaxSuppression"))

@@ -1,0 +1,289 @@
+"""onnxc's own converters for default-domain ops, registered over TVM's.
+
+Each one exists because TVM 0.27's converter is wrong or silent for part of the op's
+contract (found by scripts/onnx_conformance.py): it either implements that part or
+refuses it with a clear error, and delegates the rest to TVM's converter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import numpy_helper
+from tvm import relax
+
+from .common import (register, refuse, static_shape, scalar, dtype_of, attr_text,
+                     tensor_const, FOLD_MAX_ELEMENTS, constant_value, constant_values,
+                     fold_result, static_dims, normalize_axis, int_values)
+from ...errors import UnsupportedError
+from ..registry import tvm_converter
+
+
+
+
+@register("Constant", override=True)
+def constant(bb, inputs, attrs, ctx):
+    """Constant from value / value_float(s) / value_int(s); strings and sparse refused."""
+    node = ctx.node
+    for a in node.attribute:
+        if a.name == "value":
+            if a.t.data_type == 8:  # STRING
+                raise UnsupportedError(f"node {node.name!r} (Constant): string tensors are "
+                                       "not supported")
+            return tensor_const(numpy_helper.to_array(a.t))
+        if a.name == "value_float":
+            return tensor_const(np.array(a.f, np.float32))
+        if a.name == "value_floats":
+            return tensor_const(np.array(list(a.floats), np.float32))
+        if a.name == "value_int":
+            return tensor_const(np.array(a.i, np.int64))
+        if a.name == "value_ints":
+            return tensor_const(np.array(list(a.ints), np.int64))
+    kinds = ", ".join(a.name for a in node.attribute) or "none"
+    raise UnsupportedError(f"node {node.name!r} (Constant): value attribute {kinds} is not "
+                           "supported (tensor, float(s) and int(s) are)")
+
+
+@register("SpaceToDepth", since=1, override=True)
+def space_to_depth(bb, inputs, attrs, ctx):
+    """SpaceToDepth in DCR and CRD modes."""
+    x = inputs[0]
+    b = int(attrs["blocksize"])
+    n, c, h, w = [int(d) for d in x.ty.shape.values]
+    if h % b or w % b:
+        raise UnsupportedError(f"node {ctx.node.name!r} (SpaceToDepth): {h}x{w} is not a "
+                               f"multiple of blocksize {b}")
+    mode = attrs.get("mode", b"DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    t = relax.op.reshape(x, [n, c, h // b, b, w // b, b])
+    # DCR: channel = (row offset * b + column offset) * C + c; CRD: c * b*b + offsets
+    t = relax.op.permute_dims(t, [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4])
+    return relax.op.reshape(t, [n, c * b * b, h // b, w // b])
+
+
+# The value of a reduction over no elements, as ONNX's reference gives it (per dtype kind).
+
+
+@register("Split", since=1, override=True)
+def split(bb, inputs, attrs, ctx):
+    """Split with some parts of size 0 (TVM's ``split`` wants strictly increasing indices):
+    each part is a slice, an empty one a constant of its (empty) shape.  Else TVM's."""
+    x = inputs[0]
+    sizes = attrs.get("split")
+    if ctx.opset >= 13 and len(inputs) > 1 and inputs[1] is not None:
+        sizes = constant_value(inputs[1])
+    if sizes is None or 0 not in [int(s) for s in np.asarray(sizes).reshape(-1)]:
+        return tvm_converter("Split")(bb, inputs, attrs, ctx)
+    sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+    dims = static_dims(x, ctx)
+    axis = int(attrs.get("axis", 0))
+    axis = axis + len(dims) if axis < 0 else axis
+    if sum(sizes) != dims[axis]:
+        raise UnsupportedError(f"node {ctx.node.name!r} (Split): split sizes {sizes} do not "
+                               f"add up to the length {dims[axis]} of axis {axis}")
+    parts, start = [], 0
+    for n in sizes:
+        if n == 0:
+            shape = dims[:axis] + [0] + dims[axis + 1:]
+            parts.append(tensor_const(np.zeros(shape, dtype=str(x.ty.dtype))))
+        else:
+            parts.append(relax.op.strided_slice(x, axes=[axis], begin=[start], end=[start + n]))
+        start += n
+    return relax.Tuple(parts)
+
+
+# --- Real exports: shape arithmetic of PyTorch's TorchScript exporter (HuggingFace models) --
+#
+# Exported attention masks and position ids are computed from Shape/Gather/Unsqueeze/Concat/
+# Equal/Where/Range/ConstantOfShape/Expand.  Once input shapes are fixed all of it is known
+# at compile time, but TVM 0.27's converters take wrong or dynamic paths on it: the
+# converters below evaluate these ops with numpy when every input is known (a constant, a
+# static shape value, or a constant scalar) and otherwise delegate to TVM's converter.
+
+# Results up to this many elements are computed at import; larger ones stay Relax ops.
+
+
+@register("Where", since=9, override=True)
+def where(bb, inputs, attrs, ctx):
+    """Where computed at import when all inputs are known; else TVM's.  TVM 0.27 folds only
+    all-constant or all-1-D-shape inputs, and hands a constant scalar from shape arithmetic
+    (an ``IntImm``, e.g. ``Where(cond, seq_len, x)``) to ``relax.op.where``, which refuses
+    it ("Operator relax.where ... x1: Tensor")."""
+    values = constant_values(inputs)
+    if values is not None:
+        cond, x, y = values
+        out = fold_result(np.where(cond.astype(bool), x, y).astype(np.result_type(x, y)))
+        if out is not None:
+            return out
+    return tvm_converter("Where")(bb, inputs, attrs, ctx)
+
+
+@register("Range", since=11, override=True)
+def range_(bb, inputs, attrs, ctx):
+    """Range computed at import when start/limit/delta are known.  TVM 0.27 treats a
+    constant scalar that comes from shape arithmetic (an ``IntImm``, e.g. the sequence length
+    from Shape -> Gather) as dynamic and emits a symbolic-length ``arange`` with
+    ``tensor_to_shape``, which the graph runtime cannot run."""
+    values = constant_values(inputs)
+    if values is not None:
+        start, limit, delta = (np.asarray(v).reshape(()) for v in values)
+        dtype = np.asarray(values[0]).dtype
+        if delta == 0:
+            raise UnsupportedError(f"node {ctx.node.name!r} (Range): delta is 0")
+        # ONNX: max(ceil((limit - start) / delta), 0) elements start + i * delta
+        count = max(int(np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))), 0)
+        out = fold_result((start + np.arange(count, dtype=dtype) * delta).astype(dtype))
+        if out is not None:
+            return out
+    return tvm_converter("Range")(bb, inputs, attrs, ctx)
+
+
+@register("ConstantOfShape", since=9, override=True)
+def constant_of_shape(bb, inputs, attrs, ctx):
+    """ConstantOfShape for every output rank.  TVM 0.27 broadcasts the 1-element ``value``
+    tensor (rank 1) to the target shape, which fails for a rank-0 target (``shape`` = [],
+    written by PyTorch's exporter for scalar fills in mask code): "broadcast_to expects the
+    input shape to have the number of ndim at least as the input tensor's"."""
+    value = attrs.get("value")
+    arr = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
+    scalar = np.asarray(arr).reshape(-1)[0]
+    dims = constant_value(inputs[0])
+    if dims is not None:
+        dims = [int(d) for d in np.asarray(dims).reshape(-1)]
+        if any(d < 0 for d in dims):
+            raise UnsupportedError(f"node {ctx.node.name!r} (ConstantOfShape): negative "
+                                   f"dimension in shape {dims}")
+        if int(np.prod(dims)) <= FOLD_MAX_ELEMENTS:
+            return tensor_const(np.full(dims, scalar, dtype=arr.dtype))
+        return relax.op.broadcast_to(tensor_const(np.array(scalar, dtype=arr.dtype)), dims)
+    shape = inputs[0]
+    if not isinstance(shape, relax.ShapeExpr):
+        shape = relax.op.tensor_to_shape(shape)
+    return relax.op.broadcast_to(tensor_const(np.array(scalar, dtype=arr.dtype)), shape)
+
+
+@register("Expand", since=8, override=True)
+def expand(bb, inputs, attrs, ctx):
+    """Expand with ONNX's bidirectional broadcasting when the target shape is known: the
+    output shape is numpy's broadcast of the input's shape and ``shape`` (computed at import
+    when the input is known too).  TVM 0.27 gives -1 a meaning ONNX does not and keeps an
+    input dim where ``shape`` says 1 only on some paths; a shape it cannot read as constant
+    takes a dynamic path (``vm.builtin.tensor_to_shape``) the graph runtime cannot run."""
+    data, shape = inputs[0], inputs[1]
+    target = constant_value(shape)
+    if target is None:
+        return tvm_converter("Expand")(bb, inputs, attrs, ctx)
+    target = [int(d) for d in np.asarray(target).reshape(-1)]
+    value = constant_value(data)
+    data_shape = list(value.shape) if value is not None else [
+        int(d) for d in static_dims(data, ctx)]
+    try:
+        out_shape = list(np.broadcast_shapes(tuple(data_shape), tuple(target)))
+    except ValueError:
+        raise UnsupportedError(f"node {ctx.node.name!r} (Expand): cannot broadcast input shape "
+                               f"{data_shape} to {target}") from None
+    if value is not None:
+        out = fold_result(np.broadcast_to(value, out_shape).copy())
+        if out is not None:
+            return out
+    # A same-shape broadcast_to too (as TVM's converter does), not ``data`` itself: the
+    # importer would bind the alias ``n_k = n_j``, across which FuseOps does not fuse.
+    return relax.op.broadcast_to(data, out_shape)
+
+
+@register("CenterCropPad", since=18)
+def center_crop_pad(bb, inputs, attrs, ctx):
+    """CenterCropPad: crop (the extra element on the right when odd) or zero-pad (the extra
+    element on the right when odd) each of ``axes`` to the constant ``shape``."""
+    x, shape_in = inputs[0], inputs[1]
+    dims = static_shape(x)
+    rank = len(dims)
+    target = int_values(ctx, shape_in, "shape")
+    axes = attrs.get("axes")
+    axes = list(range(rank)) if axes is None else [normalize_axis(ctx, int(a), rank, "axes")
+                                                   for a in axes]
+    if len(set(axes)) != len(axes) or len(target) != len(axes):
+        refuse(ctx, f"shape of {len(target)} values for axes {axes}")
+    pads = [[0, 0] for _ in range(rank)]
+    for a, want in zip(axes, target):
+        have = dims[a]
+        if want < 0:
+            refuse(ctx, f"negative target size {want}")
+        if want < have:
+            start = (have - want) // 2
+            x = bb.emit(relax.op.strided_slice(x, axes=[a], begin=[start], end=[start + want]))
+        elif want > have:
+            before = (want - have) // 2
+            pads[a] = [before, want - have - before]
+    if any(p != [0, 0] for p in pads):
+        width = [v for p in pads for v in p]  # (before, after) per axis
+        x = relax.op.nn.pad(x, width, pad_value=0.0)
+    return x
+
+
+@register("ReverseSequence", since=10)
+def reverse_sequence(bb, inputs, attrs, ctx):
+    """ReverseSequence: reverse the first sequence_lens[b] steps along ``time_axis`` of each
+    batch entry, as one GatherElements (lengths past the time size reverse all of it)."""
+    x, lens = inputs[0], inputs[1]
+    dims = static_shape(x)
+    rank = len(dims)
+    if rank < 2:
+        refuse(ctx, f"input of rank {rank} (2 or more expected)")
+    batch_axis = int(attrs.get("batch_axis", 1))
+    time_axis = int(attrs.get("time_axis", 0))
+    if sorted((batch_axis, time_axis)) != [0, 1]:
+        refuse(ctx, f"batch_axis={batch_axis}, time_axis={time_axis} (0 and 1)")
+    steps = dims[time_axis]
+    shape_t = [1] * rank
+    shape_t[time_axis] = steps
+    shape_b = [1] * rank
+    shape_b[batch_axis] = dims[batch_axis]
+    t = relax.const(np.arange(steps, dtype=np.int64).reshape(shape_t), "int64")
+    n = relax.op.astype(lens, "int64") if dtype_of(lens) != "int64" else lens
+    n = relax.op.minimum(relax.op.reshape(n, shape_b), scalar(steps, "int64"))
+    n = bb.emit(n)
+    rev = relax.op.subtract(relax.op.subtract(n, scalar(1, "int64")), t)
+    idx = bb.emit(relax.op.where(relax.op.less(t, n), rev, t))
+    idx = bb.emit(relax.op.broadcast_to(idx, dims))
+    return relax.op.gather_elements(x, idx, axis=time_axis)
+
+
+@register("TensorScatter", since=24)
+def tensor_scatter(bb, inputs, attrs, ctx):
+    """TensorScatter: write ``update`` into ``past_cache`` along ``axis`` at each batch
+    entry's write index (0 without ``write_indices``); ``circular`` wraps around.  Written
+    as out[j] = update[j - w] where 0 <= j - w (mod max length) < update length, else
+    past[j]."""
+    past, update = inputs[0], inputs[1]
+    widx = inputs[2] if len(inputs) > 2 else None
+    mode = attr_text(attrs.get("mode"), "linear")
+    if mode not in ("linear", "circular"):
+        refuse(ctx, f"mode={mode!r}")
+    dims, udims = static_shape(past), static_shape(update)
+    rank = len(dims)
+    axis = normalize_axis(ctx, int(attrs.get("axis", -2)), rank)
+    if axis == 0 or len(udims) != rank or any(
+            d != u for i, (d, u) in enumerate(zip(dims, udims)) if i != axis) \
+            or udims[axis] > dims[axis]:
+        refuse(ctx, f"past_cache {dims} with update {udims} on axis {axis}")
+    length, seq = dims[axis], udims[axis]
+    shape_j = [1] * rank
+    shape_j[axis] = length
+    j = relax.const(np.arange(length, dtype=np.int64).reshape(shape_j), "int64")
+    shape_b = [1] * rank
+    shape_b[0] = dims[0]
+    if widx is None:
+        w = relax.const(np.zeros(shape_b, np.int64), "int64")
+    else:
+        w = relax.op.reshape(relax.op.astype(widx, "int64"), shape_b)
+    s = relax.op.subtract(j, w)
+    if mode == "circular":
+        s = relax.op.floor_mod(s, scalar(length, "int64"))
+    s = bb.emit(s)
+    valid = bb.emit(relax.op.logical_and(relax.op.greater_equal(s, scalar(0, "int64")),
+                                         relax.op.less(s, scalar(seq, "int64"))))
+    src = relax.op.clip(s, 0, seq - 1) if seq > 0 else s
+    gshape = list(dims)
+    idx = bb.emit(relax.op.broadcast_to(src, gshape))
+    gathered = bb.emit(relax.op.gather_elements(update, idx, axis=axis))
+    return relax.op.where(relax.op.broadcast_to(valid, gshape), gathered, past)

@@ -1,0 +1,179 @@
+"""Fold shape arithmetic in the ONNX graph before import, where shapes are static.
+
+Exported models (PyTorch's TorchScript exporter above all) compute reshape targets,
+attention masks and position ids at run time from ``Shape``, ``Gather``, ``Concat``,
+``ConstantOfShape``, ``Equal``, ``Where``, ``Expand``...  With static input shapes all of
+that is known at compile time.  This step evaluates, in graph order, every node whose
+inputs are all known (initializers, ``Constant`` outputs, ``Shape``/``Size`` of tensors
+whose shape inference gave static shapes) with ``onnx.reference``, and replaces it by an
+initializer.  Converters then see constants where they need them, and no kernel
+recomputes constants on every run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+# Results above this many elements are left to the Relax constant folder (weights).
+MAX_ELEMENTS = 1 << 20
+# Fold rounds, each after shape inference on the previous round's result.
+MAX_ROUNDS = 4
+# Ops whose result is not a function of their inputs, or that hold subgraphs.
+_NEVER = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+          "Bernoulli", "Multinomial", "If", "Loop", "Scan", "SequenceConstruct",
+          "SequenceEmpty", "Optional"}
+
+
+def static_shapes(model: onnx.ModelProto) -> dict:
+    """{tensor name: static shape} of the inputs, value_info and outputs whose dims are known."""
+    shapes = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape") and all(
+                d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
+    return shapes
+
+
+def _shape_of(node, shape: list) -> np.ndarray:
+    rank = len(shape)
+    start = next((a.i for a in node.attribute if a.name == "start"), 0)
+    end = next((a.i for a in node.attribute if a.name == "end"), rank)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def evaluate(node, values: list, opsets) -> list | None:
+    """``node``'s outputs computed by onnx's reference from ``values``, or None if it fails."""
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = [helper.make_tensor_value_info(f"i{k}", helper.np_dtype_to_tensor_dtype(v.dtype),
+                                            list(v.shape)) if v is not None else None
+              for k, v in enumerate(values)]
+    names = [f"i{k}" if v is not None else "" for k, v in enumerate(values)]
+    outs = [f"o{k}" for k in range(len(node.output))]
+    n = helper.make_node(node.op_type, names, outs, domain=node.domain)
+    n.attribute.extend(node.attribute)
+    g = helper.make_graph([n], "fold", [i for i in inputs if i is not None],
+                          [helper.make_empty_tensor_value_info(o) for o in outs])
+    m = helper.make_model(g, opset_imports=opsets)
+    feeds = {f"i{k}": v for k, v in enumerate(values) if v is not None}
+    try:
+        return [np.asarray(r) for r in ReferenceEvaluator(m).run(None, feeds)]
+    except Exception:  # the reference cannot evaluate it: leave the node to the importer
+        return None
+
+
+def opset_ids(domain_opsets: dict) -> list:
+    """The importer's ``{domain: opset}`` as the model's ``opset_import`` entries."""
+    return [helper.make_opsetid("" if d == "ai.onnx" else d, v) for d, v in domain_opsets.items()]
+
+
+def fold_node(node, values: list, opsets) -> list | None:
+    """The outputs of ``node`` evaluated on ``values`` (numpy arrays, None for an omitted
+    input) by onnx's reference, or None when it is not to be folded: another domain, an op
+    in ``_NEVER``, one the reference cannot evaluate, or a result that is missing an
+    output, holds objects or exceeds MAX_ELEMENTS."""
+    if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
+        return None
+    result = evaluate(node, values, opsets)
+    if result is None or len(result) < len(node.output) or any(
+            r.dtype == object or r.size > MAX_ELEMENTS for r in result):
+        return None
+    return result
+
+
+def _inputs_with_subgraphs(node) -> set:
+    """The tensor names ``node`` reads, those its If/Loop/Scan bodies read from the outer
+    scope included (a folded constant they use must stay an initializer)."""
+    names = set(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            names |= {o.name for o in g.output}  # a branch may return an outer tensor as is
+            for n in g.node:
+                names |= _inputs_with_subgraphs(n)
+    return names
+
+
+def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """Return (model with foldable nodes replaced by initializers, nodes folded).
+
+    Folding can make a tensor's shape static that shape inference could not give before
+    (``Pad`` whose pads were computed from a bound input): while a ``Shape``/``Size`` is
+    left whose input has no static shape, shapes are inferred again on the folded model
+    and it is folded again (at most ``MAX_ROUNDS`` rounds)."""
+    total = 0
+    for _ in range(MAX_ROUNDS):
+        model, folded = _fold_round(model)
+        total += folded
+        if not folded or not _unknown_shape_reads(model):
+            break
+        reinferred = _reinfer_shapes(model)
+        if reinferred is None:
+            break
+        model = reinferred
+    return model, total
+
+
+def _unknown_shape_reads(model: onnx.ModelProto) -> set:
+    """Inputs of ``Shape``/``Size`` nodes whose shapes are not static."""
+    shapes = static_shapes(model)
+    shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
+    return {n.input[0] for n in model.graph.node if n.op_type in ("Shape", "Size")
+            and n.domain in ("", "ai.onnx") and n.input[0] not in shapes}
+
+
+def _reinfer_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The model with shapes inferred afresh (stale intermediate shapes dropped), if that
+    gives any ``Shape``/``Size`` input a static shape it lacked; else None."""
+    from onnx import shape_inference
+
+    before = _unknown_shape_reads(model)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.value_info[:]
+    try:
+        m = shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:  # the loader's strict inference passed; a failure here is not fatal
+        return None
+    return m if _unknown_shape_reads(m) < before else None
+
+
+def _fold_round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """One pass over the graph in order: fold every node whose inputs are known."""
+    graph = model.graph
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    shapes = static_shapes(model)
+    opsets = list(model.opset_import)
+    kept, folded = [], 0
+    for node in graph.node:
+        result = None
+        default = node.domain in ("", "ai.onnx")
+        if default and node.op_type == "Shape" and node.input[0] in shapes:
+            result = [_shape_of(node, shapes[node.input[0]])]
+        elif default and node.op_type == "Size" and node.input[0] in shapes:
+            result = [np.array(int(np.prod(shapes[node.input[0]])), dtype=np.int64)]
+        elif all(not i or i in known for i in node.input):
+            result = fold_node(node, [known.get(i) if i else None for i in node.input], opsets)
+        if result is None:
+            kept.append(node)
+            continue
+        for name, value in zip(node.output, result):
+            if name:
+                known[name] = value
+        folded += 1
+    if not folded:
+        return model, 0
+    used = {i for n in kept for i in _inputs_with_subgraphs(n)} | {o.name for o in graph.output}
+    inits = {t.name for t in graph.initializer}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    for name in sorted(used - inits):
+        if name in known:
+            out.graph.initializer.append(numpy_helper.from_array(known[name], name))
+    return out, folded

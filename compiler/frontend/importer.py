@@ -1,0 +1,356 @@
+"""ONNX -> Relax: the one import function of onnxc, driven by our operator registry.
+
+Every node is checked against ``compiler.registry`` before anything is converted (all
+unsupported nodes in one error).  Nodes are then converted in order by their registry
+entry (TVM's frontend converters for the default domain, ours and custom ones on top).
+Each node's output is bound to a Relax variable named after the node's index
+(``n<k>``), and bindings a converter emits on the way get the same tag, so that later
+stages can say which ONNX nodes every kernel computes (``compiler/lowering/provenance.py``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import onnx
+from onnx import helper
+
+from ..errors import CompileError, ModelError, UnsupportedError
+from .narrow_import import narrow_converter, storage_model
+from ..lowering.provenance import node_of_binding, rename_bindings
+from .registry import REGISTRY, ConvertContext
+
+def graph_inputs(model: onnx.ModelProto) -> list:
+    """The graph inputs that are not initializers (what the user feeds)."""
+    inits = {i.name for i in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in inits]
+
+
+def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None) -> list[dict]:
+    """[{name, shape, dtype}] of the user-fed inputs.
+
+    ``shapes`` ({name: [dims]}) fixes symbolic dimensions; a symbolic dimension left open
+    is refused with the input's name.
+    """
+    shapes = shapes or {}
+    sig = []
+    for vi in graph_inputs(model):
+        tt = vi.type.tensor_type
+        dims = []
+        for i, d in enumerate(tt.shape.dim):
+            if vi.name in shapes:
+                dims = [int(x) for x in shapes[vi.name]]
+                break
+            if not d.HasField("dim_value"):
+                raise UnsupportedError(
+                    f"{where}: input {vi.name!r} has a symbolic dimension "
+                    f"{d.dim_param or '?'!r} at axis {i}; give its shape at compile time "
+                    f"(input_shapes={{{vi.name!r}: [...]}}) or run it through a session that "
+                    "specialises on the shapes it is fed")
+            dims.append(d.dim_value)
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type).name
+        sig.append({"name": vi.name, "shape": dims, "dtype": dtype})
+    return sig
+
+
+def index_bounds(model: onnx.ModelProto) -> list[dict]:
+    """Ranges that user-fed inputs used as Gather indices must respect (token ids into an
+    embedding table): the session checks them, because the kernel does not."""
+    from .fold_onnx import static_shapes
+
+    fed = {vi.name for vi in graph_inputs(model)}
+    shapes = static_shapes(model)
+    shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
+    bounds = []
+    for i, node in enumerate(model.graph.node):
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in fed:
+            continue
+        data = shapes.get(node.input[0])
+        if not data:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if not -len(data) <= axis < len(data):  # TVM's converter does not refuse it
+            raise ModelError(f"node {node.name or f'#{i}'!r} (Gather): axis {axis} is out of "
+                             f"range for its data input {node.input[0]!r} of rank {len(data)}")
+        size = data[axis + len(data) if axis < 0 else axis]
+        bounds.append({"input": node.input[1], "node": node.name or f"#{i}", "op": "Gather",
+                       "size": size, "low": -size, "high": size - 1})
+    return bounds
+
+
+def unsupported_nodes(model: onnx.ModelProto, target_arch: str | None = None) -> list[dict]:
+    """Nodes no registry entry supports (see ``OperatorRegistry.check``)."""
+    return REGISTRY.check(model, target_arch)
+
+
+def refuse_unsupported(model, where: str, target_arch: str | None = None) -> None:
+    """Raise UnsupportedError listing every node no registry entry supports."""
+    bad = unsupported_nodes(model, target_arch)
+    if not bad:
+        return
+    lines = "\n".join(
+        f"  node {b['node']!r}: {b['op']} (domain {b['domain']}, model opset {b['opset']}, "
+        f"supported opsets: {', '.join(b['supported']) or 'none'}): {b['why']}" for b in bad)
+    raise UnsupportedError(
+        f"{where}: {len(bad)} node(s) cannot be converted:\n{lines}\n"
+        "run `onnxc ops` for the supported operators; register a converter for a custom "
+        "operator with compiler.registry.register_op(domain, op_type)")
+
+
+def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str | None = None,
+                shapes=None):
+    """Convert a validated model to a Relax IRModule whose ``main`` takes the graph inputs
+    (in the model's order) and returns the graph outputs (a tuple when there are several).
+    """
+    refuse_unsupported(model, where, target_arch)
+    model, elem_types = storage_model(model)  # narrow types as codes (narrow_import.py)
+    sig = input_signature(model, where, shapes)
+    importer = _Importer({s["name"]: s["shape"] for s in sig},
+                         {s["name"]: s["dtype"] for s in sig})
+    importer.where = where
+    importer.elem_types = elem_types
+    importer.domain_opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+    opset = importer.domain_opsets.get("ai.onnx", 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = importer.from_onnx(model.graph, opset)
+    except CompileError:
+        raise
+    except Exception as e:
+        raise CompileError(f"{where}: import to Relax failed: {_last_line(e)}") from e
+    _check_outputs(mod, model, where)
+    return _tag_bindings(mod)
+
+
+def _last_line(e: Exception) -> str:
+    """The last line of an exception's message (TVM's checks end with the reason)."""
+    msg = str(e).strip().splitlines()
+    return msg[-1] if msg else type(e).__name__
+
+
+def _check_outputs(mod, model: onnx.ModelProto, where: str) -> None:
+    """Refuse a conversion whose outputs differ in dtype or static shape from what the
+    model declares: better an error than a silently wrong result."""
+    from tvm import relax, tirx
+
+    ret = mod["main"].ret_type if hasattr(mod["main"], "ret_type") else None
+    ret = ret if ret is not None else mod["main"].body.body.ty
+    got = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    declared = list(model.graph.output)
+    if len(got) != len(declared):
+        raise UnsupportedError(f"{where}: the converted graph has {len(got)} outputs, the model "
+                               f"declares {len(declared)}")
+    for vi, t in zip(declared, got):
+        tt = vi.type.tensor_type
+        if not isinstance(t, relax.TensorType):
+            raise UnsupportedError(f"{where}: output {vi.name!r} does not convert to a tensor")
+        if tt.elem_type:
+            want = helper.tensor_dtype_to_np_dtype(tt.elem_type).name
+            if str(t.dtype) != want:
+                raise UnsupportedError(f"{where}: output {vi.name!r} would be {t.dtype}, the "
+                                       f"model declares {want}; refusing a wrong result")
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        shape = getattr(t, "shape", None)
+        values = getattr(shape, "values", None)
+        if tt.HasField("shape") and values is not None and None not in dims and all(
+                isinstance(v, tirx.IntImm) for v in values):
+            ours = [int(v.value) for v in values]
+            if ours != dims:
+                raise UnsupportedError(f"{where}: output {vi.name!r} would have shape {ours}, "
+                                       f"the model declares {dims}; refusing a wrong result")
+
+
+def _importer_base():
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    return ONNXGraphImporter
+
+
+class _Importer(_importer_base()):
+    """TVM's graph importer with the node loop replaced: registry dispatch, per-node
+    error context and per-node binding tags."""
+
+    where = "model"
+    domain_opsets: dict = {}
+    elem_types: dict = {}   # tensor name -> narrow_types.Format of its codes
+
+    def _check_for_unsupported_ops(self, graph):
+        pass  # done by the registry before conversion (import_onnx)
+
+    def convert_subgraph(self, graph, names: dict, scope: str) -> None:
+        """Convert a control-flow subgraph's nodes into the function being built.
+
+        ``names`` ({ONNX tensor name: Relax expression}) is what the subgraph sees: the
+        outer scope, its initializers and inputs; its nodes' outputs are added to it.  The
+        importer's own tensor map is left as it was.  ``scope`` names the parent node in
+        errors (``parent > child``), and the bindings take the parent node's tag.
+        """
+        outer = self._nodes
+        self._nodes = names
+        try:
+            self._construct_nodes(graph, scope=scope)
+        finally:
+            self._nodes = outer
+
+    def _construct_nodes(self, graph, scope: str | None = None):
+        """Convert ``graph``'s nodes in order.  ``scope`` is set for a control-flow
+        subgraph (``compiler/frontend/control_flow.py``): it prefixes every error's node label, and
+        the bindings go untagged, so they take the parent node's tag (``_tag_bindings``)."""
+        from tvm import relax
+        from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
+
+        for idx, node in enumerate(graph.node):
+            attr = self._parse_attr(node.attribute)
+            inputs = onnx_input()
+            for name in node.input:
+                inputs.append(self._nodes[name] if name else None)
+            attr["tvm_custom"] = {"name": node.name, "num_outputs": len(node.output)}
+            domain = node.domain or "ai.onnx"
+            opset = self.domain_opsets.get(domain, 1)
+            entry = REGISTRY.lookup(domain, node.op_type, opset)
+            label = f"node {node.name or '#' + str(idx)!r} ({node.op_type}, domain {domain}, " \
+                    f"opset {opset})"
+            if scope:
+                label = f"{scope} > {label}"
+            if entry is None:  # checked before conversion; guard against registry changes
+                raise UnsupportedError(f"{self.where}: {label}: no converter registered")
+            if not (entry.implementation == "tvm" and node.op_type in _SHAPE_OK) or (
+                    node.op_type == "Concat" and _mixes_shapes_and_tensors(inputs)):
+                inputs = self._shape_values_as_tensors(inputs, label)
+            convert = narrow_converter(entry, node, self.elem_types, f"{self.where}: {label}")
+            ctx = ConvertContext(node=node, opset=opset, tensors=self._nodes, params=self._params,
+                                importer=self, label=label)
+            try:
+                out = convert(self.bb, inputs, attr, ctx)
+                if isinstance(out, relax.Expr):
+                    out = _fold_shape_arithmetic(self.bb.normalize(out))
+            except CompileError:
+                raise
+            except Exception as e:
+                raise CompileError(f"{self.where}: {label}: conversion failed: "
+                                   f"{_last_line(e)}") from e
+            outs = self._bind_outputs(out, len(node.output), "sub" if scope else f"n{idx}",
+                                     label)
+            for name, value in zip(node.output, outs):
+                if name:
+                    self._nodes[name] = value
+        # a graph output that is a shape value (e.g. Shape's) is returned as an int64 tensor
+        for vi in graph.output:
+            value = self._nodes.get(vi.name)
+            if value is not None and isinstance(value.ty, relax.ShapeType):
+                (self._nodes[vi.name],) = self._shape_values_as_tensors([value], vi.name)
+
+    def _shape_values_as_tensors(self, inputs, label: str):
+        """Shape values (from Shape, or shape arithmetic) fed to ops that take tensors: a
+        static shape becomes an int64 constant, so the arithmetic on it folds at import."""
+        import numpy as np
+        from tvm import relax, tirx
+        from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
+
+        out = onnx_input()
+        for i, x in enumerate(inputs):
+            if x is not None and isinstance(x.ty, relax.ShapeType):
+                values = getattr(x, "values", None)
+                if values is None or not all(isinstance(v, tirx.IntImm) for v in values):
+                    raise UnsupportedError(f"{self.where}: {label}: input {i} is a shape that "
+                                           "is not known at compile time")
+                x = relax.const(np.array([int(v.value) for v in values], np.int64), "int64")
+            out.append(x)
+        return out
+
+    def _bind_outputs(self, out, n_outputs: int, tag: str, label: str) -> list:
+        """Bind each output to a variable tagged with the node; return them in order."""
+        from tvm import relax
+
+        if isinstance(out, relax.Tuple):
+            items = list(out.fields)
+        elif isinstance(out.ty, relax.TupleType) and n_outputs > 1:
+            items = [relax.TupleGetItem(out, i) for i in range(len(out.ty.fields))]
+        else:
+            items = [out]
+        if len(items) < n_outputs:
+            raise CompileError(f"{self.where}: {label}: converter returned {len(items)} "
+                               f"output(s), the node has {n_outputs}")
+        bound = []
+        for k, item in enumerate(items):
+            # A Var the converter already bound (e.g. BatchNormalization's tuple items) is
+            # re-bound under the tag, so the bindings before it are attributed to this node.
+            if isinstance(item, (relax.Call, relax.TupleGetItem, relax.Var)):
+                item = self.bb.emit(item, name_hint=tag if len(items) == 1 else f"{tag}_o{k}")
+            bound.append(item)
+        return bound
+
+
+def _mixes_shapes_and_tensors(inputs) -> bool:
+    from tvm import relax
+
+    kinds = {isinstance(x.ty, relax.ShapeType) for x in inputs if x is not None}
+    return len(kinds) == 2
+
+
+# Integer tensors up to this size computed from constants only are evaluated at import.
+_FOLD_MAX_ELEMENTS = 4096
+
+
+def _fold_shape_arithmetic(expr):
+    """Evaluate a small integer/bool result computed from constants only (shape, index and
+    mask arithmetic in exported graphs), so that converters downstream that need constant
+    shapes or axes see constants."""
+    import numpy as np
+    import tvm
+    from tvm import relax, tirx
+    from tvm.ir.expr import GenericConst
+
+    if not isinstance(expr, relax.Call) or not isinstance(expr.ty, relax.TensorType):
+        return expr
+    dtype = str(expr.ty.dtype)
+    if not (dtype.startswith("int") or dtype.startswith("uint") or dtype == "bool"):
+        return expr
+    shape = getattr(expr.ty, "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None or not all(isinstance(v, tirx.IntImm) for v in values) or \
+            int(np.prod([int(v.value) for v in values])) > _FOLD_MAX_ELEMENTS:
+        return expr
+
+    def constant_only(e) -> bool:
+        if isinstance(e, (GenericConst, relax.ShapeExpr, tvm.ir.expr.StringImm)):
+            return True
+        if isinstance(e, relax.Tuple):
+            return all(constant_only(f) for f in e.fields)
+        if isinstance(e, relax.Call):
+            return isinstance(e.op, tvm.ir.Op) and all(constant_only(a) for a in e.args)
+        return False
+
+    if not constant_only(expr):
+        return expr
+    try:
+        mod = tvm.IRModule({"main": relax.Function([], expr)})
+        folded = relax.transform.FoldConstant()(mod)["main"].body
+        while isinstance(folded, relax.SeqExpr):
+            folded = folded.body
+        return folded if isinstance(folded, GenericConst) else expr
+    except Exception:  # not foldable here: leave it to the graph passes
+        return expr
+
+
+# Ops whose TVM converters accept shape values (as TVM's importer lists them).
+_SHAPE_OK = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand",
+             "Concat", "Equal", "Where", "Cast", "CastLike", "Squeeze"}
+
+
+def _tag_bindings(mod):
+    """Rename every binding of main to its node's tag: an untagged binding (emitted while a
+    converter built its result) takes the tag of the next tagged binding."""
+    names = [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
+    new_names, pending, counts = [None] * len(names), [], {}
+    for i, name in enumerate(names):
+        k = node_of_binding(name)
+        if k is None:
+            pending.append(i)
+            continue
+        for j in pending:
+            counts[k] = counts.get(k, 0) + 1
+            new_names[j] = f"n{k}_{counts[k]}"
+        pending = []
+    return rename_bindings(mod, new_names) if any(new_names) else mod

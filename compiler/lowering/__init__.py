@@ -1,0 +1,34 @@
+"""Lowering: Relax graph -> TIR kernels -> the graph the runtime calls, and the artifact.
+
+``legalize_*`` give TVM's LegalizeOps our TE computes where TVM's are missing, wrong or
+slow; ``provenance`` names each kernel after the ONNX nodes it computes; ``graph``
+extracts the kernel calls and plans storage (``inplace``: outputs reusing a dying input);
+``artifact`` writes the ``.so``.
+"""
+
+from . import legalize_conv_nchwc, legalize_reductions, legalize_topk, legalize_vector_math
+
+_installed = False
+
+
+def install() -> dict:
+    """Install every onnxc legalization; returns the customize map for ``LegalizeOps``.
+
+    On TVM's ops (``FLegalize``, once per process; later calls do nothing): blocked
+    conv2d (``legalize_conv_nchwc``, which TVM cannot lower), float max/min with a +-inf
+    identity (``legalize_reductions``) and topk as a TE kernel (``legalize_topk``).  They
+    sit on the ops because constant folding legalizes with the registered functions too,
+    and must agree with the lowering.
+
+    Returned, not installed: float32 GELU and softmax with vectorisable erf / exp
+    (``legalize_vector_math``), for our pipeline's ``LegalizeOps`` only; they replace
+    TVM's numerics (a polynomial erf, a range-reduced exp), which other users of
+    ``LegalizeOps`` in the process do not ask for.
+    """
+    global _installed
+    if not _installed:  # TVM refuses a second registration at the same level
+        legalize_conv_nchwc.install()
+        legalize_reductions.install()
+        legalize_topk.install()
+        _installed = True
+    return dict(legalize_vector_math.LEGALIZE_MAP)

@@ -1,0 +1,139 @@
+"""Legalization of ``relax.nn.conv2d`` in NCHW[b]c, which TVM 0.27 cannot lower.
+
+``passes/convert_layout.py`` rewrites conv graphs to ``data_layout="NCHW{b}c"`` with
+kernels ``OIHW{b}i{b}o`` (or ``OIHW1i{b}o`` for depthwise convs).  TVM 0.27's own
+legalization of conv2d only knows plain layouts ("channel chunk cannot be legalized") and
+leaves the call as it is, so nothing would be built.  This module registers, on the op
+itself (``FLegalize``, as ``legalize_reductions`` does for max/min), a TE compute for the
+two blocked forms; every other conv2d keeps TVM's legalization:
+
+* dense (``groups == 1``)::
+
+    out[n, fo, y, x, fi] = sum_{co, ry, rx, ci} pad[n, co, y*sh + ry*dh, x*sw + rx*dw, ci]
+                                                * w[fo, co, ry, rx, ci, fi]
+
+* NCHW input, blocked output (a 3-channel stem: ``data_layout="NCHW"``, kernel
+  ``OIHW{b}o``, ``out_layout="NCHW{b}c"``), so the whole network after the stem is
+  blocked::
+
+    out[n, fo, y, x, v] = sum_{c, ry, rx} pad[n, c, y*sh + ry*dh, x*sw + rx*dw]
+                                          * w[fo, c, ry, rx, v]
+
+* depthwise (``groups == C``, kernel block ``1i``)::
+
+    out[n, c, y, x, v] = sum_{ry, rx} pad[n, c, y*sh + ry*dh, x*sw + rx*dw, v]
+                                      * w[c, 0, ry, rx, 0, v]
+
+The CPU rule ``schedules/cpu/conv2d_nchwc.py`` schedules both.  Imported for its side
+effect by ``compiler/pipeline.py``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tvm
+from tvm import te, topi
+
+_ATTR = "FLegalize"
+_DATA = re.compile(r"^NCHW(\d+)c$")
+_KERNEL = re.compile(r"^OIHW(\d+)i(\d+)o$")
+_KERNEL_OUT = re.compile(r"^OIHW(\d+)o$")
+
+
+def blocked_layouts(attrs):
+    """(data block, kernel in-block, kernel out-block) of a blocked conv's attrs (data
+    block 0 and kernel in-block 0 for an NCHW input), or None for any other layout
+    combination."""
+    o = _DATA.match(str(attrs.out_layout or attrs.data_layout))
+    if str(attrs.data_layout) == "NCHW":
+        k = _KERNEL_OUT.match(str(attrs.kernel_layout))
+        if not (k and o) or int(o.group(1)) != int(k.group(1)):
+            return None
+        return 0, 0, int(k.group(1))
+    d, k = _DATA.match(str(attrs.data_layout)), _KERNEL.match(str(attrs.kernel_layout))
+    if not (d and k and o) or int(o.group(1)) != int(k.group(2)):
+        return None
+    return int(d.group(1)), int(k.group(1)), int(k.group(2))
+
+
+def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool):
+    """TE compute of a blocked conv (the three forms above; a 4-D ``data`` is the NCHW
+    input form); ``padding`` is (top, left, bottom, right)."""
+    rank = len(data.shape)
+    n, h, w = (int(data.shape[k]) for k in (0, 2, 3))
+    fo, kh, kw, ob = (int(kernel.shape[k]) for k in (0, 2, 3, -1))
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    pt, pl, pb, pr = (int(p) for p in padding)
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if pt or pl or pb or pr:
+        tail = [0] * (rank - 4)
+        data = topi.nn.pad(data, [0, 0, pt, pl, *tail], [0, 0, pb, pr, *tail],
+                           name="pad_temp")
+    if rank == 4:
+        rc = te.reduce_axis((0, int(data.shape[1])), "rc")
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+    if rank == 4:
+        return te.compute(
+            (n, fo, oh, ow, ob),
+            lambda i, f, y, x, v: te.sum(
+                data[i, rc, y * sh + ry * dh, x * sw + rx * dw] * kernel[f, rc, ry, rx, v],
+                axis=[rc, ry, rx]),
+            name="conv2d_NCHWc_from_NCHW")
+    if depthwise:
+        return te.compute(
+            (n, fo, oh, ow, ob),
+            lambda i, c, y, x, v: te.sum(
+                data[i, c, y * sh + ry * dh, x * sw + rx * dw, v] * kernel[c, 0, ry, rx, 0, v],
+                axis=[ry, rx]),
+            name="depthwise_conv2d_NCHWc")
+    co = te.reduce_axis((0, int(kernel.shape[1])), "rco")
+    ci = te.reduce_axis((0, int(kernel.shape[4])), "rci")
+    return te.compute(
+        (n, fo, oh, ow, ob),
+        lambda i, f, y, x, v: te.sum(
+            data[i, co, y * sh + ry * dh, x * sw + rx * dw, ci] * kernel[f, co, ry, rx, ci, v],
+            axis=[co, ry, rx, ci]),
+        name="conv2d_NCHWc")
+
+
+def _supported(call):
+    """True when ``call`` is a float32 conv2d in one of the three blocked forms above."""
+    a = call.attrs
+    blocks = blocked_layouts(a)
+    if blocks is None:
+        return False
+    x, k = call.args
+    dtype = str(x.ty.dtype)
+    if dtype != "float32" or str(k.ty.dtype) != dtype or (a.out_dtype and str(a.out_dtype)
+                                                           not in ("", dtype)):
+        return False
+    db, ib, ob = blocks
+    if db == 0:
+        return int(a.groups) == 1
+    channels = int(x.ty.shape[1]) * db
+    if int(a.groups) == 1:
+        return ib == db
+    return int(a.groups) == channels and ib == 1 and ob == db
+
+
+def install() -> None:
+    """Register the NCHW[b]c legalization on ``relax.nn.conv2d`` (once)."""
+    op = tvm.ir.Op.get("relax.nn.conv2d")
+    default = op.get_attr(_ATTR)
+    if getattr(default, "__onnxc_nchwc__", False):
+        return  # already installed (module reloaded)
+
+    def legalize(bb, call):
+        if not _supported(call):
+            return default(bb, call)
+        a = call.attrs
+        return bb.call_te(conv2d_nchwc, call.args[0], call.args[1], a.strides, a.padding,
+                          a.dilation, int(a.groups) != 1, primfunc_name_hint="conv2d")
+
+    legalize.__onnxc_nchwc__ = True
+    tvm.ir.register_op_attr("relax.nn.conv2d", _ATTR, legalize, level=11)
+

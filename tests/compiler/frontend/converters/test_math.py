@@ -1,0 +1,79 @@
+"""onnxc's math converters (compiler/frontend/converters/math.py: Celu, Elu, Swish,
+SwiGLU, Det, Pow with mixed types, Mod's float edge cases, CumSum/CumProd) against
+onnx.reference on small random models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.errors import UnsupportedError
+from tests.compiler.onnx_check import check, run_onnxc
+from tests.compiler.frontend.converters.reference import F, randn
+from tests.compiler.frontend.converters.reference import I64
+from tests.compiler.frontend.converters.reference import check_against_reference
+import compiler
+from onnx import helper
+from tests.compiler.frontend.converters.reference import onnx_model
+from tests.compiler.frontend.converters.reference import untyped_output
+from tests.compiler.frontend.converters.reference import value_info
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_celu(alpha):
+    check("Celu", {"x": randn(3, 4)}, opset=12, alpha=alpha)
+
+
+def test_celu_and_elu_float16():
+    check("Celu", {"x": randn(8, dtype=np.float16)}, opset=28, rtol=2e-3, atol=1e-3, alpha=2.0)
+    check("Elu", {"x": randn(8, dtype=np.float16)}, opset=28, rtol=2e-3, atol=1e-3, alpha=0.7)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.3])
+def test_swish_and_swiglu(alpha):
+    check("Swish", {"x": randn(2, 5)}, opset=24, alpha=alpha)
+    check("SwiGLU", {"a": randn(2, 5), "b": randn(2, 5)}, opset=28, alpha=alpha)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_det(n):
+    check("Det", {"x": randn(3, n, n)}, opset=22, rtol=1e-4, atol=1e-4)
+
+
+def test_det_refuses_large_matrices():
+    with pytest.raises(UnsupportedError, match="size 7"):
+        run_onnxc("Det", {"x": randn(7, 7)}, opset=22)
+
+
+@pytest.mark.parametrize("base,exp", [(np.float32, np.int64), (np.int32, np.float32),
+                                      (np.int64, np.int32)])
+def test_pow_mixed_types_has_the_base_type(base, exp):
+    a = np.array([1.5, 2, 3, -2], base) if base == np.float32 else np.array([1, 2, 3, -2], base)
+    b = np.array([2, 3, 0, 3], exp) if exp != np.float32 else np.array([2, 0.5, 3, 3], exp)
+    node = helper.make_node("Pow", ["a", "b"], ["y"])
+    at = helper.np_dtype_to_tensor_dtype(a.dtype)
+    model = onnx_model(node, [value_info("a", at, [4]), value_info("b", helper.np_dtype_to_tensor_dtype(b.dtype), [4])],
+                   [untyped_output("y")], 15)
+    check_against_reference(model, {"a": a, "b": b})
+
+
+def test_mod_float_edge_cases_as_numpy():
+    x = np.array([0, -0.0, 0, -0.0, -3, 3, -1, 1, np.inf, -np.inf, 1, 1, np.nan, 1, 5.5, -5.5],
+                 np.float32)
+    y = np.array([-2, 2, 2, -2, np.inf, np.inf, -np.inf, -np.inf, 2, 2, 0, -0.0, 2, np.nan,
+                  -2, 2], np.float32)
+    node = helper.make_node("Mod", ["x", "y"], ["z"], fmod=0)
+    model = onnx_model(node, [value_info("x", F, [16]), value_info("y", F, [16])], [value_info("z", F, [16])], 13)
+    got = compiler.compile(model).session().run(None, {"x": x, "y": y})[0]
+    want = np.mod(x, y)
+    np.testing.assert_array_equal(got, want)  # NaN where NaN, same infinities
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("op,opset,exclusive,reverse", [
+    ("CumSum", 14, 0, 0), ("CumSum", 14, 1, 1), ("CumProd", 26, 1, 0), ("CumProd", 26, 0, 1)])
+def test_cumulative(op, opset, exclusive, reverse):
+    x = np.random.default_rng(4).random((3, 5)).astype(np.float32) + 0.5
+    axis = helper.make_tensor("axis", I64, [], [1])
+    node = helper.make_node(op, ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    check_against_reference(onnx_model(node, [value_info("x", F, [3, 5])], [value_info("y", F, [3, 5])], opset, [axis]),
+           {"x": x})

@@ -1,0 +1,62 @@
+"""onnxc's integer / quantized converters (compiler/frontend/converters/quantization.py:
+QLinearMatMul, QLinearConv, ConvInteger, BitCast) against onnx.reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, TensorProto
+
+import compiler
+from compiler.errors import CompileError, UnsupportedError
+from tests.compiler.frontend.converters.reference import F, I64, RNG, value_info
+from tests.compiler.onnx_check import check
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("scale_dt", [np.float32, np.float16])
+def test_qlinear_matmul(dt, scale_dt):
+    info = np.iinfo(dt)
+    a = RNG.integers(info.min, info.max, (2, 3, 4)).astype(dt)
+    b = RNG.integers(info.min, info.max, (2, 4, 5)).astype(dt)
+    s = lambda v: np.array([v], scale_dt)  # noqa: E731
+    z = lambda v: np.array([v], dt)  # noqa: E731
+    check("QLinearMatMul", {"a": a, "as": s(0.02), "az": z(3), "b": b, "bs": s(0.03),
+                             "bz": z(5), "ys": s(0.7), "yz": z(7)}, opset=21)
+
+
+def test_qlinear_conv_per_channel_with_bias():
+    x = RNG.integers(0, 255, (1, 2, 5, 5)).astype(np.uint8)
+    w = RNG.integers(0, 255, (3, 2, 3, 3)).astype(np.uint8)
+    check("QLinearConv", {"x": x, "xs": np.array(0.01, np.float32),
+                           "xz": np.array(100, np.uint8), "w": w,
+                           "ws": np.array([0.02, 0.03, 0.01], np.float32),
+                           "wz": np.array([120, 128, 130], np.uint8),
+                           "ys": np.array(0.5, np.float32), "yz": np.array(10, np.uint8),
+                           "bias": RNG.integers(-500, 500, (3,)).astype(np.int32)},
+           opset=10, pads=[1, 1, 1, 1])
+
+
+def test_conv_integer_per_channel_zero_point():
+    x = RNG.integers(0, 255, (1, 1, 4, 4)).astype(np.uint8)
+    w = RNG.integers(0, 255, (2, 1, 2, 2)).astype(np.uint8)
+    check("ConvInteger", {"x": x, "w": w, "xz": np.array(3, np.uint8),
+                           "wz": np.array([1, 2], np.uint8)}, opset=10, strides=[2, 2])
+
+
+@pytest.mark.parametrize("src,to", [(np.float32, TensorProto.INT32),
+                                    (np.int64, TensorProto.DOUBLE),
+                                    (np.int16, TensorProto.UINT16),
+                                    (np.bool_, TensorProto.UINT8)])
+def test_bitcast(src, to):
+    x = (RNG.standard_normal((2, 3)) * 100).astype(src)
+    x.flat[0] = -x.flat[0] if src != np.bool_ else x.flat[0]
+    check("BitCast", {"x": x}, opset=26, to=to)
+
+
+def test_bitcast_refuses_width_change():
+    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT64)
+    g = helper.make_graph([node], "g", [value_info("x", F, [2])], [value_info("y", I64, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)])
+    with pytest.raises((UnsupportedError, CompileError)):
+        compiler.compile(m)

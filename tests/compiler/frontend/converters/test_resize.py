@@ -1,0 +1,163 @@
+"""Resize and Upsample (compiler/frontend/converters/resize.py) against
+onnx.reference.ReferenceEvaluator: computed exactly with constant scales, TVM's behind
+the guards otherwise, and values bound by the specialising session."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import compiler
+from compiler.errors import UnsupportedError
+from tests.compiler.frontend.converters.reference import F
+from tests.compiler.frontend.converters.reference import RNG
+from tests.compiler.frontend.converters.reference import check_against_reference
+from tests.compiler.frontend.converters.reference import initializer
+from tests.compiler.frontend.converters.reference import onnx_model
+from tests.compiler.frontend.converters.reference import typed
+from tests.compiler.frontend.converters.reference import untyped_output
+from tests.compiler.frontend.converters.reference import value_info
+
+
+# --------------------------------------------------------------------------- #
+# Resize / Upsample
+# --------------------------------------------------------------------------- #
+
+
+def _resize(x, scales=None, sizes=None, roi=None, opset=19, **attrs):
+    inits, names = [], ["x", "", "", ""]
+    for k, (name, v, dt) in enumerate((("roi", roi, np.float32), ("scales", scales, np.float32),
+                                       ("sizes", sizes, np.int64)), start=1):
+        if v is not None:
+            inits.append(initializer(name, np.array(v, dt)))
+            names[k] = name
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("Resize", names, ["y"], **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    return onnx_model(node, [value_info("x", elem, list(x.shape))], [untyped_output("y")], opset, inits)
+
+
+_X44 = RNG.standard_normal((1, 2, 4, 4)).astype(np.float32)
+
+_RESIZE_CASES = {
+    # a non-integral input size times scale: output 2 x 2, sampled with the scale, not 4/2
+    "linear_scales_0.6": dict(scales=[1, 1, 0.6, 0.6], mode="linear"),
+    "linear_align_corners_0.6": dict(scales=[1, 1, 0.6, 0.6], mode="linear",
+                                     coordinate_transformation_mode="align_corners"),
+    "linear_half_pixel_symmetric": dict(scales=[1, 1, 2.3, 1.7], mode="linear",
+                                        coordinate_transformation_mode="half_pixel_symmetric"),
+    "cubic_A_exclude_outside": dict(scales=[1, 1, 0.8, 1.6], mode="cubic", cubic_coeff_a=-0.5,
+                                    exclude_outside=1),
+    "cubic_antialias_sizes": dict(sizes=[1, 2, 3, 2], mode="cubic", antialias=1),
+    "linear_antialias_scales": dict(scales=[1, 1, 0.6, 0.5], mode="linear", antialias=1),
+    "nearest_tie_half_pixel": dict(sizes=[1, 2, 7, 9], mode="nearest"),
+    "nearest_ceil_pytorch": dict(sizes=[1, 2, 3, 6], mode="nearest", nearest_mode="ceil",
+                                 coordinate_transformation_mode="pytorch_half_pixel"),
+    "nearest_axes_not_smaller": dict(sizes=[5, 3], axes=[3, 2], mode="nearest",
+                                     keep_aspect_ratio_policy="not_smaller"),
+    "nearest_axes_not_larger": dict(sizes=[7, 5], axes=[2, 3], mode="nearest",
+                                    keep_aspect_ratio_policy="not_larger"),
+    "tf_crop_and_resize_axes": dict(sizes=[3, 5], axes=[3, 2], roi=[0.2, 0.4, 0.9, 1.2],
+                                    mode="linear", extrapolation_value=7.5,
+                                    coordinate_transformation_mode="tf_crop_and_resize"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_RESIZE_CASES))
+def test_resize_matches_reference(case):
+    check_against_reference(_resize(_X44, **_RESIZE_CASES[case]), {"x": _X44})
+
+
+def test_resize_nearest_on_integers_is_exact_and_linear_is_refused():
+    # more than 64 elements: a small integer input would be bound as a value (specialize)
+    x = np.arange(72, dtype=np.int32).reshape(1, 2, 6, 6) * 1000003
+    check_against_reference(_resize(x, scales=[1, 1, 1.5, 0.75], mode="nearest",
+                   nearest_mode="round_prefer_ceil",
+                   coordinate_transformation_mode="asymmetric"), {"x": x}, rtol=0, atol=0)
+    model, _ = typed(_resize(x, scales=[1, 1, 1.5, 0.75], mode="linear"), {"x": x})
+    with pytest.raises(UnsupportedError, match="mode=linear on a int32 input"):
+        compiler.compile(model)
+
+
+def test_resize_float16_computed_in_float32():
+    x = _X44.astype(np.float16)
+    check_against_reference(_resize(x, scales=[1, 1, 0.6, 1.5], mode="cubic"), {"x": x}, rtol=2e-3, atol=1e-3)
+
+
+def test_resize_roi_as_graph_input_is_bound_by_the_session():
+    model = _resize(_X44, sizes=[1, 2, 3, 3], roi=[0, 0, 0.1, 0.2, 1, 1, 0.8, 1.1],
+                    mode="linear", coordinate_transformation_mode="tf_crop_and_resize")
+    roi = np.array([0, 0, 0.1, 0.2, 1, 1, 0.8, 1.1], np.float32)
+    del model.graph.initializer[0]  # roi becomes a graph input
+    model.graph.input.append(value_info("roi", F, [8]))
+    check_against_reference(model, {"x": _X44, "roi": roi})
+
+
+def test_upsample_opset9_nearest():
+    x = RNG.standard_normal((1, 1, 2, 3)).astype(np.float32)
+    node = helper.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest")
+    model = onnx_model(node, [value_info("x", F, [1, 1, 2, 3])], [untyped_output("y")], 9,
+                   [initializer("scales", np.array([1, 1, 2, 3], np.float32))])
+    got = check_against_reference(model, {"x": x})[0]
+    np.testing.assert_array_equal(got, np.repeat(np.repeat(x, 2, axis=2), 3, axis=3))
+
+
+# --------------------------------------------------------------------------- #
+# Pow, Mod
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# Reductions over empty tensors and of bools
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# Split, RMSNormalization, MeanVarianceNormalization
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# MaxPool with Indices, MaxUnpool with output_shape, ConvTranspose with output_shape
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# BatchNormalization training mode, Dropout
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# The loader's per-operator opset range
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# fold_onnx: shapes inferred again after folding (CenterCropPad's expanded body)
+# --------------------------------------------------------------------------- #
+
+
+# --------------------------------------------------------------------------- #
+# The loader: STFT's omitted ``onesided`` is the spec's default, 1
+# --------------------------------------------------------------------------- #
+
+
+
+
+def test_resize_non_integral_scales_sample_with_the_scale():
+    """TVM samples with the size ratio; compiler/frontend/converters/resize.py with the scale."""
+    scales = helper.make_tensor("scales", F, [4], [1, 1, 0.6, 0.6])
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    model = onnx_model(node, [value_info("x", F, [1, 1, 2, 4])], [value_info("y", F, [1, 1, 1, 2])], 19,
+                   [scales])
+    check_against_reference(model, {"x": np.arange(8, dtype=np.float32).reshape(1, 1, 2, 4)})
+
+
+def test_resize_integral_scales_from_input_specialise():
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    model = onnx_model(node, [value_info("x", F, [1, 1, 4, 4]), value_info("scales", F, [4])],
+                   [value_info("y", F, [1, 1, 8, 8])], 19)
+    check_against_reference(model, {"x": x, "scales": np.array([1, 1, 2, 2], np.float32)})

@@ -1,0 +1,122 @@
+"""Ops whose output shape depends on an input's values (compiler/frontend/converters/shape_values.py,
+compiler/lowering/legalize_topk.py), against onnx's reference evaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import compiler
+from tests.conftest import assert_close
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _model(node, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph([node], "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _vi(name, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _check(model, feeds):
+    cm = compiler.compile(model)
+    got = cm.session().run(None, feeds)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+    assert_close(got, want)
+    return cm
+
+
+def _topk(shape, k, dtype=F, **attrs):
+    return _model(helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk", **attrs),
+                  [_vi("x", dtype, list(shape))],
+                  [_vi("v", dtype, ["a"] * len(shape)), _vi("i", I64, ["a"] * len(shape))],
+                  [numpy_helper.from_array(np.array([k], np.int64), "k")])
+
+
+@pytest.mark.parametrize("attrs", [{}, dict(largest=0), dict(axis=0), dict(axis=-2, largest=0)])
+def test_topk_ties_go_to_the_lower_index(attrs):
+    x = np.array([[3, 1, 3, 2, 1], [0, 0, 0, 0, 0], [5, -1, 7, 7, -1]], np.float32)
+    _check(_topk(x.shape, 2, **attrs), {"x": x})
+
+
+def test_topk_nan_counts_as_the_greatest_value():
+    x = np.array([[1, np.nan, 3, -2], [np.nan, 0, np.nan, 5]], np.float32)
+    _check(_topk(x.shape, 3), {"x": x})
+    _check(_topk(x.shape, 3, largest=0), {"x": x})
+
+
+def test_topk_integers_and_the_whole_axis():
+    x = np.array([4, -9, 4, 12, 0, 4], np.int64)
+    _check(_topk(x.shape, 6, dtype=I64), {"x": x})
+
+
+def test_topk_refuses_axes_past_the_kernel_limit(monkeypatch):
+    from compiler.frontend.converters import shape_values as converters_shape_values
+
+    monkeypatch.setattr(converters_shape_values, "TOPK_MAX_AXIS", 4)
+    with pytest.raises(compiler.UnsupportedError, match=r"'topk'.*axis of 5 elements"):
+        compiler.compile(_topk((2, 5), 2))
+
+
+@pytest.mark.parametrize("axis", [None, 0, -1])
+def test_compress_with_constant_condition(axis):
+    cond = np.array([True, False, True], bool)
+    attrs = {} if axis is None else {"axis": axis}
+    m = _model(helper.make_node("Compress", ["x", "c"], ["y"], name="cmp", **attrs),
+               [_vi("x", F, [3, 3])], [_vi("y", F, ["a"] * (1 if axis is None else 2))],
+               [numpy_helper.from_array(cond, "c")])
+    _check(m, {"x": np.arange(9, dtype=np.float32).reshape(3, 3)})
+
+
+def test_compress_with_input_condition_specialises():
+    m = _model(helper.make_node("Compress", ["x", "c"], ["y"], name="cmp", axis=0),
+               [_vi("x", F, [4, 2]), _vi("c", B, [4])], [_vi("y", F, ["n", 2])])
+    with pytest.raises(compiler.UnsupportedError, match=r"'cmp'.*input 'c'"):
+        compiler.driver.compile_static(m)
+    sess = compiler.compile(m).session()
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    for c in ([1, 0, 1, 1], [0, 1, 0, 0]):
+        feeds = {"x": x, "c": np.array(c, bool)}
+        assert_close(sess.run(None, feeds), ReferenceEvaluator(m).run(None, feeds))
+
+
+@pytest.mark.parametrize("axis, idtype", [(-1, I64), (1, F), (0, TensorProto.INT32)])
+def test_onehot_with_input_values(axis, idtype):
+    m = _model(helper.make_node("OneHot", ["i", "d", "v"], ["y"], name="oh", axis=axis),
+               [_vi("i", idtype, [2, 3]), _vi("v", F, [2])], [_vi("y", F, ["a", "b", "c"])],
+               [numpy_helper.from_array(np.float32(5), "d")], opset=11)
+    i = np.array([[0, 4, -1], [7, -5, 2]]).astype(helper.tensor_dtype_to_np_dtype(idtype))
+    _check(m, {"i": i, "v": np.array([-1.5, 3], np.float32)})
+
+
+def test_reshape_allowzero_keeps_literal_zeros():
+    m = _model(helper.make_node("Reshape", ["x", "s"], ["y"], name="r", allowzero=1),
+               [_vi("x", F, [0, 3, 4])], [_vi("y", F, [3, 4, 0])],
+               [numpy_helper.from_array(np.array([3, 4, 0], np.int64), "s")], opset=14)
+    _check(m, {"x": np.zeros((0, 3, 4), np.float32)})
+
+
+def test_unsqueeze_with_rank0_axes():
+    m = _model(helper.make_node("Unsqueeze", ["x", "a"], ["y"], name="u"),
+               [_vi("x", F, [2, 3])], [_vi("y", F, [2, 3, 1])],
+               [numpy_helper.from_array(np.array(-1, np.int64), "a")])
+    _check(m, {"x": np.ones((2, 3), np.float32)})
+
+
+def test_nonzero_binds_a_small_input_and_refuses_a_large_one():
+    m = _model(helper.make_node("NonZero", ["c"], ["y"], name="nz"),
+               [_vi("c", B, [2, 3])], [_vi("y", I64, [2, "n"])], opset=13)
+    sess = compiler.compile(m).session()
+    c = np.array([[1, 0, 1], [0, 0, 1]], bool)
+    assert_close(sess.run(None, {"c": c}), ReferenceEvaluator(m).run(None, {"c": c}))
+    big = _model(helper.make_node("NonZero", ["c"], ["y"], name="nz"),
+                 [_vi("c", B, [16, 16])], [_vi("y", I64, [2, "n"])], opset=13)
+    with pytest.raises(compiler.UnsupportedError, match=r"g: node 'nz'.*input 'c'.*not known"):
+        compiler.compile(big)  # 256 elements: too many to bind, so not deferred

@@ -1,0 +1,56 @@
+"""onnxc's tensor converters (compiler/frontend/converters/tensor.py): Split with empty
+parts, CenterCropPad, ReverseSequence, TensorScatter, against onnx.reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.compiler.frontend.converters.reference import (F, check_against_reference, initializer,
+                                                          onnx_model, randn, untyped_output,
+                                                          value_info)
+from tests.compiler.onnx_check import check
+
+
+def test_split_with_empty_parts():
+    x = np.arange(5, dtype=np.float32)
+    node = helper.make_node("Split", ["x", "split"], ["a", "b", "c", "d"])
+    model = onnx_model(node, [value_info("x", F, [5])], [untyped_output(n) for n in "abcd"], 13,
+                   [initializer("split", np.array([0, 2, 0, 3], np.int64))])
+    got = check_against_reference(model, {"x": x})
+    assert [g.shape for g in got] == [(0,), (2,), (0,), (3,)]
+
+
+@pytest.mark.parametrize("shape,target,axes", [
+    ((9, 6, 3), [4, 10, 3], None),          # crop (odd difference) and pad (even)
+    ((5, 8, 2), [7, 5], [0, 1]),             # pad odd, crop odd
+    ((2, 7, 8), [3, 8], [-2, -1]),           # negative axes
+])
+def test_center_crop_pad(shape, target, axes):
+    attrs = {} if axes is None else {"axes": axes}
+    check("CenterCropPad", {"x": randn(*shape), "shape": np.array(target, np.int64)},
+          consts=("shape",), opset=18, **attrs)
+
+
+def test_center_crop_pad_shape_as_graph_input_is_bound_when_run():
+    # the shape arrives as a small integer graph input: specialised on its value
+    check("CenterCropPad", {"x": randn(6, 5), "shape": np.array([3, 8], np.int64)}, opset=18)
+
+
+@pytest.mark.parametrize("batch_axis,time_axis,lens", [(1, 0, [4, 3, 1, 5]),
+                                                      (0, 1, [0, 2, 5, 1])])
+def test_reverse_sequence(batch_axis, time_axis, lens):
+    x = randn(5, 4, 2) if time_axis == 0 else randn(4, 5, 2)
+    check("ReverseSequence", {"x": x, "lens": np.array(lens, np.int64)}, opset=10,
+          batch_axis=batch_axis, time_axis=time_axis)
+
+
+@pytest.mark.parametrize("mode,idx,upd", [("linear", [0, 2], 2), ("circular", [3, 1], 3)])
+def test_tensor_scatter(mode, idx, upd):
+    check("TensorScatter", {"past": randn(2, 3, 5, 4), "update": randn(2, 3, upd, 4),
+                            "w": np.array(idx, np.int64)}, opset=24, mode=mode)
+
+
+def test_tensor_scatter_axis_and_no_indices():
+    check("TensorScatter", {"past": randn(2, 6, 3), "update": randn(2, 2, 3)}, opset=24, axis=1)

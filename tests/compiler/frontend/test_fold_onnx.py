@@ -1,0 +1,65 @@
+"""compiler/frontend/fold_onnx.py: ONNX nodes with known inputs become initializers before
+import, folding again after shape inference."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper, numpy_helper
+
+import compiler
+from compiler.frontend.fold_onnx import fold_constants
+from compiler.frontend.loader import load_model
+from tests.compiler.frontend.converters.reference import (F, I64, RNG, initializer, typed,
+                                                          untyped_output, value_info)
+
+
+def _pad_then_slice_by_shape():
+    """y = padded[h // 2:, w // 2:] where padded = Pad(x, max(p, 0)): Pad's output shape is
+    static only once ``p`` is bound and ``max(p, 0)`` folded (shape inference does not
+    propagate values through Max)."""
+    nodes = [helper.make_node("Max", ["p", "zero"], ["pads"]),
+             helper.make_node("Pad", ["x", "pads"], ["padded"]),
+             helper.make_node("Shape", ["padded"], ["sh"]),
+             helper.make_node("Div", ["sh", "two"], ["half"]),
+             helper.make_node("Slice", ["padded", "half", "sh"], ["y"])]
+    g = helper.make_graph(nodes, "g", [value_info("x", F, [3, 4]), value_info("p", I64, [4])], [untyped_output("y")],
+                          [initializer("zero", np.zeros(4, np.int64)), initializer("two", np.int64(2))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_fold_onnx_refolds_after_shape_inference():
+    from compiler.specialize import specialize_model
+
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    p = np.array([1, -2, 2, 3], np.int64)
+    model, (want,) = typed(_pad_then_slice_by_shape(), {"x": x, "p": p})
+    folded, n = fold_constants(load_model(specialize_model(model, values={"p": p})))
+    assert [node.op_type for node in folded.graph.node] == ["Pad", "Slice"] and n == 3
+    inits = {t.name for t in folded.graph.initializer}
+    assert {"pads", "half", "sh"} <= inits
+    (got,) = compiler.compile(model, input_values={"p": p}).session().run(None, {"x": x})
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_shape_arithmetic_on_static_shapes_becomes_initializers():
+    x = value_info("x", F, [2, 3])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ReduceProd", ["s"], ["n"], keepdims=1),
+             helper.make_node("Reshape", ["x", "n"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [value_info("y", F, [6])]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    folded, count = fold_constants(load_model(m))
+    assert count == 2  # Shape and ReduceProd; Reshape reads the graph input
+    assert [n.op_type for n in folded.graph.node] == ["Reshape"]
+    n = next(t for t in folded.graph.initializer if t.name == "n")
+    np.testing.assert_array_equal(numpy_helper.to_array(n), [6])
+
+
+def test_nodes_reading_graph_inputs_are_left_alone():
+    x = value_info("x", F, [2])
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                                            [value_info("y", F, [2])]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    folded, count = fold_constants(load_model(m))
+    assert count == 0 and [n.op_type for n in folded.graph.node] == ["Relu"]
