@@ -30,6 +30,9 @@ def graph_passes() -> list:
         # the importer's alias bindings (n1_o0 = n1_2) end FuseOps groups: without this
         # conv + folded BN + Relu are two kernels
         passes.CanonicalizeBindings(),
+        # explicit zero Pads before convs ("same" padding in exports) become the conv's
+        # own padding: no padded copy of the activation; before the conv rewrites below
+        passes.FoldPadIntoConv(),
         # conv + inference BatchNorm => conv with scaled weights + bias: no BN kernel, the
         # bias add fuses into the conv (needs the constant weights folded above)
         passes.FoldBatchNorm(),

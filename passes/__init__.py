@@ -11,6 +11,7 @@ from .pack_matmul_weights import PackMatmulWeights
 from .canonicalize_bindings import CanonicalizeBindings
 from .convert_layout import ConvertLayout
 from .fold_batchnorm import FoldBatchNorm
+from .fold_pad_into_conv import FoldPadIntoConv
 from .fold_transpose_matmul import FoldTransposeMatmul
 from .fuse_attention import FuseAttention
 from .fuse_gelu import FuseGelu
@@ -25,4 +26,5 @@ from .accumulate_fp32 import AccumulateFp32
 __all__ = ["PackConvWeights", "PackMatmulWeights", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
-           "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul"]
+           "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
+           "FoldPadIntoConv"]

@@ -117,6 +117,34 @@ def where(bb, inputs, attrs, ctx):
     return tvm_converter("Where")(bb, inputs, attrs, ctx)
 
 
+@register("Pad", since=2, override=True)
+def pad(bb, inputs, attrs, ctx):
+    """Zero padding of the spatial dims only (constant mode, value 0, pads >= 0, none on
+    the first two dims) as ``relax.nn.pad``: the same kernel as TVM's converter emits, but
+    an op that ``fold_pad_into_conv`` can see and move into the next conv's padding
+    (exports with explicit "same" padding: HF MobileNetV2, TF-converted models).  Any
+    other Pad is TVM's."""
+    x = inputs[0]
+    if ctx.opset < 11:
+        pads, value, axes = attrs.get("pads"), attrs.get("value", 0.0), None
+    else:
+        pads = constant_value(inputs[1]) if len(inputs) > 1 else None
+        value = (constant_value(inputs[2]) if len(inputs) > 2 and inputs[2] is not None
+                 else 0.0)
+        axes = inputs[3] if len(inputs) > 3 else None
+    mode = attr_text(attrs.get("mode"), "constant")
+    rank = len(x.ty.shape) if getattr(x.ty, "shape", None) is not None else None
+    if (mode == "constant" and axes is None and pads is not None and value is not None
+            and rank is not None and len(pads) == 2 * rank and rank >= 3):
+        pads = [int(p) for p in np.asarray(pads).reshape(-1)]
+        before, after = pads[:rank], pads[rank:]
+        if (float(np.asarray(value).reshape(-1)[0]) == 0.0 and min(pads) >= 0
+                and before[:2] == [0, 0] and after[:2] == [0, 0]):
+            width = [w for b, a in zip(before, after) for w in (b, a)]
+            return relax.op.nn.pad(x, width, "constant", 0.0)
+    return tvm_converter("Pad")(bb, inputs, attrs, ctx)
+
+
 @register("Range", since=11, override=True)
 def range_(bb, inputs, attrs, ctx):
     """Range computed at import when start/limit/delta are known.  TVM 0.27 treats a
