@@ -297,6 +297,7 @@ def cmd_bench(args) -> int:
         print(f"output {meta['name']}: {out.dtype}{list(out.shape)} {_summary(out)}")
     print(f"onnxc       median {r['onnxc']['median_ms']:9.3f} ms  "
           f"(min {r['onnxc']['min_ms']:.3f}, {r['onnxc']['samples']} runs)")
+    print(_rate_line(cm.report, r["onnxc"]["median_ms"]))
     if args.compare == "onnxruntime":
         o = r["onnxruntime"]
         print(f"onnxruntime median {o['median_ms']:9.3f} ms  (min {o['min_ms']:.3f}, "
@@ -306,6 +307,27 @@ def cmd_bench(args) -> int:
               f"(max abs diff {max(r['max_abs_diff'], default=0):.3g}, rtol 1e-4 atol 1e-5)")
         return 0 if r["allclose"] else 1
     return 0
+
+
+def _rate_line(report: dict, median_ms: float) -> str:
+    """The model's FLOPs per run, the GFLOP/s onnxc reached and that against the nominal
+    fp32 peak of the cores it ran on; then the heaviest fallback share, if any."""
+    from runtime.cpu_features import nominal_peak_gflops
+
+    from .lowering.kernel_table import generic_share
+
+    table = report.get("kernel_table", [])
+    flops = sum(row["flops"] for row in table)
+    gfs = flops / (median_ms * 1e6) if median_ms > 0 else 0.0
+    t = report["target"]
+    peak = nominal_peak_gflops(t.get("lanes_fp32", 0), int(t.get("cores", 1)))
+    line = f"onnxc       {flops / 1e9:.3f} GFLOP per run, {gfs:.1f} GFLOP/s"
+    if peak:
+        line += f" = {gfs / peak:.1%} of the nominal fp32 peak ({peak:.0f} GFLOP/s)"
+    share, _ = generic_share(table)
+    if share > 0:
+        line += f"; {share:.0%} of the FLOPs in fallback kernels"
+    return line
 
 
 def cmd_debug(args) -> int:
