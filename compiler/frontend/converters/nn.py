@@ -387,6 +387,44 @@ def _pool_geometry(ctx, attrs, in_spatial):
     return kernel, strides, dil, begin, out
 
 
+def _whole_window(x, attrs) -> bool:
+    """The pool's one window covers the whole unpadded input in every spatial dim (a
+    kernel at least the input's size, no padding, no auto_pad, no dilation): then it is a
+    global pool.  HF EfficientNet's head is AvgPool2d(1280, ceil_mode=True) on a 7 x 7
+    map, which TVM's pool kernel evaluates as 1280 x 1280 bounds-checked taps per output
+    (40 s a call)."""
+    try:
+        shape = static_shape(x)
+    except Exception:  # symbolic dims: leave it to TVM
+        return False
+    spatial = shape[2:]
+    kernel = [int(k) for k in attrs.get("kernel_shape", [])]
+    pads = [int(p) for p in attrs.get("pads", [0] * 2 * len(spatial))]
+    dil = [int(d) for d in attrs.get("dilations", [1] * len(spatial))]
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    return (len(kernel) == len(spatial) > 0 and auto_pad == "NOTSET" and not any(pads)
+            and all(d == 1 for d in dil) and all(k >= n for k, n in zip(kernel, spatial))
+            and all(_pool_out(n, k, s, attrs) == 1 for n, k, s in zip(
+                spatial, kernel, attrs.get("strides", [1] * len(spatial)))))
+
+
+def _pool_out(n, k, s, attrs) -> int:
+    span = (n - k) / int(s) + 1
+    return int(np.ceil(span)) if int(attrs.get("ceil_mode", 0)) else int(np.floor(span))
+
+
+@register("AveragePool", since=1, override=True)
+def average_pool(bb, inputs, attrs, ctx):
+    """AveragePool whose one window covers the whole input: a mean over the spatial dims
+    (count_include_pad cannot matter without padding; the part of a ceil_mode window past
+    the input is never counted).  Otherwise TVM's."""
+    x = inputs[0]
+    if _whole_window(x, attrs):
+        return relax.op.mean(x, axis=list(range(2, len(static_shape(x)))), keepdims=True)
+    return tvm_converter("AveragePool")(bb, inputs, attrs, ctx)
+
+
 @register("MaxPool", since=8, override=True)
 def max_pool(bb, inputs, attrs, ctx):
     """MaxPool; with the Indices output requested, one TE argmax reduction gives both the
@@ -398,6 +436,9 @@ def max_pool(bb, inputs, attrs, ctx):
 
     node = ctx.node
     if len(node.output) < 2 or not node.output[1]:
+        if _whole_window(inputs[0], attrs):  # one window over the whole input
+            return relax.op.max(inputs[0], axis=list(range(2, len(static_shape(inputs[0])))),
+                                keepdims=True)
         return tvm_converter("MaxPool")(bb, inputs, attrs, ctx)
     x = inputs[0]
     shape = static_shape(x)

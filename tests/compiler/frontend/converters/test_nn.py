@@ -336,3 +336,30 @@ def test_deform_conv_refuses_inconsistent_offset():
     inputs = {"x": randn(1, 1, 4, 4), "w": randn(1, 1, 2, 2), "offset": randn(1, 8, 2, 2)}
     with pytest.raises(UnsupportedError, match="offset of shape"):
         run_onnxc("DeformConv", inputs, opset=19, out_shape=(1, 1, 3, 3))
+
+
+@pytest.mark.parametrize("op,attrs,shape", [
+    # HF EfficientNet's head: AvgPool2d(1280, ceil_mode=True) on a 7 x 7 map
+    ("AveragePool", dict(kernel_shape=[1280, 1280], strides=[1280, 1280], ceil_mode=1,
+                         count_include_pad=1), (1, 64, 7, 7)),
+    ("AveragePool", dict(kernel_shape=[7, 7]), (1, 32, 7, 7)),
+    ("MaxPool", dict(kernel_shape=[9, 9], strides=[9, 9], ceil_mode=1), (1, 16, 7, 5)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2]), (1, 8, 7, 7)),   # not global
+])
+def test_pool_with_one_window_over_the_input_is_global(op, attrs, shape):
+    """A window covering the whole input is a global pool (a mean or max over the spatial
+    dims): TVM's pool kernel walked all 1280 x 1280 taps of EfficientNet's (40 s a call).
+    Compared with onnxruntime (and PyTorch, whose export this is): the part of a ceil_mode
+    window past the input is not counted; onnx.reference divides by the whole window."""
+    from tests.conftest import ort_run
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, list(shape))],
+                          [helper.make_empty_tensor_value_info("y")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    want = ort_run(model, {"x": x})[0]
+    del model.graph.output[:]
+    model.graph.output.extend([helper.make_tensor_value_info("y", F, list(want.shape))])
+    got = compiler.compile(model).session().run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
