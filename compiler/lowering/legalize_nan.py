@@ -92,6 +92,9 @@ def _nan_binary(kind: str):
         def body(*idx):
             va, vb = ra(idx), rb(idx)
             better = (va < vb) if kind == "maximum" else (vb < va)
+            # isnan, not vb != vb (TVM's simplifier folds that to false); one select with
+            # ``or`` vectorises (AVX2: vcmpunordps, vcmpltps, vblendvps), nested selects
+            # came out scalar
             return tirx.Select(tirx.Or(better, tirx.isnan(vb)), vb, va)
 
         return te.compute(shape, body, name=kind, tag="broadcast")
