@@ -6,7 +6,8 @@ extracts the kernel calls and plans storage (``inplace``: outputs reusing a dyin
 ``artifact`` writes the ``.so``.
 """
 
-from . import legalize_conv_nchwc, legalize_reductions, legalize_topk, legalize_vector_math
+from . import (legalize_conv_nchwc, legalize_nan, legalize_reductions, legalize_topk,
+               legalize_vector_math)
 
 _installed = False
 
@@ -16,7 +17,8 @@ def install() -> dict:
 
     On TVM's ops (``FLegalize``, once per process; later calls do nothing): blocked
     conv2d (``legalize_conv_nchwc``, which TVM cannot lower), float max/min with a +-inf
-    identity (``legalize_reductions``) and topk as a TE kernel (``legalize_topk``).  They
+    identity (``legalize_reductions``), topk as a TE kernel (``legalize_topk``) and relu,
+    clip, float maximum/minimum that keep NaN as onnxruntime does (``legalize_nan``).  They
     sit on the ops because constant folding legalizes with the registered functions too,
     and must agree with the lowering.
 
@@ -30,5 +32,6 @@ def install() -> dict:
         legalize_conv_nchwc.install()
         legalize_reductions.install()
         legalize_topk.install()
+        legalize_nan.install()
         _installed = True
     return dict(legalize_vector_math.LEGALIZE_MAP)

@@ -1,5 +1,6 @@
-"""onnxc's converters for small default-domain ops TVM 0.27 lacks: activations (Celu, Elu
-with float16, Swish, SwiGLU), LpNormalization, CenterCropPad, ReverseSequence,
+"""onnxc's converters for small default-domain ops TVM 0.27 lacks or gets wrong: activations
+(Celu, Elu with float16, Swish, SwiGLU), Clip and Max/Min (maximum/minimum ops, NaN as
+onnxruntime), LpNormalization, CenterCropPad, ReverseSequence,
 TensorScatter, Det and Col2Im.
 
 Each follows the ONNX spec and its reference implementation (``onnx/reference/ops``) and
@@ -160,20 +161,66 @@ def det(bb, inputs, attrs, ctx):
 def clip(bb, inputs, attrs, ctx):
     """Clip as maximum/minimum ops (TVM's converter emits opaque kernels, which the layout
     pass cannot see through: MobileNet's Relu6 then cost two layout transforms each).
-    Bounds from attributes (opset < 11) or inputs (constant or not); absent = unbounded."""
+    Bounds from attributes (opset < 11) or inputs (constant or not).
+
+    onnxruntime's semantics, which the lowering of maximum/minimum (NaN-propagating,
+    ``compiler/lowering/legalize_nan.py``) then gives: a NaN ``x`` stays NaN; a NaN bound
+    means no bound on that side (a constant one is dropped here, a fed one becomes -+inf at
+    run time); an absent float bound is the type's lowest / highest finite value (the
+    spec's default, and ORT's: Clip(inf) with no max is 3.4028235e38)."""
     x = inputs[0]
+    dtype = str(x.ty.dtype)
     if ctx.opset < 11:
         lo, hi = attrs.get("min"), attrs.get("max")
-        lo = None if lo is None else relax.const(float(lo), x.ty.dtype)
-        hi = None if hi is None else relax.const(float(hi), x.ty.dtype)
+        lo = None if lo is None else relax.const(float(lo), dtype)
+        hi = None if hi is None else relax.const(float(hi), dtype)
     else:
         lo = inputs[1] if len(inputs) > 1 else None
         hi = inputs[2] if len(inputs) > 2 else None
+    is_float = dtype.startswith("float") or dtype.startswith("bfloat")
+    if is_float:
+        lo = _clip_bound(bb, lo, dtype, -1)
+        hi = _clip_bound(bb, hi, dtype, +1)
     if lo is not None:
         x = bb.normalize(relax.op.maximum(x, lo))
     if hi is not None:
         x = relax.op.minimum(x, hi)
     return x
+
+
+def _clip_bound(bb, bound, dtype: str, side: int):
+    """A float Clip bound as onnxruntime reads it: absent -> the finite extreme, a constant
+    NaN -> None (no bound), a fed one -> where(isnan(b), -+inf, b)."""
+    if bound is None:
+        if dtype not in ("float16", "float32", "float64"):
+            return None
+        return relax.const(side * float(np.finfo(dtype).max), dtype)
+    value = constant_value(bound)
+    if value is not None:
+        return None if np.isnan(np.asarray(value, dtype="float64")).all() else bound
+    return bb.normalize(relax.op.where(relax.op.isnan(bound),
+                                       relax.const(side * float("inf"), dtype), bound))
+
+
+@register("Max", override=True)
+def max_(bb, inputs, attrs, ctx):
+    """Max as pairwise ``maximum`` ops (TVM stacks the inputs and reduces: a copy and a
+    reduction kernel, and a NaN dropped or kept by its position); the lowering of
+    ``maximum`` propagates NaN from either operand as onnxruntime does."""
+    return _pairwise(bb, inputs, relax.op.maximum)
+
+
+@register("Min", override=True)
+def min_(bb, inputs, attrs, ctx):
+    """Min as pairwise ``minimum`` ops (see Max)."""
+    return _pairwise(bb, inputs, relax.op.minimum)
+
+
+def _pairwise(bb, inputs, op):
+    out = inputs[0]
+    for x in inputs[1:]:
+        out = bb.normalize(op(out, x))
+    return out
 
 
 @register("IsInf", override=True)

@@ -1,0 +1,154 @@
+"""Relu, clip and float maximum/minimum with onnxruntime's NaN semantics.
+
+TVM 0.27 lowers ``relax.nn.relu`` to ``max(x, 0)``, ``relax.clip`` to
+``max(min(x, hi), lo)`` and ``relax.maximum`` / ``relax.minimum`` to TIR ``Max`` / ``Min``,
+which LLVM emits as ``a > b ? a : b``: a NaN is dropped or kept depending on the operand
+it sits in (``relu(NaN) = 0``, ``clip(NaN, 0, 6) = 0``, ``Max(1, NaN) = NaN`` but
+``Max(NaN, 1) = 1``).  onnxruntime 1.32 (measured, ``tests/compiler/lowering/
+test_nan_semantics.py``) keeps NaN in all of them:
+
+* ``relu(x) => x < 0 ? 0 : x``                 (NaN -> NaN, -0.0 -> -0.0)
+* ``clip(x, lo, hi) => x < lo ? lo : (hi < x ? hi : x)``   (NaN -> NaN)
+* ``maximum(a, b) => (a < b or isnan(b)) ? b : a``  (NaN in either operand -> NaN)
+* ``minimum(a, b) => (b < a or isnan(b)) ? b : a``
+
+``maximum(x, lo)`` is also ORT's ``Clip`` lower side exactly, zero signs included (our
+Clip converter emits maximum/minimum so the layout pass sees through it; it removes NaN
+*bounds* itself, which ORT treats as "no bound").  Each is one select per element, no libm
+call: it vectorises.  Integer dtypes keep TVM's legalization.  Registered on the ops
+(``FLegalize``) like ``legalize_reductions``, so constant folding agrees;
+``compiler.lowering.install`` installs it.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import te, tirx
+from tvm.relax.transform.legalize_ops.common import (_is_relax_expr,
+                                                      _try_convert_to_scalar_const)
+
+_ATTR = "FLegalize"
+_MARK = "__onnxc_nan_semantics__"
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith("float") or dtype.startswith("bfloat")
+
+
+def _relu(x: te.Tensor) -> te.Tensor:
+    zero = tirx.const(0, x.dtype)
+    return te.compute(x.shape, lambda *i: tirx.Select(x(*i) < zero, zero, x(*i)),
+                      name="relu", tag="elemwise")
+
+
+def _clip(x: te.Tensor, lo, hi) -> te.Tensor:
+    lo, hi = tirx.Cast(x.dtype, lo), tirx.Cast(x.dtype, hi)
+
+    def body(*i):
+        v = x(*i)
+        return tirx.Select(v < lo, lo, tirx.Select(hi < v, hi, v))
+
+    return te.compute(x.shape, body, name="clip", tag="elemwise")
+
+
+def _broadcast_shape(sa, sb):
+    out = []
+    for k in range(max(len(sa), len(sb))):
+        da = sa[len(sa) - 1 - k] if k < len(sa) else 1
+        db = sb[len(sb) - 1 - k] if k < len(sb) else 1
+        if isinstance(da, (int, tirx.IntImm)) and int(da) == 1:
+            out.append(db)
+        else:
+            out.append(da)
+    return out[::-1]
+
+
+def _operand(t, out_ndim):
+    """``idx -> value`` reading ``t`` (a tensor broadcast numpy-style, or a scalar)."""
+    if not isinstance(t, te.Tensor):
+        return lambda idx: t
+    shape, off = t.shape, out_ndim - len(t.shape)
+
+    def read(idx):
+        sub = [0 if isinstance(d, tirx.IntImm) and int(d) == 1 else idx[off + j]
+               for j, d in enumerate(shape)]
+        return t(*sub)
+
+    return read
+
+
+def _nan_binary(kind: str):
+    def compute(a, b):
+        tensors = [t for t in (a, b) if isinstance(t, te.Tensor)]
+        dtype = tensors[0].dtype
+        a = a if isinstance(a, te.Tensor) else tirx.const(a, dtype) \
+            if isinstance(a, (int, float)) else tirx.Cast(dtype, a)
+        b = b if isinstance(b, te.Tensor) else tirx.const(b, dtype) \
+            if isinstance(b, (int, float)) else tirx.Cast(dtype, b)
+        shape = (_broadcast_shape(a.shape, b.shape) if isinstance(a, te.Tensor)
+                 and isinstance(b, te.Tensor) else tensors[0].shape)
+        ra, rb = _operand(a, len(shape)), _operand(b, len(shape))
+
+        def body(*idx):
+            va, vb = ra(idx), rb(idx)
+            better = (va < vb) if kind == "maximum" else (vb < va)
+            # isnan, not vb != vb (TVM's simplifier folds that to false); one select with
+            # ``or`` vectorises (AVX2: vcmpunordps, vcmpltps, vblendvps), nested selects
+            # came out scalar
+            return tirx.Select(tirx.Or(better, tirx.isnan(vb)), vb, va)
+
+        return te.compute(shape, body, name=kind, tag="broadcast")
+
+    return compute
+
+
+def _install(op_name: str, make):
+    op = tvm.ir.Op.get(op_name)
+    default = op.get_attr(_ATTR)
+    if getattr(default, _MARK, False):
+        return  # already installed (module reloaded)
+    legalize = make(default)
+    setattr(legalize, _MARK, True)
+    tvm.ir.register_op_attr(op_name, _ATTR, legalize, level=11)
+
+
+def _relu_legalize(default):
+    def legalize(bb, call):
+        if not _is_float(str(call.args[0].ty.dtype)):
+            return default(bb, call)
+        return bb.call_te(_relu, call.args[0], primfunc_name_hint="relu")
+    return legalize
+
+
+def _clip_legalize(default):
+    def legalize(bb, call):
+        if not _is_float(str(call.args[0].ty.dtype)):
+            return default(bb, call)
+        return bb.call_te(_clip, call.args[0], call.args[1], call.args[2],
+                          primfunc_name_hint="tir_clip")
+    return legalize
+
+
+def _binary_legalize(kind: str):
+    compute = _nan_binary(kind)
+
+    def make(default):
+        def legalize(bb, call):
+            if not _is_float(str(call.ty.dtype)):
+                return default(bb, call)
+            # scalar constants become immediates, as TVM's binary legalization does
+            a, b = call.args[0], _try_convert_to_scalar_const(call.args[1])
+            if _is_relax_expr(b):
+                a = _try_convert_to_scalar_const(a)
+            return bb.call_te(compute, a, b, primfunc_name_hint=kind)
+        return legalize
+
+    return make
+
+
+def install() -> None:
+    """Register the NaN-keeping legalizations of relu, clip, maximum and minimum (once)."""
+    _install("relax.nn.relu", _relu_legalize)
+    _install("relax.clip", _clip_legalize)
+    _install("relax.maximum", _binary_legalize("maximum"))
+    _install("relax.minimum", _binary_legalize("minimum"))
