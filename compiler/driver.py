@@ -30,7 +30,7 @@ from .frontend.fold_onnx import fold_constants as fold_onnx_constants
 from .lowering.graph import extract, plan_storage
 from .lowering.kernel_table import generic_warning, kernel_table
 from .frontend.importer import import_onnx, index_bounds, input_signature
-from .frontend.loader import load_model
+from .frontend.loader import load_model, text
 from .frontend.narrow_import import io_types
 from .pipeline import FUSE, graph_passes, lowering
 from .lowering.provenance import name_fused_calls
@@ -110,7 +110,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     pass_config, layout_report = _choose_layout(layout, tinfo, pass_config, disabled_passes)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
-    proto, onnx_folded, graph = _front(model, ctx, stage)
+    load_warnings: list = []  # free text read with escapes (loader.check_text)
+    proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings)
     kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo, database)
     kernels = stage("build", _build, kernels_mod, tinfo, where)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
@@ -135,7 +136,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         **_tuning_report(database, graph.prim_funcs, tinfo, rules),
         "kernel_table": kernel_table(graph_meta, rules),
     }
-    report["warnings"] = [w for w in [generic_warning(report["kernel_table"], where)] if w]
+    report["warnings"] = load_warnings + [w for w in [generic_warning(report["kernel_table"],
+                                                                      where)] if w]
     log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
              report["compile_seconds"])
     return CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
@@ -206,18 +208,20 @@ class _Stages:
 
 
 def model_label(model) -> str:
-    """How errors name the model: its path, else its graph name."""
+    """How errors name the model: its path, else its graph name (escaped if it is not
+    UTF-8: the loader refuses such a model, and its message must still be text)."""
     if isinstance(model, (str, os.PathLike)):
         return os.fspath(model)
-    return getattr(getattr(model, "graph", None), "name", "") or "model"
+    return text(getattr(getattr(model, "graph", None), "name", "")) or "model"
 
 
-def _front(model, ctx, stage: _Stages):
+def _front(model, ctx, stage: _Stages, warnings: list | None = None):
     """load -> fold ONNX shape arithmetic -> import -> graph passes -> lower -> extract.
 
-    Returns (checked proto, ONNX nodes folded, KernelGraph with unscheduled kernels).
+    Returns (checked proto, ONNX nodes folded, KernelGraph with unscheduled kernels); the
+    loader's warnings go to ``warnings`` (else to the log).
     """
-    proto = stage("load", load_model, model)
+    proto = stage("load", load_model, model, warnings)
     proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto)
     ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
     signature = input_signature(proto, stage.where)

@@ -175,14 +175,14 @@ def compile_in_process(model, target="host", *, input_shapes=None, input_values=
     inputs) and ``input_shapes`` / ``input_values`` do not fix them.
     """
     if input_shapes or input_values:
-        proto = model if isinstance(model, onnx.ModelProto) else _load(model)
+        proto = _load(model)
         model = specialize_model(proto, input_shapes, input_values)
     try:
         return driver.compile_static(model, target, **kwargs)
     except (ModelError, TypeError, ValueError):
         raise
     except CompileError as e:
-        proto = model if isinstance(model, onnx.ModelProto) else _load(model)
+        proto = _load(model)
         where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "model"
         refuse_unsupported(proto, where)  # unsupported operators are never deferred
         if not _tensor_inputs(proto) or not _has_symbolic_or_value_inputs(proto):
@@ -190,10 +190,18 @@ def compile_in_process(model, target="host", *, input_shapes=None, input_values=
         return DynamicModel(proto, target, kwargs, max_variants, reason=str(e))
 
 
-def _load(path) -> onnx.ModelProto:
-    from .frontend.loader import read_model
+def _load(model) -> onnx.ModelProto:
+    """``model`` (a path or a ModelProto) parsed, its identifiers checked to be UTF-8
+    (``loader.check_text``: a ModelError naming the field) before specialisation reads
+    its input names; free text stays as it is for ``load_model`` to decode and report."""
+    from .frontend.loader import check_text, read_model
 
-    return read_model(os.fspath(path))
+    where = "model"
+    if not isinstance(model, onnx.ModelProto):
+        where = os.fspath(model)
+        model = read_model(where)
+    check_text(model, where)
+    return model
 
 
 class DynamicModel:

@@ -39,13 +39,53 @@ def _pad(n: int) -> int:
 
 
 def encode_blob(meta: dict, payload: bytes) -> bytes:
-    """Serialise ``meta`` (JSON-able) and ``payload`` (raw params) into one blob."""
-    meta_bytes = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
+    """Serialise ``meta`` (JSON-able) and ``payload`` (raw params) into one blob.
+
+    Raises ArtifactError naming the metadata entry that JSON cannot hold (bytes, a numpy
+    scalar, a set...): a bug in what the compiler put there, never a bare TypeError.
+    """
+    try:
+        meta_bytes = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
+    except (TypeError, ValueError, RecursionError) as e:
+        try:
+            path, value = _first_unencodable(meta, "meta")
+        except RecursionError:  # a cycle
+            path, value = "meta", meta
+        raise ArtifactError(
+            f"cannot write the artifact: metadata entry {path} holds "
+            f"{type(value).__name__} {_short(value)}, which JSON cannot hold ({e}); "
+            "this is an onnxc bug, please report it with the model") from None
     meta_bytes += b" " * _pad(_HEADER.size + len(meta_bytes))
     digest = hashlib.sha256(meta_bytes)
     digest.update(payload)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_bytes), len(payload), digest.digest())
     return header + meta_bytes + bytes(payload)
+
+
+def _first_unencodable(value, path: str):
+    """(path, value) of the first entry of ``value`` that json.dumps refuses."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, (str, int, float, bool)) and k is not None:
+                return f"{path} (key {_short(k)})", k
+            found = _first_unencodable(v, f"{path}.{k}")
+            if found[0] is not None:
+                return found
+        return None, None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _first_unencodable(v, f"{path}[{i}]")
+            if found[0] is not None:
+                return found
+        return None, None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return None, None
+    return path, value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def decode_blob(blob, where: str = "blob") -> tuple[dict, memoryview]:

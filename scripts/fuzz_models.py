@@ -5,8 +5,12 @@ Generates ``N`` cases, deterministically from ``--seed``: mutations of small zoo
 (scripts/zoo.py) and of small hand-made graphs -- truncated files, byte flips, random
 protobufs, random attribute values and types, random shapes (0, negative, 2^40), wrong
 dtypes, removed initializers, node cycles, dangling inputs, duplicated names, random
-opsets, changed op types.  Each case runs ``compiler.compile(model).session().run(...)``
-in a crash-isolated worker process with a timeout, and is counted as one of
+opsets, changed op types, strings that are not UTF-8 (a bit flipped inside a string of the
+file, or a name, attribute value, doc_string, producer or metadata entry set to such bytes
+through the protobuf API).  Each case goes through four stages in a crash-isolated worker
+process with a timeout: ``compile`` (``compiler.compile(model)``), ``export`` (the ``.so``),
+``load`` (``runtime.load``) and ``run`` (a DynamicModel goes from compile to its session's
+run), and is counted as one of
 
 * ``ok``                the model compiled and ran;
 * ``clean:<Type>``      a documented error: ``compiler.CompileError`` (``ModelError``,
@@ -24,13 +28,16 @@ compile timeout and was killed: ``CompileTimeoutError``).  They are still TVM/on
 so they are listed with the crashes and make the exit status 1.  Each isolated compile
 starts a fresh interpreter (about a second more per case).
 
-Crashes, hangs and unclean errors are printed grouped by their (type, message).  Exit
+The summary counts the outcomes, then per stage how many cases reached it and how many
+passed it or ended there (clean, unclean, crash, hang).  Crashes, hangs and unclean errors
+are printed grouped by their (type, message) with the stage they happened in.  Exit
 status 1 when there is any.
 
     python scripts/fuzz_models.py -n 1000 --jobs 2
     python scripts/fuzz_models.py -n 60 --seed 1 --json out.json
     python scripts/fuzz_models.py -n 1000 --jobs 2 --isolate
     python scripts/fuzz_models.py -n 400 --isolate --conformance-ops Loop,Scan,If,DFT,Resize
+    python scripts/fuzz_models.py -n 50 --mutations utf8_flip,utf8_field
 """
 
 from __future__ import annotations
@@ -451,21 +458,150 @@ def m_two(rng, m):
     return f"{wa}; {wb}", m
 
 
+# -- strings that are not UTF-8 (issue #19): protobuf hands them back as bytes -----------
+
+# byte sequences no UTF-8 decoder accepts: a lone continuation byte, a lead byte without
+# its continuation, an overlong "/", an encoded surrogate, a code point past U+10FFFF
+_NOT_UTF8 = [b"\x80", b"\xff", b"nan\xedodel", b"\xc3\x28", b"\xc0\xaf",
+             b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"ok\xe2\x82"]
+
+
+def _string_fields(msg, out=None):
+    """Every (message, field, index or None) holding a string of ``msg``, recursively
+    (string attribute values included: declared bytes, UTF-8 text by the spec)."""
+    from google.protobuf.descriptor import FieldDescriptor as FD
+
+    out = [] if out is None else out
+    for field in msg.DESCRIPTOR.fields:
+        repeated = field.label == field.LABEL_REPEATED if not hasattr(field, "is_repeated") \
+            else field.is_repeated
+        if field.type == FD.TYPE_MESSAGE:
+            for child in (getattr(msg, field.name) if repeated else
+                          [getattr(msg, field.name)] if msg.HasField(field.name) else []):
+                _string_fields(child, out)
+        elif field.type == FD.TYPE_STRING or (msg.DESCRIPTOR.name == "AttributeProto"
+                                              and field.name in ("s", "strings")):
+            if repeated:
+                out.extend((msg, field.name, i) for i in range(len(getattr(msg, field.name))))
+            else:
+                out.append((msg, field.name, None))
+    return out
+
+
+def set_raw(msg, field: str, raw: bytes, index=None) -> None:
+    """Set string field ``field`` of ``msg`` (element ``index`` of a repeated one) to ``raw``
+    through the wire format: protobuf's setters refuse bytes that are not UTF-8, its parser
+    keeps them (proto2)."""
+    number = msg.DESCRIPTOR.fields_by_name[field].number
+
+    def encode(b):
+        return _varint(number << 3 | 2) + _varint(len(b)) + b
+
+    if index is None:
+        msg.MergeFromString(encode(raw))
+        return
+    values = [v if isinstance(v, bytes) else v.encode() for v in getattr(msg, field)]
+    values[index] = raw
+    msg.ClearField(field)
+    msg.MergeFromString(b"".join(encode(v) for v in values))
+
+
+def _spoil(rng, value: bytes) -> bytes:
+    """``value`` made invalid UTF-8: one byte's high bit flipped, or a bad sequence put in."""
+    if value and rng.random() < 0.6:
+        i = rng.randrange(len(value))
+        return value[:i] + bytes([value[i] ^ 0x80]) + value[i + 1:]
+    bad = rng.choice(_NOT_UTF8)
+    cut = rng.randrange(len(value) + 1)
+    return value[:cut] + bad + value[cut:]
+
+
+def m_utf8_flip(rng, m):
+    """Byte level: flip the high bit of one byte inside a string field of the serialised
+    model (a length-delimited value found by its length prefix), so that it is no longer
+    valid UTF-8."""
+    values = set()
+    for msg, field, index in _string_fields(m):
+        v = getattr(msg, field) if index is None else getattr(msg, field)[index]
+        v = v if isinstance(v, bytes) else v.encode()
+        if v and all(b < 0x80 for b in v):  # ASCII: one high bit makes it invalid
+            values.add(v)
+    data = bytearray(m.SerializeToString())
+    spots = []
+    for v in sorted(values):
+        pattern = _varint(len(v)) + v
+        start = data.find(pattern)
+        while start >= 0:
+            spots.append((v, start + len(pattern) - len(v)))
+            start = data.find(pattern, start + 1)
+    if not spots:
+        raise ValueError("no ASCII string field to flip")
+    v, at = rng.choice(spots)
+    i = rng.randrange(len(v))
+    data[at + i] ^= 0x80
+    return f"high bit of byte {i} of string {v.decode()!r} flipped (file offset {at + i})", \
+        bytes(data)
+
+
+def m_utf8_field(rng, m):
+    """Structural: set one string field -- a name, input/output, attribute value,
+    doc_string, producer, metadata_props entry, dim_param... -- to bytes that are not UTF-8
+    through the protobuf API; or rename one tensor everywhere it is used, so that the
+    encoding is the model's only defect."""
+    choice = rng.randrange(4)
+    if choice == 0:  # consistent rename of a graph input or initializer
+        names = [vi.name for vi in m.graph.input] + [t.name for t in m.graph.initializer]
+        old = rng.choice(names)
+        new = _spoil(rng, old.encode())
+        for msg, field, index in _string_fields(m):
+            v = getattr(msg, field) if index is None else getattr(msg, field)[index]
+            if v == old and (field in ("input", "output") or
+                             (field == "name" and msg.DESCRIPTOR.name in
+                              ("ValueInfoProto", "TensorProto"))):
+                set_raw(msg, field, new, index)
+        return f"tensor {old!r} renamed to {new!r} everywhere", m
+    if choice == 1:  # free text: producer, doc strings, metadata
+        target = rng.choice(["producer_name", "producer_version", "doc_string", "graph doc",
+                             "node doc", "metadata key", "metadata value"])
+        if target.startswith("metadata"):
+            entry = m.metadata_props.add()
+            entry.key, entry.value = "author", "someone"
+            field = target.split()[1]
+            set_raw(entry, field, _spoil(rng, getattr(entry, field).encode()))
+            return f"metadata_props {field} not UTF-8", m
+        msg = {"graph doc": m.graph, "node doc": rng.choice(list(m.graph.node))}.get(target, m)
+        field = "doc_string" if target.endswith("doc") else target
+        old = getattr(msg, field)
+        set_raw(msg, field, _spoil(rng, (old if isinstance(old, bytes) else old.encode())
+                                   or b"text"))
+        return f"{target} not UTF-8", m
+    fields = _string_fields(m)
+    if choice == 2:  # names only
+        fields = [f for f in fields if f[1] in ("name", "input", "output")]
+    msg, field, index = rng.choice(fields)
+    old = getattr(msg, field) if index is None else getattr(msg, field)[index]
+    new = _spoil(rng, old if isinstance(old, bytes) else old.encode())
+    set_raw(msg, field, new, index)
+    return (f"{msg.DESCRIPTOR.name}.{field}" + ("" if index is None else f"[{index}]")
+            + f" {old!r} -> {new!r}"), m
+
+
 MUTATIONS = [
     (m_truncate, 2), (m_byte_flips, 3), (m_random_bytes, 1), (m_random_protobuf, 1),
     (m_attribute, 4), (m_shapes, 4), (m_dtype, 2), (m_remove_initializer, 1), (m_cycle, 1),
     (m_dangling, 2), (m_duplicate, 1), (m_opset, 2), (m_op_type, 2), (m_ir_version, 1),
-    (m_outputs, 1), (m_two, 2),
+    (m_outputs, 1), (m_two, 2), (m_utf8_flip, 2), (m_utf8_field, 3),
 ]
 
 
-def generate(n: int, seed: int = 0, bases: dict | None = None):
-    """Yield n cases: dict(id, base, what, kind ('bytes'|'proto'), data)."""
+def generate(n: int, seed: int = 0, bases: dict | None = None, only=None):
+    """Yield n cases: dict(id, base, what, kind ('bytes'|'proto'), data).  ``only``: the
+    names (without ``m_``) of the mutations to draw from, else all."""
     import onnx
 
     bases = bases or base_models()
     names = sorted(bases)
-    funcs = [f for f, w in MUTATIONS for _ in range(w)]
+    funcs = [f for f, w in MUTATIONS for _ in range(w) if not only or f.__name__[2:] in only]
     for i in range(n):
         rng = random.Random(f"{seed}:{i}")
         base = rng.choice(names)
@@ -540,25 +676,46 @@ def _ours(exc) -> bool:
 
 def classify(exc: BaseException) -> str:
     import compiler
+    import runtime
 
     if isinstance(exc, compiler.CompileCrashError):
         return "isolated-crash"
     if isinstance(exc, compiler.CompileTimeoutError):
         return "isolated-hang"
-    if isinstance(exc, compiler.CompileError):
+    if isinstance(exc, (compiler.CompileError, runtime.ArtifactError,
+                        runtime.MemoryLimitError)):
         return "clean"
     if isinstance(exc, ValueError) and _ours(exc):
         return "clean"
     return "unclean"
 
 
-def run_case(case: dict, tmpdir: str, isolate: bool = False, compile_timeout=None) -> dict:
+# what each case goes through, in order; a DynamicModel (symbolic shapes) has no single
+# artifact: its session compiles per input shape, so it goes from compile to run
+STAGES = ("compile", "export", "load", "run")
+
+
+def run_case(case: dict, tmpdir: str, isolate: bool = False, compile_timeout=None,
+             on_stage=None) -> dict:
+    """compile -> export (the .so) -> runtime.load -> run; the result says the stage
+    reached (``stage``) and its outcome.  ``on_stage(name)`` is called as each begins."""
     import onnx
 
     import compiler
+    import runtime
 
     t0 = time.perf_counter()
+    stage, skipped = "compile", []
+    so = os.path.join(tmpdir, f"case{case['id']}.so")
+
+    def enter(name):
+        nonlocal stage
+        stage = name
+        if on_stage:
+            on_stage(name)
+
     try:
+        enter("compile")
         if case["kind"] == "bytes":
             path = os.path.join(tmpdir, f"case{case['id']}.onnx")
             with open(path, "wb") as f:
@@ -569,29 +726,44 @@ def run_case(case: dict, tmpdir: str, isolate: bool = False, compile_timeout=Non
             model.ParseFromString(case["data"])
         cm = (compiler.compile(model, isolate=True, timeout=compile_timeout) if isolate
               else compiler.compile(model))
-        sess = cm.session()
+        if isinstance(cm, compiler.DynamicModel):
+            skipped = ["export", "load"]
+            enter("run")
+            sess = cm.session()
+        else:
+            enter("export")
+            cm.export(so)
+            enter("load")
+            sess = runtime.load(so)
+            enter("run")
         outs = sess.run(None, _feeds(sess))
         assert all(isinstance(o, np.ndarray) for o in outs)
-        return {"outcome": "ok", "seconds": time.perf_counter() - t0}
+        return {"outcome": "ok", "stage": stage, "skipped": skipped,
+                "seconds": time.perf_counter() - t0}
     except _TooLarge as e:
-        return {"outcome": "ok:not-run", "message": str(e), "seconds": time.perf_counter() - t0}
+        return {"outcome": "ok:not-run", "stage": stage, "skipped": skipped,
+                "message": str(e), "seconds": time.perf_counter() - t0}
     except Exception as e:  # noqa: BLE001 -- that is the point
         kind = classify(e)
         msg = str(e).strip().splitlines()
         if kind.startswith("isolated-"):
             return {"outcome": kind + (f":{e.signal}" if getattr(e, "signal", None) else ""),
-                    "message": msg[0][:300] if msg else "", "stage": getattr(e, "stage", None),
+                    "stage": stage, "skipped": skipped,
+                    "message": msg[0][:300] if msg else "",
+                    "compile_stage": getattr(e, "stage", None),
                     "traceback": getattr(e, "crash_traceback", "")[-3000:],
                     "seconds": time.perf_counter() - t0}
         return {"outcome": f"{kind}:{type(e).__module__}.{type(e).__name__}",
+                "stage": stage, "skipped": skipped,
                 "message": (msg[-1] if kind == "unclean" and msg else
                             (msg[0] if msg else ""))[:300],
                 "traceback": traceback.format_exc()[-3000:] if kind == "unclean" else "",
                 "seconds": time.perf_counter() - t0}
     finally:
-        if case["kind"] == "bytes":
+        for leftover in ([os.path.join(tmpdir, f"case{case['id']}.onnx")]
+                         if case["kind"] == "bytes" else []) + [so]:
             try:
-                os.unlink(os.path.join(tmpdir, f"case{case['id']}.onnx"))
+                os.unlink(leftover)
             except OSError:
                 pass
 
@@ -615,7 +787,9 @@ def _worker(conn, quiet: bool, isolate: bool = False, compile_timeout=None):
             return
         if case is None:
             return
-        conn.send(run_case(case, tmpdir, isolate, compile_timeout))
+        # the parent learns each stage as it begins: a crash or hang is charged to it
+        conn.send(run_case(case, tmpdir, isolate, compile_timeout,
+                           on_stage=lambda name: conn.send({"entered": name})))
 
 
 class Worker:
@@ -629,9 +803,10 @@ class Worker:
         child.close()
         self.case = None
         self.started = None
+        self.stage = None
 
     def submit(self, case):
-        self.case, self.started = case, time.monotonic()
+        self.case, self.started, self.stage = case, time.monotonic(), "compile"
         self.conn.send(case)
 
     def kill(self):
@@ -664,19 +839,23 @@ def run_all(cases, jobs: int, timeout: float, quiet: bool = True, progress=None,
             time.sleep(0.005)
             for w in list(busy):
                 res = None
-                if w.conn.poll():
+                while res is None and w.conn.poll():
                     try:
                         res = w.conn.recv()
                     except (EOFError, OSError):
                         res = None
+                        break
+                    if "entered" in res:  # a stage began
+                        w.stage, res = res["entered"], None
                 if res is None and not w.proc.is_alive():
                     code = w.proc.exitcode
-                    res = {"outcome": "crash", "message": f"worker exit code {code}"
+                    res = {"outcome": "crash", "stage": w.stage,
+                           "message": f"worker exit code {code}"
                            + (f" (signal {-code})" if code and code < 0 else ""),
                            "seconds": time.monotonic() - w.started}
                 elif res is None and time.monotonic() - w.started > timeout:
-                    res = {"outcome": "hang", "message": f"no answer after {timeout:.0f} s",
-                           "seconds": timeout}
+                    res = {"outcome": "hang", "stage": w.stage,
+                           "message": f"no answer after {timeout:.0f} s", "seconds": timeout}
                     w.kill()
                 if res is None:
                     continue
@@ -704,6 +883,24 @@ def run_all(cases, jobs: int, timeout: float, quiet: bool = True, progress=None,
     return results
 
 
+def stage_counts(results) -> dict:
+    """{stage: Counter(passed / clean / unclean / crash / hang / isolated / not-run /
+    skipped)}: every stage a case went through passed, the one it ended in counts its
+    outcome; a DynamicModel skips export and load."""
+    out = {name: Counter() for name in STAGES}
+    for _, r in results:
+        end = r.get("stage", "compile")
+        kind = r["outcome"].split(":")[0]
+        kind = {"ok": "passed", "isolated-crash": "isolated", "isolated-hang": "isolated"}.get(
+            kind, kind)
+        if r["outcome"] == "ok:not-run":
+            kind = "not-run"
+        for name in STAGES[:STAGES.index(end)]:
+            out[name]["skipped" if name in r.get("skipped", ()) else "passed"] += 1
+        out[end][kind] += 1
+    return out
+
+
 def summarise(results) -> dict:
     counts = Counter(r["outcome"] for _, r in results)
     groups = defaultdict(list)
@@ -727,6 +924,9 @@ def main(argv=None) -> int:
     p.add_argument("--isolate", action="store_true",
                    help="compile each case in its own compile process (compiler/isolate.py, as "
                         "`onnxc compile` does); count crashes and hangs it contained")
+    p.add_argument("--mutations", default=None, metavar="NAME,NAME",
+                   help="only these mutations (names without m_: utf8_flip, utf8_field, "
+                        "byte_flips, ...)")
     p.add_argument("--conformance-ops", default=None, metavar="OP,OP",
                    help="mutate the ONNX backend test models using these ops instead of the "
                         "zoo and hand-made models")
@@ -734,12 +934,19 @@ def main(argv=None) -> int:
 
     t0 = time.time()
     bases = conformance_bases(args.conformance_ops.split(",")) if args.conformance_ops else None
-    cases = list(generate(args.n, args.seed, bases))
+    only = None
+    if args.mutations:
+        known = {f.__name__[2:] for f, _ in MUTATIONS}
+        only = set(args.mutations.split(","))
+        if only - known:
+            p.error(f"unknown mutation(s) {sorted(only - known)}; known: {sorted(known)}")
+    cases = list(generate(args.n, args.seed, bases, only))
 
     def progress(meta, res, k):
         if args.verbose:
             print(f"[{k}/{args.n}] #{meta['id']} {meta['base']} {meta['mutation']}: "
-                  f"{meta['what']} -> {res['outcome']} {res.get('message', '')[:100]}",
+                  f"{meta['what']} -> {res.get('stage')}: {res['outcome']} "
+                  f"{res.get('message', '')[:100]}",
                   flush=True)
         elif k % 50 == 0:
             print(f"  {k}/{args.n} cases, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
@@ -753,6 +960,12 @@ def main(argv=None) -> int:
         print(f"  {c:5d}  {outcome}")
         if outcome in ("crash", "hang") or outcome.startswith(("unclean", "isolated-")):
             bad += c
+    print("by stage (cases that reached it: passed, clean error, unclean error, crash, hang):")
+    for name, c in stage_counts(results).items():
+        reached = sum(c.values()) - c["skipped"]
+        extra = "".join(f", {c[k]} {k}" for k in ("isolated", "not-run", "skipped") if c[k])
+        print(f"  {name:8s} {reached:5d}: {c['passed']} passed, {c['clean']} clean, "
+              f"{c['unclean']} unclean, {c['crash']} crash, {c['hang']} hang{extra}")
     per_mut = Counter((m["mutation"], r["outcome"].split(":")[0]) for m, r in results)
     print("by mutation: " + ", ".join(f"{k[0]}/{k[1]}={v}" for k, v in sorted(per_mut.items())))
     if s["groups"]:
@@ -760,7 +973,8 @@ def main(argv=None) -> int:
         for (outcome, msg), items in sorted(s["groups"].items(), key=lambda kv: -len(kv[1])):
             print(f"\n== {len(items)} x {outcome}: {msg}")
             for meta, r in items[:args.show]:
-                print(f"   case #{meta['id']} ({meta['base']}, {meta['mutation']}: {meta['what']})")
+                print(f"   case #{meta['id']} ({meta['base']}, {meta['mutation']}: {meta['what']})"
+                      f" at {r.get('stage', '?')}")
             tb = items[0][1].get("traceback")
             if tb:
                 print("   " + "\n   ".join(tb.strip().splitlines()[-8:]))

@@ -3,10 +3,20 @@
 Reads the file, runs ``onnx.checker`` and shape inference, and checks the opsets, so that
 a broken model fails here with a message naming the file, the node or the tensor, rather
 than deep inside TVM.
+
+Strings first (:func:`check_text`): protobuf hands a field whose bytes are not UTF-8 back
+as ``bytes``.  An identifier that is not UTF-8 (graph, node, tensor, input/output,
+attribute or function name, op type, domain, string attribute value, metadata_props key)
+is refused with a ``ModelError`` naming the field ("graph name", "node #12 (Add) name",
+"input 0 name", "node 'r' (#2) attribute 'mode' value", "metadata_props #0 key"); free
+text (``doc_string``, ``producer_name``, ``producer_version``, metadata_props values) is
+decoded with backslash escapes and a warning names it.  Nothing after the loader sees
+``bytes`` where ONNX declares a string.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 import onnx
@@ -28,15 +38,26 @@ SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                    TensorProto.UINT64, TensorProto.BOOL, *NARROW_FORMATS}
 
 
-def load_model(model) -> onnx.ModelProto:
-    """Return a checked, shape-inferred copy of ``model`` (a path or a ModelProto)."""
+def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
+    """Return a checked, shape-inferred copy of ``model`` (a path or a ModelProto).
+
+    Strings that are not UTF-8 follow :func:`check_text`: an identifier (a name, an op
+    type, a string attribute...) is a ``ModelError`` naming the field; free text
+    (``doc_string``, ``producer_name``, ``producer_version``, metadata_props values) is
+    decoded with backslash escapes, with a warning appended to ``warnings`` (logged on
+    the ``onnxc`` logger when ``warnings`` is None).  Every later stage sees ``str`` only.
+    """
     where = "model"
     if isinstance(model, (str, os.PathLike)):
         where = os.fspath(model)
         model = read_model(where)
     elif not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected a path or onnx.ModelProto, got {type(model).__name__}")
-    _check_strings(model, where)
+    model, text_warnings = check_text(model, where)  # first: later checks quote names
+    if warnings is not None:
+        warnings.extend(text_warnings)
+    for w in text_warnings if warnings is None else ():
+        logging.getLogger("onnxc").warning("%s", w)
     if len(model.graph.node) == 0:
         raise ModelError(f"{where}: the graph has no nodes")
     _check_opsets(model, where)
@@ -46,9 +67,6 @@ def load_model(model) -> onnx.ModelProto:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{where}: invalid ONNX model: {_first_line(e)}") from None
-    except UnicodeDecodeError:  # the checker's message quotes a corrupted (non-UTF-8) name
-        raise ModelError(f"{where}: invalid ONNX model: a name in it is not valid UTF-8; "
-                         "the file is corrupted") from None
     try:
         inferred = _infer_shapes(model)
     except Exception as e:  # onnx raises InferenceError/ValidationError/RuntimeError
@@ -223,35 +241,181 @@ def _first_line(e: Exception) -> str:
 MAX_TENSOR_ELEMENTS = 2 ** 40
 
 
-def _check_strings(model: onnx.ModelProto, where: str) -> None:
-    """Every text field must be valid UTF-8 (protobuf decodes lazily; a bit flip in a name
-    otherwise surfaces as a UnicodeDecodeError somewhere later)."""
-    from google.protobuf.descriptor import FieldDescriptor
-
-    def walk(msg, path):
-        if isinstance(msg, TensorProto):  # do not copy the data out: only its text fields
-            msg.name, msg.doc_string  # noqa: B018  (decoding is the check)
-            for e in msg.external_data:
-                e.key, e.value  # noqa: B018
-            return
-        for field, value in msg.ListFields():
-            if field.type == FieldDescriptor.TYPE_MESSAGE:
-                items = value if _repeated(field) else [value]
-                for i, item in enumerate(items):
-                    walk(item, f"{path}.{field.name}[{i}]")
-            elif field.type == FieldDescriptor.TYPE_STRING and _repeated(field):
-                list(value)  # elements decode when read; a scalar did in ListFields()
-
-    try:
-        walk(model, "model")
-    except UnicodeDecodeError as e:
-        raise ModelError(f"{where}: a name or text field is not valid UTF-8 ({e.reason} at "
-                         f"byte {e.start}); the file is corrupted") from None
-
-
 def _repeated(field) -> bool:
     rep = getattr(field, "is_repeated", None)  # protobuf >= 6; older ones have .label
     return bool(rep) if rep is not None else field.label == field.LABEL_REPEATED
+
+
+# -- text: every string of the model is UTF-8 before any later stage reads it -------------
+#
+# protobuf (upb) does not validate proto2 strings: a field whose bytes are not UTF-8 comes
+# back as ``bytes`` and would reach the manifest (JSON), reports, traces, error messages
+# and file names as such.  The rule (also in docs/security.md):
+#
+# * identifiers -- graph, node, tensor, input/output, attribute and function names, op
+#   types, domains, string attribute values, metadata_props keys, dim_params: every
+#   string not listed below -- are refused with a ModelError naming the field;
+# * free text nothing computes with -- ``doc_string`` of any message, ``producer_name``,
+#   ``producer_version`` and metadata_props values -- is decoded with backslash escapes
+#   (``b'a\xedb'`` reads ``'a\\xedb'``) and one warning names the fields.
+
+FREE_TEXT_FIELDS = frozenset({"doc_string", "producer_name", "producer_version"})
+
+
+def check_text(model: onnx.ModelProto, where: str = "model") -> tuple[onnx.ModelProto, list]:
+    """Apply the UTF-8 rule above to every string of ``model`` (subgraphs, functions,
+    initializers, sparse initializers, value_info and training info included).
+
+    Returns ``(model, warnings)``: ``model`` itself when every string is UTF-8, else a copy
+    whose free-text fields are decoded with escapes, and one warning naming them.  Raises
+    ``ModelError`` naming the first identifier that is not UTF-8 (and how many more).
+    """
+    found: list = []
+    _walk_text(model, None, found)
+    if not found:
+        return model, []
+    bad_ids = [f for f in found if not _free_text(f[0], f[2], f[3])]
+    if bad_ids:
+        path, msg, field, index, raw = bad_ids[0]
+        label = _label(path, msg, field, index)
+        more = f" (and {len(bad_ids) - 1} more field(s))" if len(bad_ids) > 1 else ""
+        raise ModelError(f"{where}: {label} is not valid UTF-8 ({_show(raw)}){more}; names "
+                         "and other identifiers of an ONNX model must be UTF-8 text: the file "
+                         "is corrupted or its exporter is broken; re-export the model or set "
+                         "the field to UTF-8 text")
+    labels = [_label(path, msg, field, index) for path, msg, field, index, _ in found]
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    found = []
+    _walk_text(fixed, None, found)
+    for _, msg, field, _, raw in found:  # free text only, as in ``model``
+        setattr(msg, field, text(raw))
+    shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+    return fixed, [f"{where}: {len(labels)} free-text field(s) not valid UTF-8, read with "
+                   f"backslash escapes: {shown}"]
+
+
+def text(value) -> str:
+    """A string field's value for a message: bytes (not UTF-8) decoded with escapes."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
+
+def _show(raw: bytes) -> str:
+    """``raw`` as escaped text and the first byte that breaks UTF-8."""
+    try:
+        raw.decode("utf-8")
+        return f"'{text(raw)}'"
+    except UnicodeDecodeError as e:
+        return f"'{text(raw)}': byte 0x{raw[e.start]:02x} at offset {e.start}"
+
+
+def _named(msg, index: int, kind: str) -> str:
+    """``kind 'name' (#index)``, or ``kind #index (op)`` when the name is empty or not text."""
+    name = getattr(msg, "name", "")
+    if isinstance(name, str) and name:
+        return f"{kind} {name!r} (#{index})"
+    op = getattr(msg, "op_type", "")
+    return f"{kind} #{index}" + (f" ({op})" if isinstance(op, str) and op else "")
+
+
+_PARTS = {"node": "node", "initializer": "initializer", "sparse_initializer":
+          "sparse initializer", "value_info": "value_info", "functions": "function"}
+
+
+def _part(parent, field: str, index, child) -> str:
+    """How ``parent.field[index]`` (a message) is named in a message."""
+    if field in ("input", "output") and child.DESCRIPTOR.name == "ValueInfoProto":
+        return f"{field} {index}"
+    if field in _PARTS and index is not None:
+        return _named(child, index, _PARTS[field])
+    if field == "attribute" and parent.DESCRIPTOR.name == "NodeProto":
+        return _named(child, index, "attribute").replace(f" (#{index})", "")
+    if field in ("g", "graphs") and parent.DESCRIPTOR.name == "AttributeProto":
+        return "subgraph" if index is None else f"subgraph {index}"
+    return field if index is None else f"{field} #{index}"
+
+
+def _walk_text(msg, path, found: list) -> None:
+    """Append (path, message, field, index, bytes) for every string of ``msg`` that is not
+    UTF-8.  ``path``: how ``msg`` was reached, (parent path, parent, field, index, msg), or
+    None for the model; labels are made from it only for what is found (the walk is the
+    hot part: a model has tens of thousands of strings).  Reads only string and message
+    fields, never a tensor's data."""
+    strings, messages = _plan(msg.DESCRIPTOR)
+    for name, repeated, attr_value in strings:
+        values = enumerate(getattr(msg, name)) if repeated else ((None, getattr(msg, name)),)
+        for index, value in values:
+            if not isinstance(value, bytes):
+                continue
+            if attr_value:  # declared bytes, UTF-8 text by the spec
+                try:
+                    value.decode("utf-8")
+                    continue
+                except UnicodeDecodeError:
+                    pass
+            found.append((path, msg, name, index, value))
+    for name, repeated in messages:
+        if repeated:
+            for index, child in enumerate(getattr(msg, name)):
+                _walk_text(child, (path, msg, name, index, child), found)
+        elif msg.HasField(name):
+            child = getattr(msg, name)
+            _walk_text(child, (path, msg, name, None, child), found)
+
+
+_PLANS: dict = {}
+
+
+def _plan(descriptor) -> tuple:
+    """(string fields [(name, repeated, is a string attribute value)], message fields
+    [(name, repeated)]) of a message type, computed once per type."""
+    plan = _PLANS.get(descriptor.full_name)
+    if plan is None:
+        from google.protobuf.descriptor import FieldDescriptor as FD
+
+        strings, messages = [], []
+        for field in descriptor.fields:
+            attr_value = descriptor.name == "AttributeProto" and field.name in ("s", "strings")
+            if field.type == FD.TYPE_STRING or attr_value:
+                strings.append((field.name, _repeated(field), attr_value))
+            elif field.type == FD.TYPE_MESSAGE:
+                messages.append((field.name, _repeated(field)))
+        plan = _PLANS[descriptor.full_name] = (strings, messages)
+    return plan
+
+
+def _context(path) -> str:
+    """How the message reached through ``path`` is named ("" for the model and the main
+    graph: their own fields read "model ...", "graph ...")."""
+    if path is None:
+        return ""
+    parent_path, parent, field, index, child = path
+    outer = _context(parent_path)
+    kind = parent.DESCRIPTOR.name
+    part = "" if kind == "ModelProto" and field == "graph" else _part(parent, field, index, child)
+    # the parts of a subgraph or function read "<where it is> > node 'x' (#3)"
+    sep = " > " if outer and kind in ("GraphProto", "FunctionProto") else " "
+    return sep.join(p for p in (outer, part) if p).strip()
+
+
+def _label(path, msg, field: str, index) -> str:
+    """The name of string ``field`` (element ``index``) of ``msg`` in a message."""
+    kind = msg.DESCRIPTOR.name
+    if kind == "AttributeProto" and field in ("s", "strings"):
+        what = "value" if index is None else f"value {index}"
+    else:
+        what = field if index is None else f"{field} {index}" if kind in (
+            "NodeProto", "FunctionProto") else f"{field} #{index}"
+    own = _context(path) or {"ModelProto": "model", "GraphProto": "graph"}.get(kind, "")
+    return f"{own} {what}".strip()
+
+
+def _free_text(path, field: str, index) -> bool:
+    """Is this string free text (decoded with escapes) rather than an identifier?"""
+    if index is not None:
+        return False
+    return field in FREE_TEXT_FIELDS or (field == "value" and path is not None
+                                         and path[2] == "metadata_props")
 
 
 # attribute type -> the field that must be present for a single value

@@ -21,6 +21,7 @@ from schedules.tuning import ProgressBar, TuneOptions, make_tasks, parse_tracker
 
 from .. import __version__
 from ..driver import lower_to_kernels
+from ..frontend.loader import text
 
 __all__ = ["extract_tasks", "tune"]
 
@@ -115,7 +116,7 @@ def tune(model, target="host", db="tuning-db", *, trials: int | None = None,
 
 def _model_id(model) -> dict:
     if isinstance(model, onnx.ModelProto):
-        data, name = model.SerializeToString(), model.graph.name or "model"
+        data, name = model.SerializeToString(), text(model.graph.name) or "model"
     else:
         with open(os.fspath(model), "rb") as f:
             data = f.read()

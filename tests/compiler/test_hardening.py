@@ -43,6 +43,24 @@ def test_fuzz_1000():
     _fuzz(1000, seed=0)
 
 
+def test_fuzz_utf8_mutations_go_through_every_stage_without_a_traceback():
+    """Issue #19: strings that are not UTF-8, by a bit flip in the file and through the
+    protobuf API, end in a ModelError naming the field, or (free text) compile, export,
+    load and run."""
+    cases = list(fuzz_models.generate(16, seed=5, only={"utf8_flip", "utf8_field"}))
+    assert {c["mutation"] for c in cases} == {"utf8_flip", "utf8_field"}
+    results = fuzz_models.run_all(cases, jobs=2, timeout=120)
+    for m, r in results:
+        assert r["outcome"] == "ok" or (r["outcome"] == "clean:compiler.errors.ModelError"
+                                        and r["stage"] == "compile"
+                                        and "not valid UTF-8" in r["message"]), (m, r)
+    stages = fuzz_models.stage_counts(results)
+    assert sum(stages["compile"].values()) == 16
+    for name in ("export", "load", "run"):  # what compiled went through every stage
+        assert stages[name]["passed"] + stages[name]["skipped"] == \
+            stages["compile"]["passed"]  # (a DynamicModel skips export and load)
+
+
 def test_fuzz_cases_are_deterministic():
     a = [c["data"] for c in fuzz_models.generate(20, seed=3)]
     b = [c["data"] for c in fuzz_models.generate(20, seed=3)]

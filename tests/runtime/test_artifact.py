@@ -169,3 +169,9 @@ def test_copy_deploys_one_file(cnn_so, tmp_path):
     shutil.copy(cnn_so, dst)
     sess = runtime.load(str(dst))
     sess.run(None, zoo.random_inputs(zoo_model("cnn")))
+
+
+def test_encode_blob_names_an_entry_json_cannot_hold():
+    with pytest.raises(ArtifactError, match=r"metadata entry meta\.manifest\.model\.graph_name "
+                                            r"holds bytes b'nan\\xedodel'"):
+        encode_blob({"manifest": {"model": {"graph_name": b"nan\xedodel"}}}, b"")

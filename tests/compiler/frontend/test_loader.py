@@ -117,3 +117,143 @@ def test_opset_below_7_accepted_when_every_op_is_unchanged():
     model = onnx_model(node, [value_info("x", F, [2])], [value_info("y", F, [2])], 6)
     with pytest.raises(UnsupportedError, match=r"opset 6 is outside .*Add"):
         compiler.compile(model)
+
+
+# -- strings that are not UTF-8 (issue #19) ---------------------------------------------------
+# protobuf hands such a field back as bytes: an identifier is refused naming the field, free
+# text (doc_string, producer_name/version, metadata_props values) is read with escapes.
+
+NOT_UTF8 = b"nan\xedodel"
+
+
+def set_raw(msg, field: str, raw: bytes, index: int | None = None) -> None:
+    """Set a string field of ``msg`` (element ``index`` of a repeated one) to ``raw`` bytes
+    through the wire format: protobuf's setters refuse bytes that are not UTF-8."""
+    number = msg.DESCRIPTOR.fields_by_name[field].number
+
+    def varint(v):
+        out = bytearray()
+        while True:
+            out.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
+            v >>= 7
+            if not v:
+                return bytes(out)
+
+    def encode(b):
+        return varint(number << 3 | 2) + varint(len(b)) + b
+
+    if index is None:
+        msg.MergeFromString(encode(raw))
+        return
+    values = [v if isinstance(v, bytes) else v.encode() for v in getattr(msg, field)]
+    values[index] = raw
+    msg.ClearField(field)
+    msg.MergeFromString(b"".join(encode(v) for v in values))
+
+
+def _named_model():
+    """Add -> Resize(mode) -> If (a subgraph), with an initializer and metadata."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["y"], ["t"], name="inner")], "body", [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 1, 2, 4])])
+    m = _model([helper.make_node("Add", ["x", "b"], ["s"], name="add"),
+                helper.make_node("Resize", ["s", "", "scales"], ["y"], name="resize",
+                                 mode="nearest"),
+                helper.make_node("If", ["c"], ["z"], name="if0", then_branch=body,
+                              else_branch=body)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+                helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 2, 4]),
+                helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 1, 2, 4])],
+               [numpy_helper.from_array(np.ones(2, "f4"), "b"),
+                numpy_helper.from_array(np.array([1, 1, 1, 2], "f4"), "scales")])
+    helper.set_model_props(m, {"author": "someone"})
+    m.producer_name = "exporter"
+    return m
+
+
+@pytest.mark.parametrize("where, corrupt", [
+    ("graph name", lambda m: set_raw(m.graph, "name", NOT_UTF8)),
+    (r"node #0 \(Add\) name", lambda m: set_raw(m.graph.node[0], "name", NOT_UTF8)),
+    (r"node 'add' \(#0\) input 1", lambda m: set_raw(m.graph.node[0], "input", NOT_UTF8, 1)),
+    ("input 0 name", lambda m: set_raw(m.graph.input[0], "name", NOT_UTF8)),
+    ("output 1 name", lambda m: set_raw(m.graph.output[1], "name", NOT_UTF8)),
+    ("initializer #1 name", lambda m: set_raw(m.graph.initializer[1], "name", NOT_UTF8)),
+    (r"node 'resize' \(#1\) attribute 'mode' value",
+     lambda m: set_raw(m.graph.node[1].attribute[0], "s", NOT_UTF8)),
+    (r"node 'resize' \(#1\) attribute #0 name",
+     lambda m: set_raw(m.graph.node[1].attribute[0], "name", NOT_UTF8)),
+    ("metadata_props #0 key", lambda m: set_raw(m.metadata_props[0], "key", NOT_UTF8)),
+    (r"node 'if0' \(#2\) attribute 'else_branch' subgraph > node #0 \(Identity\) name",
+     lambda m: set_raw(m.graph.node[2].attribute[0].g.node[0], "name", NOT_UTF8)),
+    ("opset_import #0 domain", lambda m: set_raw(m.opset_import[0], "domain", NOT_UTF8)),
+])
+def test_identifier_not_utf8_is_refused_naming_the_field(where, corrupt):
+    m = _named_model()
+    corrupt(m)
+    with pytest.raises(ModelError, match=rf"^model: {where} is not valid UTF-8 "
+                                         r"\('nan\\xedodel': byte 0xed at offset 3\)"):
+        compiler.compile(m)
+
+
+def test_bit_flip_in_a_name_in_a_file_is_refused(tmp_path):
+    data = _named_model().SerializeToString()
+    i = data.index(b"resize")  # the node name (its first occurrence)
+    path = tmp_path / "flipped.onnx"
+    path.write_bytes(data[:i + 2] + bytes([data[i + 2] ^ 0x80]) + data[i + 3:])
+    with pytest.raises(ModelError, match=rf"^{path}: node #1 \(Resize\) name is not valid "
+                                         r"UTF-8 \('re\\xf3ize': byte 0xf3 at offset 2\)"):
+        compiler.compile(str(path))
+
+
+def test_free_text_not_utf8_is_read_with_escapes_and_one_warning():
+    from compiler.frontend.loader import load_model
+
+    m = _named_model()
+    set_raw(m, "producer_name", NOT_UTF8)
+    set_raw(m.graph.node[0], "doc_string", b"\xff")
+    set_raw(m.metadata_props[0], "value", NOT_UTF8)
+    warnings: list = []
+    proto = load_model(m, warnings)
+    assert proto.producer_name == "nan\\xedodel"
+    assert proto.graph.node[0].doc_string == "\\xff"
+    assert proto.metadata_props[0].value == "nan\\xedodel"
+    assert warnings == ["model: 3 free-text field(s) not valid UTF-8, read with backslash "
+                        "escapes: model producer_name, node 'add' (#0) doc_string, "
+                        "metadata_props #0 value"]
+    assert isinstance(m.producer_name, bytes)  # the caller's model is left as it was
+
+
+def test_free_text_not_utf8_compiles_and_reaches_the_manifest_escaped(tmp_path):
+    m = _relu()
+    set_raw(m, "producer_name", NOT_UTF8)
+    cm = compiler.compile(m)
+    assert cm.report["warnings"][0].startswith("model: 1 free-text field(s) not valid UTF-8")
+    path = cm.export(str(tmp_path / "m.so"))
+    import runtime
+
+    sess = runtime.load(path)
+    assert sess.run(None, {"x": -np.ones((2, 3), "f4")})[0].tolist() == [[0.0] * 3] * 2
+    from runtime.artifact import read_artifact
+
+    assert read_artifact(path)[0]["manifest"]["model"]["producer"] == "nan\\xedodel"
+
+
+def test_cli_compile_of_a_name_not_utf8_exits_1_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    m = _relu()
+    set_raw(m.graph, "name", NOT_UTF8)
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(m.SerializeToString())
+    out = tmp_path / "out.so"
+    r = subprocess.run([sys.executable, "-m", "compiler.cli", "compile", str(path), "-o",
+                        str(out)], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr.strip() == (f"onnxc compile: error: {path}: graph name is not valid UTF-8 "
+                                "('nan\\xedodel': byte 0xed at offset 3); names and other "
+                                "identifiers of an ONNX model must be UTF-8 text: the file is "
+                                "corrupted or its exporter is broken; re-export the model or "
+                                "set the field to UTF-8 text")
+    assert "Traceback" not in r.stderr + r.stdout and not out.exists()
