@@ -1,0 +1,156 @@
+"""Transposed convs per output phase (passes/pack_conv_transpose.py) on CPUs.
+
+``out[n, f, y, x] += pad[n, c, (y+p)//s - ty, (x+p)//s - tx] *
+wp[f // b, c, ty, tx, (y+p) % s, (x+p) % s, f % b]`` (2-D; 1-D has no y, 3-D an outer z
+whose tile is one plane).  As in conv2d_packed, the channel block ``b`` (contiguous in
+``wp``) is the vector and a ``yt x xt`` tile of output pixels x ``b`` channels stays in
+registers; here the pixels of a tile span the phases: the ``P`` phases of the tile load
+``P`` weight vectors per tap, each input value of the ``Q`` the tile reads is broadcast
+once into ``P`` accumulators, so the tile is chosen for the fewest loads per FMA,
+``1/Q + 1/(P*vectors)``, with tile sides multiples of the stride (every pixel's phase a
+constant once unrolled).  Write-back NCHW with the epilogue (bias, ReLU) inlined, padding
+its own parallel stage, parallel over (n, channel block, row block (and plane)).
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from ..base import MatchingCPURule
+from . import common
+
+
+def match_conv_transpose(sch):
+    """(block rv, channel block b, spatial dims, strides) of a reduction reading
+    ``wp[f // b, rc, *t, *phase, f % b]`` and ``pad[n, rc, ...]``, writing ``out[n, f, *o]``
+    (1 to 3 spatial dims), with only spatial blocks around it; else None."""
+    for nd in (2, 1, 3):
+        m = common.single_reduction(sch, "SS" + "S" * nd + "R" * (nd + 1))
+        if m is not None:
+            break
+    else:
+        return None
+    rv, block, ivs = m
+    n, f, rc = ivs[0], ivs[1], ivs[2 + nd]
+    o = common.fp32_output(block, ivs[:2 + nd])
+    if o is None or len(o[1]) != 2:
+        return None
+    b = strides = data_ok = None
+    for r in o[1]:
+        idx = common.region_vars(r)
+        if len(idx) == 2 * nd + 3:
+            bb = r.source.shape[-1]
+            if (isinstance(bb, tirx.IntImm) and _is(idx[0], tirx.FloorDiv, f, bb)
+                    and _is(idx[-1], tirx.FloorMod, f, bb)
+                    and common.same_vars(idx[1:2 + nd], ivs[2 + nd:])):
+                b = int(bb)
+                # the phase of each spatial dim: floormod(o + p, s), or 0 when s == 1
+                strides = [int(e.b) if isinstance(e, tirx.FloorMod) and isinstance(
+                    e.b, tirx.IntImm) else 1 for e in idx[2 + nd:2 + 2 * nd]]
+        elif len(idx) == nd + 2 and idx[0].same_as(n) and idx[1].same_as(rc):
+            data_ok = True
+    if b is None or not data_ok:
+        return None
+    return rv, b, nd, strides
+
+
+def _is(e, op, var, const) -> bool:
+    return (isinstance(e, op) and e.a.same_as(var) and isinstance(e.b, tirx.IntImm)
+            and int(e.b) == int(const))
+
+
+def _span(t: int, s: int) -> tuple:
+    """(phases, inputs) of ``t`` consecutive output pixels at stride ``s``: distinct weight
+    phases and distinct input positions per tap."""
+    return min(t, s), -(-t // s)
+
+
+def tile(oh: int, ow: int, sy: int, sx: int, vectors: int, width: int = 1,
+         budget: int = 20) -> tuple:
+    """(yt, xt, vt): a ``yt x xt`` pixel tile (divisors of oh, ow) x ``vt`` of the block's
+    ``vectors`` channel vectors (each ``width`` registers) within ``budget`` accumulators,
+    with the fewest loads per FMA: ``P * vt`` weight vectors and ``Q`` broadcasts per tap
+    for ``yt * xt * vt`` FMAs.  Sides that are not multiples of the stride (nor of one
+    phase) would make each pixel's phase a run-time value: taken only when nothing else
+    fits.  Ties go to wider rows (contiguous input)."""
+    best, best_cost = (1, 1, 1), None
+    for vt in common.divisors(vectors):
+        for xt in common.divisors(ow):
+            for yt in common.divisors(oh):
+                if xt > 16 or yt * xt * vt * width > budget:
+                    continue
+                (py, qy), (px, qx) = _span(yt, sy), _span(xt, sx)
+                ragged = (yt % sy and sy % yt) or (xt % sx and sx % xt)
+                cost = (bool(ragged), 1 / (qy * qx) + 1 / (py * px * vt), -xt)
+                if best_cost is None or cost < best_cost:
+                    best, best_cost = (yt, xt, vt), cost
+    return best
+
+
+def _channels_last_input(sch, conv, pads, nd):
+    """Read the input from a channels-last copy: the padded input (``pad_temp``) written
+    [n, *q, c], or, without padding, a copy made so.  In NCHW the channels a tile reads
+    one after the other lie H*W floats apart, a power of two in a decoder: every one maps
+    to the same L1 set and missed (4 cache lines per 8 FMAs); channels-last, a cache line
+    serves 16 of them.  Returns the blocks to schedule as elementwise stages."""
+    blk = sch.get(conv)
+    data = next(i for i, r in enumerate(blk.reads) if len(r.source.shape) == nd + 2)
+    src = blk.reads[data].source
+    pad = next((p for p in pads if sch.get(p).writes[0].source.same_as(src)), None)
+    if pad is None:
+        pad = sch.cache_read(conv, data, "global")
+        pads = [*pads, pad]
+    sch.transform_layout(pad, ("write", 0), lambda n, c, *q: (n, *q, c))
+    n, c, *q = sch.get_loops(pad)
+    sch.reorder(n, *q, c)
+    return pads
+
+
+class ConvTranspose(MatchingCPURule):
+    """conv{1,2,3}d_transpose per phase x [F/b, C, *T, *S, b] weights + elementwise
+    epilogue."""
+
+    name = "cpu.conv_transpose"
+
+    def match(self, sch):
+        return match_conv_transpose(sch)
+
+    def schedule(self, sch, m, target):
+        conv, b, nd, strides = m
+        lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        pads, after, tail = common.inline_around(sch, conv)
+        loops = sch.get_loops(conv)
+        ext = [common.const_extent(sch, lp) for lp in loops]
+        if any(e is None for e in ext) or ext[1] % b:
+            return None
+        n, f, *sp = loops[:2 + nd]
+        rc, *rt = loops[2 + nd:]
+        planes, y, x = sp[:-2], (sp[-2] if nd >= 2 else None), sp[-1]
+        oh, ow = (ext[nd] if nd >= 2 else 1), ext[1 + nd]
+        sy, sx = (strides[-2] if nd >= 2 else 1), strides[-1]
+        # whole vectors of the block split into register tiles; a ragged block is one
+        vectors = b // lanes if b % lanes == 0 else 1
+        yt, xt, vt = tile(oh, ow, sy, sx, vectors, 1 if b % lanes == 0 else -(-b // lanes),
+                          common.acc_budget(target))
+        pads = _channels_last_input(sch, conv, pads, nd)
+        fo, fi = sch.split(f, [None, b])
+        yo, yi = sch.split(y, [None, yt]) if y is not None else (None, None)
+        xo, xi = sch.split(x, [None, xt])
+        fm, fi = sch.split(fi, [None, b // vectors * vt])
+        rows = [lp for lp in (yo,) if lp is not None]
+        inner = [lp for lp in (yi, xi) if lp is not None]
+        sch.reorder(n, fo, *planes, *rows, xo, fm, rc, *rt, *inner, fi)
+        # channels innermost in the register tile: one vector register per pixel
+        wb, pads = common.write_back_at(sch, conv, fm, tail, pads, after,
+                                        write_layout=lambda a, c, *p: (a, *p, c))
+        common.parallel(sch, [n, fo, *planes, *rows], ncores)
+        for lp in inner:
+            sch.unroll(lp)
+        sch.vectorize(fi)
+        init = sch.decompose_reduction(conv, rc)
+        sch.vectorize(sch.get_loops(init)[-1])
+        for lp in reversed(sch.get_loops(wb)[-len(inner):]):
+            sch.unroll(lp)
+        for p in pads:
+            common.schedule_elementwise(sch, p, lanes, ncores)
+        return sch
