@@ -67,42 +67,58 @@ def _span(t: int, s: int) -> tuple:
 
 def tile(oh: int, ow: int, sy: int, sx: int, vectors: int, width: int = 1,
          budget: int = 20) -> tuple:
-    """(yt, xt, vt): a ``yt x xt`` pixel tile (divisors of oh, ow) x ``vt`` of the block's
-    ``vectors`` channel vectors (each ``width`` registers) within ``budget`` accumulators,
-    with the fewest loads per FMA: ``P * vt`` weight vectors and ``Q`` broadcasts per tap
-    for ``yt * xt * vt`` FMAs.  Sides that are not multiples of the stride (nor of one
-    phase) would make each pixel's phase a run-time value: taken only when nothing else
-    fits.  Ties go to wider rows (contiguous input)."""
-    best, best_cost = (1, 1, 1), None
+    """(yt, xt, vt, px): a ``yt x xt`` pixel tile x ``vt`` of the block's ``vectors``
+    channel vectors (each ``width`` registers) within ``budget`` accumulators, with the
+    fewest loads per FMA: ``P * vt`` weight vectors and ``Q`` broadcasts per tap for
+    ``yt * xt * vt`` FMAs.  ``px == 0``: ``xt`` consecutive pixels (a divisor of ``ow``);
+    sides that are neither multiples nor divisors of the stride would make each pixel's
+    phase a run-time value, taken only when nothing else fits.  ``px > 0`` (``ow`` a
+    multiple of ``sx``): ``xt // px`` inputs x ``px`` of the ``sx`` phases, the pixels
+    ``q * sx + r`` (a large stride: the vocoders' s8 tile reads one input per 8
+    consecutive pixels, one FMA per weight load).  Ties go to wider rows."""
+    xs = [(xt, 0) + _span(xt, sx) for xt in common.divisors(ow) if xt <= 16]
+    if ow % sx == 0:
+        xs += [(q * p, p, p, q) for p in common.divisors(sx) if p < sx
+               for q in common.divisors(ow // sx) if q * p <= 16 and q > 1]
+    best, best_cost = (1, 1, 1, 0), None
     for vt in common.divisors(vectors):
-        for xt in common.divisors(ow):
+        for xt, px, phx, inx in xs:
             for yt in common.divisors(oh):
-                if xt > 16 or yt * xt * vt * width > budget:
+                if yt * xt * vt * width > budget:
                     continue
-                (py, qy), (px, qx) = _span(yt, sy), _span(xt, sx)
-                ragged = (yt % sy and sy % yt) or (xt % sx and sx % xt)
-                cost = (bool(ragged), 1 / (qy * qx) + 1 / (py * px * vt), -xt)
+                phy, iny = _span(yt, sy)
+                ragged = (yt % sy and sy % yt) or (not px and xt % sx and sx % xt)
+                cost = (bool(ragged), 1 / (iny * inx) + 1 / (phy * phx * vt), -xt)
                 if best_cost is None or cost < best_cost:
-                    best, best_cost = (yt, xt, vt), cost
+                    best, best_cost = (yt, xt, vt, px), cost
     return best
 
 
-def _channels_last_input(sch, conv, pads, nd):
+def _channels_last_input(sch, conv, pads, nd, ncores):
     """Read the input from a channels-last copy: the padded input (``pad_temp``) written
     [n, *q, c], or, without padding, a copy made so.  In NCHW the channels a tile reads
     one after the other lie H*W floats apart, a power of two in a decoder: every one maps
     to the same L1 set and missed (4 cache lines per 8 FMAs); channels-last, a cache line
-    serves 16 of them.  Returns the blocks to schedule as elementwise stages."""
+    serves 16 of them.  The copy transposes in 16 x 16 blocks (read rows, write columns,
+    both in L1).  Returns the other blocks to schedule as elementwise stages."""
     blk = sch.get(conv)
     data = next(i for i, r in enumerate(blk.reads) if len(r.source.shape) == nd + 2)
     src = blk.reads[data].source
     pad = next((p for p in pads if sch.get(p).writes[0].source.same_as(src)), None)
     if pad is None:
         pad = sch.cache_read(conv, data, "global")
-        pads = [*pads, pad]
+    else:
+        pads = [p for p in pads if p != pad]
     sch.transform_layout(pad, ("write", 0), lambda n, c, *q: (n, *q, c))
     n, c, *q = sch.get_loops(pad)
-    sch.reorder(n, *q, c)
+    ext = [common.const_extent(sch, lp) for lp in (c, q[-1])]
+    ci = max(d for d in common.divisors(ext[0]) if d <= 16)
+    wi = max(d for d in common.divisors(ext[1]) if d <= 16)
+    co, ci = sch.split(c, [None, ci])
+    wo, wi = sch.split(q[-1], [None, wi])
+    sch.reorder(n, *q[:-1], co, wo, ci, wi)
+    sch.vectorize(wi)
+    common.parallel(sch, [n, *q[:-1], co], ncores)
     return pads
 
 
@@ -130,26 +146,38 @@ class ConvTranspose(MatchingCPURule):
         sy, sx = (strides[-2] if nd >= 2 else 1), strides[-1]
         # whole vectors of the block split into register tiles; a ragged block is one
         vectors = b // lanes if b % lanes == 0 else 1
-        yt, xt, vt = tile(oh, ow, sy, sx, vectors, 1 if b % lanes == 0 else -(-b // lanes),
-                          common.acc_budget(target))
-        pads = _channels_last_input(sch, conv, pads, nd)
+        yt, xt, vt, px = tile(oh, ow, sy, sx, vectors,
+                              1 if b % lanes == 0 else -(-b // lanes), common.acc_budget(target))
+        pads = _channels_last_input(sch, conv, pads, nd, ncores)
         fo, fi = sch.split(f, [None, b])
         yo, yi = sch.split(y, [None, yt]) if y is not None else (None, None)
-        xo, xi = sch.split(x, [None, xt])
+        layout = lambda a, c, *p: (a, *p, c)  # noqa: E731
+        at = None
+        if px:
+            # x = (xo * q + xq) * s + xro * px + xri: q inputs x px phases in registers
+            xq, xr = sch.split(x, [None, sx])
+            xo, xq = sch.split(xq, [None, xt // px])
+            xro, xri = sch.split(xr, [None, px])
+            outer, inner_x = [xo, xro], [xq, xri]
+            # a phase tile's pixels are not a box: write back all phases of xo at once
+            at = xo
+        else:
+            xo, xi = sch.split(x, [None, xt])
+            outer, inner_x = [xo], [xi]
         fm, fi = sch.split(fi, [None, b // vectors * vt])
         rows = [lp for lp in (yo,) if lp is not None]
-        inner = [lp for lp in (yi, xi) if lp is not None]
-        sch.reorder(n, fo, *planes, *rows, xo, fm, rc, *rt, *inner, fi)
+        inner = [lp for lp in (yi,) if lp is not None] + inner_x
+        sch.reorder(n, fo, *planes, *rows, *outer, fm, rc, *rt, *inner, fi)
         # channels innermost in the register tile: one vector register per pixel
-        wb, pads = common.write_back_at(sch, conv, fm, tail, pads, after,
-                                        write_layout=lambda a, c, *p: (a, *p, c))
+        wb, pads = common.write_back_at(sch, conv, at or fm, tail, pads, after,
+                                        write_layout=layout)
         common.parallel(sch, [n, fo, *planes, *rows], ncores)
         for lp in inner:
             sch.unroll(lp)
         sch.vectorize(fi)
         init = sch.decompose_reduction(conv, rc)
         sch.vectorize(sch.get_loops(init)[-1])
-        for lp in reversed(sch.get_loops(wb)[-len(inner):]):
+        for lp in reversed(sch.get_loops(wb)[-len(inner):] if not px else []):
             sch.unroll(lp)
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
