@@ -8,8 +8,8 @@ registers; here the pixels of a tile span the phases: the ``P`` phases of the ti
 ``P`` weight vectors per tap, each input value of the ``Q`` the tile reads is broadcast
 once into ``P`` accumulators, so the tile is chosen for the fewest loads per FMA,
 ``1/Q + 1/(P*vectors)``, with tile sides multiples of the stride (every pixel's phase a
-constant once unrolled).  Write-back NCHW with the epilogue (bias, ReLU) inlined, padding
-its own parallel stage, parallel over (n, channel block, row block (and plane)).
+constant once unrolled).  Write-back NCHW with the epilogue (bias, ReLU) inlined; the input copied channels-last
+(padded) in its own parallel stage; parallel over (n, channel block, row block or plane).
 """
 
 from __future__ import annotations
@@ -171,7 +171,9 @@ class ConvTranspose(MatchingCPURule):
         # channels innermost in the register tile: one vector register per pixel
         wb, pads = common.write_back_at(sch, conv, at or fm, tail, pads, after,
                                         write_layout=layout)
-        common.parallel(sch, [n, fo, *planes, *rows], ncores)
+        # 3-D: planes only; fused with the row blocks too, 3-D k3 s2 p1 output_padding 1
+        # computed wrong on 2 threads (right on one; TVM 0.27, cause not found)
+        common.parallel(sch, [n, fo, *planes] if planes else [n, fo, *rows], ncores)
         for lp in inner:
             sch.unroll(lp)
         sch.vectorize(fi)
