@@ -72,6 +72,10 @@ def graph_passes() -> list:
         # vectorises over b output channels whatever the output width; after every pass
         # that changes conv weights (fold_batchnorm)
         passes.PackConvWeights(),
+        # ConvTranspose per output phase with phase-packed constant weights: TVM's
+        # lowering convolves an s-times zero-dilated input (s^d the work); after
+        # fold_batchnorm, which scales transposed-conv weights
+        passes.PackConvTranspose(),
         # drop what earlier rewrites left unused
         passes.EliminateDeadCode(),
     ]

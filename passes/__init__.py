@@ -7,6 +7,7 @@ from .context import GraphPass, PassConfigError, PassContext, PassReport
 from .eliminate_dead_code import EliminateDeadCode
 from .fold_constants import FoldConstants
 from .pack_conv_weights import PackConvWeights
+from .pack_conv_transpose import PackConvTranspose
 from .pack_matmul_weights import PackMatmulWeights
 from .canonicalize_bindings import CanonicalizeBindings
 from .convert_layout import ConvertLayout
@@ -23,7 +24,7 @@ from .stable_softplus import StableSoftplus
 from .stable_variance import StableVariance
 from .accumulate_fp32 import AccumulateFp32
 
-__all__ = ["PackConvWeights", "PackMatmulWeights", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
+__all__ = ["PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",

@@ -16,6 +16,7 @@ from .conv2d import Conv2dNCHW
 from .conv2d_nchwc import Conv2dNCHWc
 from .conv2d_nhwc import Conv2dNHWC
 from .conv2d_packed import Conv2dPacked
+from .conv_transpose import ConvTranspose
 from .depthwise import DepthwiseConv2dNCHW
 from .fallback import Fallback
 from .matmul import Matmul
@@ -30,6 +31,7 @@ RULES = [
     Conv2dNCHWc(),  # convs convert_layout put in NCHW[b]c (dense and depthwise)
     Conv2dNHWC(),  # --layout NHWC
     Conv2dPacked(),  # convs whose weights pack_conv_weights pre-packed OIHW[b]o
+    ConvTranspose(),  # transposed convs pack_conv_transpose wrote per output phase
     DepthwiseConv2dNCHW(),  # before conv2d_nchw, which would take it as a 1-channel GEMM
     Conv2dNCHW(),
     Pool2dNCHW(),
