@@ -64,16 +64,16 @@ def cast_to(bb, x, src, to: int, saturate: bool = True, round_mode: str = "up",
 
 
 def _plain_cast(ctx):
-    """``cast(bb, x, to)`` between plain types, by the Cast converter registered before."""
+    """``plain(bb, x, to)`` between plain types, by the Cast converter registered before."""
     prev = previous(cast)
 
-    def cast(bb, x, to):
+    def plain(bb, x, to):
         from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
 
         args = onnx_input()
         args.append(x)
         return bb.normalize(prev(bb, args, {"to": to}, ctx))
-    return cast
+    return plain
 
 
 @_register("Cast")
