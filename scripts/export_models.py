@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""Export full-size, randomly initialised HuggingFace models to ONNX for whole-model benchmarks.
+
+The "real exports" benchmark set (``scripts/bench_models.py`` compiles and times them):
+published architectures at their published sizes, built from transformers configs written
+out below (no hub download), random weights (seeded), batch 1, STATIC input shapes, opset
+17, exported with PyTorch's TorchScript exporter (``torch.onnx.export(..., dynamo=False)``,
+what most users and older pipelines run) and ``do_constant_folding=True``.
+
+    CNNs        resnet50, mobilenetv2, convnext_tiny, efficientnet_b0, regnet_y_040  (224x224)
+    vision      vit_base16, deit_small16, swin_tiny                                  (224x224)
+    audio       whisper_base_encoder (80 x 3000 log-mel), wav2vec2_base (16000 samples)
+    text        bert_base, gpt2, llama_gqa, t5_small_encoder, distilbert             (seq 128)
+
+BatchNorm layers get trained-looking statistics (see ``_trained_like_batchnorm``): with
+transformers' init, deep CNNs' outputs underflow to ~0 and compare equal vacuously.
+Text inputs are int64 ``input_ids`` + ``attention_mask`` (+ ``token_type_ids`` for BERT).
+Deviations from the published configs, both so that compiler.bench.random_feeds (ints drawn
+from [0, 8)) stays in range: BERT's ``type_vocab_size`` is 8 (published: 2; 6 x 768 more
+parameters).  Attention uses transformers' default implementation (``sdpa``), which the
+TorchScript exporter writes out as MatMul/Softmax.
+
+torch and transformers are not dependencies of onnxc; run this from a separate venv::
+
+    /tmp/torchenv/bin/python scripts/export_models.py [--out /work/real_models] [--models ...]
+    /tmp/torchenv/bin/python scripts/export_models.py --check   # onnxruntime vs torch too
+
+Each model is exported in its own try/except; the failures are listed at the end (exit 1).
+Files over 2 GB would use external data (none of these is: LLaMA-style is ~0.5 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+OPSET = 17
+SEQ = 128
+IMAGE = 224
+TWO_GB = 2 * 1024**3
+
+
+# -- model builders: (model, {input name: example array}, [output names]) ------------------
+def _image_inputs(seed):
+    rng = np.random.default_rng(seed)
+    return {"pixel_values": rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32)}
+
+
+def _text_inputs(names, vocab, seed, causal=False):
+    """input_ids, attention_mask (last 16 positions padded), token_type_ids (two segments)."""
+    rng = np.random.default_rng(seed)
+    feeds = {"input_ids": rng.integers(0, vocab, (1, SEQ), dtype=np.int64)}
+    if "attention_mask" in names:
+        mask = np.ones((1, SEQ), np.int64)
+        mask[:, SEQ - 16:] = 0
+        feeds["attention_mask"] = mask
+    if "token_type_ids" in names:
+        tt = np.zeros((1, SEQ), np.int64)
+        tt[:, SEQ // 2:] = 1
+        feeds["token_type_ids"] = tt
+    return {n: feeds[n] for n in names}
+
+
+def resnet50(seed):
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    # microsoft/resnet-50
+    cfg = ResNetConfig(num_channels=3, embedding_size=64, hidden_sizes=[256, 512, 1024, 2048],
+                       depths=[3, 4, 6, 3], layer_type="bottleneck", hidden_act="relu",
+                       downsample_in_first_stage=False, num_labels=1000)
+    return ResNetForImageClassification(cfg), _image_inputs(seed), ["logits"]
+
+
+def mobilenetv2(seed):
+    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+
+    # google/mobilenet_v2_1.0_224 (TF-style "same" padding, ReLU6, 1001 classes)
+    cfg = MobileNetV2Config(num_channels=3, image_size=IMAGE, depth_multiplier=1.0,
+                            depth_divisible_by=8, min_depth=8, expand_ratio=6.0,
+                            output_stride=32, first_layer_is_expansion=True,
+                            finegrained_output=True, hidden_act="relu6", tf_padding=True,
+                            num_labels=1001)
+    return MobileNetV2ForImageClassification(cfg), _image_inputs(seed), ["logits"]
+
+
+def convnext_tiny(seed):
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    # facebook/convnext-tiny-224
+    cfg = ConvNextConfig(num_channels=3, patch_size=4, num_stages=4,
+                         hidden_sizes=[96, 192, 384, 768], depths=[3, 3, 9, 3],
+                         hidden_act="gelu", layer_scale_init_value=1e-6, num_labels=1000)
+    return ConvNextForImageClassification(cfg), _image_inputs(seed), ["logits"]
+
+
+def efficientnet_b0(seed):
+    from transformers import EfficientNetConfig, EfficientNetForImageClassification
+
+    # google/efficientnet-b0
+    cfg = EfficientNetConfig(num_channels=3, image_size=IMAGE, width_coefficient=1.0,
+                             depth_coefficient=1.0, dropout_rate=0.2, hidden_dim=1280,
+                             hidden_act="swish", num_labels=1000)
+    return EfficientNetForImageClassification(cfg), _image_inputs(seed), ["logits"]
+
+
+def regnet_y_040(seed):
+    from transformers import RegNetConfig, RegNetForImageClassification
+
+    # facebook/regnet-y-040
+    cfg = RegNetConfig(num_channels=3, embedding_size=32, hidden_sizes=[128, 192, 512, 1088],
+                       depths=[2, 6, 12, 2], groups_width=64, layer_type="y",
+                       hidden_act="relu", num_labels=1000)
+    return RegNetForImageClassification(cfg), _image_inputs(seed), ["logits"]
+
+
+def vit_base16(seed):
+    from transformers import ViTConfig, ViTForImageClassification
+
+    # google/vit-base-patch16-224: 196 patches + CLS = 197 tokens
+    cfg = ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                    intermediate_size=3072, hidden_act="gelu", image_size=IMAGE, patch_size=16,
+                    num_channels=3, qkv_bias=True, num_labels=1000)
+    return ViTForImageClassification(cfg), _image_inputs(seed), ["logits"]
+
+
+def deit_small16(seed):
+    from transformers import DeiTConfig, DeiTForImageClassification
+
+    # facebook/deit-small-patch16-224 (no distillation token: 197 tokens)
+    cfg = DeiTConfig(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                     intermediate_size=1536, hidden_act="gelu", image_size=IMAGE, patch_size=16,
+                     num_channels=3, qkv_bias=True, num_labels=1000)
+    return DeiTForImageClassification(cfg), _image_inputs(seed), ["logits"]
+
+
+def swin_tiny(seed):
+    from transformers import SwinConfig, SwinForImageClassification
+
+    # microsoft/swin-tiny-patch4-window7-224
+    cfg = SwinConfig(image_size=IMAGE, patch_size=4, num_channels=3, embed_dim=96,
+                     depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], window_size=7,
+                     mlp_ratio=4.0, qkv_bias=True, hidden_act="gelu", num_labels=1000)
+    return SwinForImageClassification(cfg), _image_inputs(seed), ["logits"]
+
+
+def whisper_base_encoder(seed):
+    from transformers import WhisperConfig, WhisperModel
+
+    # openai/whisper-base, encoder only: conv1d stem over 80 x 3000 log-mel -> 1500 frames
+    cfg = WhisperConfig(vocab_size=51865, num_mel_bins=80, d_model=512, encoder_layers=6,
+                        encoder_attention_heads=8, encoder_ffn_dim=2048, decoder_layers=6,
+                        decoder_attention_heads=8, decoder_ffn_dim=2048,
+                        max_source_positions=1500, max_target_positions=448,
+                        activation_function="gelu", use_cache=False)
+    encoder = WhisperModel(cfg).get_encoder()
+    rng = np.random.default_rng(seed)
+    feats = rng.standard_normal((1, 80, 3000)).astype(np.float32)
+    return encoder, {"input_features": feats}, ["last_hidden_state"]
+
+
+def wav2vec2_base(seed):
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    # facebook/wav2vec2-base: 7 conv1d feature extractor layers (group norm), 12 layers
+    cfg = Wav2Vec2Config(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                         intermediate_size=3072, hidden_act="gelu", feat_extract_norm="group",
+                         feat_extract_activation="gelu", conv_dim=[512] * 7,
+                         conv_stride=[5, 2, 2, 2, 2, 2, 2], conv_kernel=[10, 3, 3, 3, 3, 2, 2],
+                         conv_bias=False, num_conv_pos_embeddings=128,
+                         num_conv_pos_embedding_groups=16, do_stable_layer_norm=False,
+                         apply_spec_augment=False)
+    rng = np.random.default_rng(seed)
+    wave = rng.standard_normal((1, 16000)).astype(np.float32)
+    return Wav2Vec2Model(cfg), {"input_values": wave}, ["last_hidden_state"]
+
+
+def bert_base(seed):
+    from transformers import BertConfig, BertModel
+
+    # bert-base-uncased, but type_vocab_size 8 (published 2): see the module docstring
+    cfg = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+                     num_attention_heads=12, intermediate_size=3072, hidden_act="gelu",
+                     max_position_embeddings=512, type_vocab_size=8)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    return BertModel(cfg), _text_inputs(names, 30522, seed), ["last_hidden_state",
+                                                              "pooler_output"]
+
+
+def gpt2(seed):
+    from transformers import GPT2Config, GPT2Model
+
+    # gpt2 (124M): 12 layers, 768 hidden, 12 heads; no past key values
+    cfg = GPT2Config(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
+                     activation_function="gelu_new", use_cache=False)
+    names = ["input_ids", "attention_mask"]
+    return GPT2Model(cfg), _text_inputs(names, 50257, seed), ["last_hidden_state"]
+
+
+def llama_gqa(seed):
+    from transformers import LlamaConfig, LlamaModel
+
+    # LLaMA-style decoder: GQA (16 query heads, 4 kv heads), RoPE, SwiGLU, RMSNorm; no cache
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                      num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
+                      max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
+                      hidden_act="silu", use_cache=False, tie_word_embeddings=False)
+    names = ["input_ids", "attention_mask"]
+    return LlamaModel(cfg), _text_inputs(names, 32000, seed), ["last_hidden_state"]
+
+
+def t5_small_encoder(seed):
+    from transformers import T5Config, T5EncoderModel
+
+    # t5-small encoder: 6 layers, d_model 512, 8 heads, relative position buckets
+    cfg = T5Config(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6,
+                   num_heads=8, relative_attention_num_buckets=32,
+                   relative_attention_max_distance=128, feed_forward_proj="relu",
+                   use_cache=False)
+    names = ["input_ids", "attention_mask"]
+    return T5EncoderModel(cfg), _text_inputs(names, 32128, seed), ["last_hidden_state"]
+
+
+def distilbert(seed):
+    from transformers import DistilBertConfig, DistilBertModel
+
+    # distilbert-base-uncased
+    cfg = DistilBertConfig(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
+                           max_position_embeddings=512, activation="gelu")
+    names = ["input_ids", "attention_mask"]
+    return DistilBertModel(cfg), _text_inputs(names, 30522, seed), ["last_hidden_state"]
+
+
+MODELS = {f.__name__: f for f in (
+    resnet50, mobilenetv2, convnext_tiny, efficientnet_b0, regnet_y_040,
+    vit_base16, deit_small16, swin_tiny,
+    whisper_base_encoder, wav2vec2_base,
+    bert_base, gpt2, llama_gqa, t5_small_encoder, distilbert)}
+
+
+def _trained_like_batchnorm(model, seed: int) -> int:
+    """Give every BatchNorm trained-looking statistics; returns how many it changed.
+
+    transformers initialises BatchNorm weights near 0 (normal, std 0.02), so in deep
+    random-weight CNNs the activations shrink by ~50x per layer: EfficientNet-B0's final
+    features were exactly 0 and MobileNetV2's logits ~1e-25, which makes any output
+    comparison pass vacuously.  Scale ~U(0.5, 1.5), shift ~N(0, 0.1), running mean
+    ~N(0, 0.1), running var ~U(0.5, 1.5) keep them alive."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 1)
+    n = 0
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
+            c = mod.num_features
+            with torch.no_grad():
+                if mod.weight is not None:
+                    mod.weight.copy_(0.5 + torch.rand(c, generator=g))
+                    mod.bias.copy_(0.1 * torch.randn(c, generator=g))
+                if mod.running_mean is not None:
+                    mod.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+                    mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
+            n += 1
+    return n
+
+
+def _wrap(model, input_names, output_names):
+    """Positional inputs -> keyword inputs; the named outputs as a tuple."""
+    import torch
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            out = self.model(**dict(zip(input_names, args)), return_dict=True)
+            return tuple(out[k] for k in output_names)
+
+    return Wrapped().eval()
+
+
+def export(name: str, out_dir: str, seed: int = 0, check: bool = False) -> dict:
+    import onnx
+    import torch
+
+    torch.manual_seed(seed)
+    model, feeds, output_names = MODELS[name](seed)
+    model.eval()
+    _trained_like_batchnorm(model, seed)
+    input_names = list(feeds)
+    wrapped = _wrap(model, input_names, output_names)
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    params = sum(p.numel() for p in model.parameters())
+    path = os.path.join(out_dir, f"{name}.onnx")
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapped, args, path, input_names=input_names,
+                          output_names=output_names, opset_version=OPSET,
+                          do_constant_folding=True, dynamo=False)
+    export_s = time.perf_counter() - t0
+    m = onnx.load(path)
+    m.producer_name = f"pytorch {torch.__version__} (scripts/export_models.py {name})"
+    m.doc_string = (f"random-weight {type(model).__name__} ({params} params, seed {seed}), "
+                    f"batch 1, static shapes, torch.onnx.export opset {OPSET} dynamo=False")
+    big = m.ByteSize() > TWO_GB
+    if big:
+        onnx.save(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=f"{name}.onnx.data")
+    else:
+        onnx.save(m, path)
+    onnx.checker.check_model(path)
+    size = os.path.getsize(path) + (os.path.getsize(path + ".data") if big else 0)
+    ops: dict = {}
+    for n in m.graph.node:
+        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    shapes = {n: list(v.shape) for n, v in feeds.items()}
+    print(f"{name}: {path}, {size / 2**20:.1f} MiB, {params / 1e6:.1f}M params, "
+          f"{len(m.graph.node)} nodes, export {export_s:.1f}s, inputs {shapes}")
+    print("  ops: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items())), flush=True)
+    info = {"model": name, "path": path, "bytes": size, "params": params,
+            "nodes": len(m.graph.node), "ops": ops, "inputs": shapes}
+    if check:
+        info["max_abs_diff_vs_torch"] = _check(path, wrapped, feeds)
+    return info
+
+
+def _check(path, wrapped, feeds):
+    import torch
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("  (onnxruntime not installed here: no check)")
+        return None
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = sess.run(None, feeds)
+    with torch.no_grad():
+        want = wrapped(*[torch.from_numpy(v) for v in feeds.values()])
+    err = max(float(np.abs(g - w.numpy()).max()) for g, w in zip(got, want))
+    print(f"  onnxruntime vs torch: max abs diff {err:.2e}", flush=True)
+    return err
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="/work/real_models", help="output folder")
+    ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check", action="store_true", help="compare with torch via onnxruntime")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    failed = {}
+    for name in args.models:
+        try:
+            export(name, args.out, args.seed, args.check)
+        except Exception as e:  # keep going: report every model that does not export
+            failed[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            print(f"{name}: export FAILED: {failed[name]}", flush=True)
+            traceback.print_exc(limit=-3)
+    print(f"\n{len(args.models) - len(failed)}/{len(args.models)} exported to {args.out}")
+    for name, why in failed.items():
+        print(f"  FAILED {name}: {why}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
