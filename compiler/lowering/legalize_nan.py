@@ -35,18 +35,9 @@ def _is_float(dtype: str) -> bool:
     return dtype.startswith("float") or dtype.startswith("bfloat")
 
 
-def _bind(value, dtype, body):
-    """``body(v)`` with ``v`` bound to ``value`` once (a TIR Let): the selects below read
-    their operands two or three times, and a producer inlined into each read would grow
-    chains of them exponentially (a GELU kernel's build never finished)."""
-    v = tirx.Var("v", dtype)
-    return tirx.Let(v, value, body(v))
-
-
 def _relu(x: te.Tensor) -> te.Tensor:
     zero = tirx.const(0, x.dtype)
-    return te.compute(x.shape,
-                      lambda *i: _bind(x(*i), x.dtype, lambda v: tirx.Select(v < zero, zero, v)),
+    return te.compute(x.shape, lambda *i: tirx.Select(x(*i) < zero, zero, x(*i)),
                       name="relu", tag="elemwise")
 
 
@@ -54,8 +45,8 @@ def _clip(x: te.Tensor, lo, hi) -> te.Tensor:
     lo, hi = tirx.Cast(x.dtype, lo), tirx.Cast(x.dtype, hi)
 
     def body(*i):
-        return _bind(x(*i), x.dtype,
-                     lambda v: tirx.Select(v < lo, lo, tirx.Select(hi < v, hi, v)))
+        v = x(*i)
+        return tirx.Select(v < lo, lo, tirx.Select(hi < v, hi, v))
 
     return te.compute(x.shape, body, name="clip", tag="elemwise")
 
@@ -98,16 +89,13 @@ def _nan_binary(kind: str):
                  and isinstance(b, te.Tensor) else tensors[0].shape)
         ra, rb = _operand(a, len(shape)), _operand(b, len(shape))
 
-        def select(va, vb):
+        def body(*idx):
+            va, vb = ra(idx), rb(idx)
             better = (va < vb) if kind == "maximum" else (vb < va)
             # isnan, not vb != vb (TVM's simplifier folds that to false); one select with
             # ``or`` vectorises (AVX2: vcmpunordps, vcmpltps, vblendvps), nested selects
             # came out scalar
             return tirx.Select(tirx.Or(better, tirx.isnan(vb)), vb, va)
-
-        def body(*idx):
-            return _bind(ra(idx), dtype,
-                         lambda va: _bind(rb(idx), dtype, lambda vb: select(va, vb)))
 
         return te.compute(shape, body, name=kind, tag="broadcast")
 
