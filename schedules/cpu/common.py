@@ -272,3 +272,18 @@ def gemm_tile(m: int, n: int, lanes: int, budget: int, cap: int = 16) -> tuple:
             if best_cost is None or cost < best_cost:
                 best, best_cost = (it, jt), cost
     return best
+
+
+def conv_loops(sch, conv, b: int, nd: int):
+    """The loops of a channels-first conv block with ``nd`` spatial dims and output channel
+    block ``b``: (n, f, outer planes, y (None for 1-D), x, reduction loops, output
+    height (1 for 1-D), output width); None when an extent is symbolic or F is not whole
+    blocks.  The packed and transposed conv rules both start from it."""
+    loops = sch.get_loops(conv)
+    ext = [const_extent(sch, lp) for lp in loops]
+    if any(e is None for e in ext) or ext[1] % b:
+        return None
+    n, f, *sp = loops[:2 + nd]
+    planes, y, x = sp[:-2], (sp[-2] if nd >= 2 else None), sp[-1]
+    oh, ow = (ext[nd] if nd >= 2 else 1), ext[1 + nd]
+    return n, f, planes, y, x, loops[2 + nd:], oh, ow

@@ -92,14 +92,11 @@ class Conv2dPacked(MatchingCPURule):
         conv, b, nd = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, conv)
-        loops = sch.get_loops(conv)
-        ext = [common.const_extent(sch, lp) for lp in loops]
-        if any(e is None for e in ext) or ext[1] % b:
+        geometry = common.conv_loops(sch, conv, b, nd)
+        if geometry is None:
             return None
-        n, f, *sp = loops[:2 + nd]
-        rc, *rs = loops[2 + nd:]
-        planes, y, x = sp[:-2], (sp[-2] if nd >= 2 else None), sp[-1]
-        oh, ow = (ext[nd] if nd >= 2 else 1), ext[1 + nd]
+        n, f, planes, y, x, reductions, oh, ow = geometry
+        rc, *rs = reductions
         # whole vectors of the block can be split into register tiles; a ragged block
         # (b = 24 on 16 lanes) is one tile
         vectors = b // lanes if b % lanes == 0 else 1

@@ -135,14 +135,11 @@ class ConvTranspose(MatchingCPURule):
         conv, b, nd, strides = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, conv)
-        loops = sch.get_loops(conv)
-        ext = [common.const_extent(sch, lp) for lp in loops]
-        if any(e is None for e in ext) or ext[1] % b:
+        geometry = common.conv_loops(sch, conv, b, nd)
+        if geometry is None:
             return None
-        n, f, *sp = loops[:2 + nd]
-        rc, *rt = loops[2 + nd:]
-        planes, y, x = sp[:-2], (sp[-2] if nd >= 2 else None), sp[-1]
-        oh, ow = (ext[nd] if nd >= 2 else 1), ext[1 + nd]
+        n, f, planes, y, x, reductions, oh, ow = geometry
+        rc, *rt = reductions
         sy, sx = (strides[-2] if nd >= 2 else 1), strides[-1]
         # whole vectors of the block split into register tiles; a ragged block is one
         vectors = b // lanes if b % lanes == 0 else 1
