@@ -28,7 +28,6 @@ import argparse
 import glob
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,21 +40,9 @@ sys.path.insert(0, ROOT)
 
 
 def cpu_line() -> str:
-    name = "?"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
-                     if ln.startswith("Model name")), "?")
-    except OSError:
-        pass
-    try:
-        import tvm
+    from compiler.tools.bench import host_cpu
 
-        llvm_cpu = tvm.target.codegen.llvm_get_system_cpu()
-    except Exception as e:  # noqa: BLE001
-        llvm_cpu = f"? ({type(e).__name__})"
-    threads = len(os.sched_getaffinity(0))
-    return f"CPU: {name} (LLVM: {llvm_cpu}), {threads} threads"
+    return f"CPU: {host_cpu()}, {len(os.sched_getaffinity(0))} threads"
 
 
 def first_line(e: BaseException) -> str:

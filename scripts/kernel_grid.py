@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -607,21 +606,9 @@ CLASSES = ["conv1d", "conv2d", "conv3d", "convtranspose", "matmul", "bmm", "gemv
 
 
 def cpu_line(threads: int) -> str:
-    name = "?"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                name = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    try:
-        import tvm
+    from compiler.tools.bench import host_cpu
 
-        llvm_cpu = tvm.target.codegen.llvm_get_system_cpu()
-    except Exception as e:  # noqa: BLE001
-        llvm_cpu = f"? ({type(e).__name__})"
-    return (f"CPU: {name} (LLVM: {llvm_cpu}), {len(os.sched_getaffinity(0))} CPUs available, "
+    return (f"CPU: {host_cpu()}, {len(os.sched_getaffinity(0))} CPUs available, "
             f"threads: {threads}")
 
 

@@ -18,6 +18,25 @@ import tempfile
 import numpy as np
 
 
+def host_cpu() -> str:
+    """This machine's CPU as benchmark figures must name it: lscpu's model name and the
+    LLVM CPU name (``AMD EPYC (LLVM: znver3)``)."""
+    name = "?"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        name = next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
+                     if ln.startswith("Model name")), "?")
+    except OSError:
+        pass
+    try:
+        import tvm
+
+        llvm_cpu = tvm.target.codegen.llvm_get_system_cpu()
+    except Exception as e:  # noqa: BLE001 - a label, never a failure
+        llvm_cpu = f"? ({type(e).__name__})"
+    return f"{name} (LLVM: {llvm_cpu})"
+
+
 def random_feeds(inputs, seed: int = 0) -> dict:
     """Seeded inputs for [(name, shape, dtype)]: normal floats, small non-negative ints."""
     rng = np.random.default_rng(seed)
