@@ -15,6 +15,7 @@ architecture or TVM, or needs CPU features this host lacks.
 
 from __future__ import annotations
 
+from . import parallel
 from .artifact import FORMAT_VERSION, ArtifactError, read_artifact
 from .cpu_features import host_arch, missing_features
 from .instruments import NonFiniteError, SessionOptions
@@ -78,6 +79,8 @@ def load(path: str, options: SessionOptions | None = None) -> Session:
     except Exception as e:  # dlopen failure: say what, not where in TVM
         raise ArtifactError(f"{path}: the kernel library cannot be loaded: "
                             f"{str(e).strip().splitlines()[-1]}") from None
+    if meta["manifest"].get("target", {}).get("arch") != "cuda":
+        parallel.install(path)  # dynamic chunks instead of TVM's fixed split (runtime/parallel.py)
     return make_session(meta, params, kernels, options)
 
 

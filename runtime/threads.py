@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 
+from . import parallel
+
 _ENV = "TVM_NUM_THREADS"
 
 
@@ -59,4 +61,5 @@ def configure(requested: int, compiled_for: int) -> int:
         # read by TVM when a thread's pool is created; later calls can only shrink it
         os.environ[_ENV] = str(max(want, int(os.environ.get(_ENV, "0") or 0)))
     tvm_ffi.get_global_func("runtime.config_threadpool")(1, want)
-    return int(tvm_ffi.get_global_func("runtime.NumThreads")())
+    used = int(tvm_ffi.get_global_func("runtime.NumThreads")())
+    return parallel.configure(used)  # onnxc's launcher (runtime/parallel.py), when installed

@@ -7,7 +7,8 @@ out below (no hub download), random weights (seeded), batch 1, STATIC input shap
 17, exported with PyTorch's TorchScript exporter (``torch.onnx.export(..., dynamo=False)``,
 what most users and older pipelines run) and ``do_constant_folding=True``.
 
-    CNNs        resnet50, mobilenetv2, convnext_tiny, efficientnet_b0, regnet_y_040  (224x224)
+    CNNs        resnet50, mobilenetv2, convnext_tiny, efficientnet_b0, regnet_y_040,
+                densenet121 (written out in torch: torchvision does not load here)  (224x224)
     vision      vit_base16, deit_small16, swin_tiny                                  (224x224)
     audio       whisper_base_encoder (80 x 3000 log-mel), wav2vec2_base (16000 samples)
     text        bert_base, gpt2, llama_gqa, t5_small_encoder, distilbert             (seq 128)
@@ -236,8 +237,58 @@ def distilbert(seed):
     return DistilBertModel(cfg), _text_inputs(names, 30522, seed), ["last_hidden_state"]
 
 
+def densenet121(seed):
+    """torchvision's densenet121 (growth 32, blocks 6/12/24/16, bn_size 4, 64 initial
+    features, 1000 classes), written out here: torchvision's wheel does not load against the
+    CPU build of torch in this venv.  Same layers and order, so the same ONNX graph shape:
+    BN-ReLU-Conv1x1-BN-ReLU-Conv3x3 per dense layer, concatenation along channels, transitions
+    BN-ReLU-Conv1x1-AvgPool2."""
+    import torch
+    from torch import nn
+
+    def dense_layer(cin, growth=32, bn_size=4):
+        return nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, bn_size * growth, 1, bias=False),
+                             nn.BatchNorm2d(bn_size * growth), nn.ReLU(),
+                             nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False))
+
+    class Block(nn.Module):
+        def __init__(self, layers, cin):
+            super().__init__()
+            self.layers = nn.ModuleList(dense_layer(cin + 32 * i) for i in range(layers))
+
+        def forward(self, x):
+            feats = [x]
+            for layer in self.layers:
+                feats.append(layer(torch.cat(feats, 1)))
+            return torch.cat(feats, 1)
+
+    class DenseNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            mods = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                    nn.MaxPool2d(3, 2, 1)]
+            c = 64
+            for i, n in enumerate((6, 12, 24, 16)):
+                mods.append(Block(n, c))
+                c += 32 * n
+                if i < 3:
+                    mods += [nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c // 2, 1, bias=False),
+                             nn.AvgPool2d(2, 2)]
+                    c //= 2
+            mods += [nn.BatchNorm2d(c), nn.ReLU()]
+            self.features = nn.Sequential(*mods)
+            self.classifier = nn.Linear(c, 1000)
+
+        def forward(self, pixel_values, return_dict=True):
+            x = self.features(pixel_values)
+            x = torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
+            return {"logits": self.classifier(x)}
+
+    return DenseNet(), _image_inputs(seed), ["logits"]
+
+
 MODELS = {f.__name__: f for f in (
-    resnet50, mobilenetv2, convnext_tiny, efficientnet_b0, regnet_y_040,
+    resnet50, mobilenetv2, convnext_tiny, efficientnet_b0, regnet_y_040, densenet121,
     vit_base16, deit_small16, swin_tiny,
     whisper_base_encoder, wav2vec2_base,
     bert_base, gpt2, llama_gqa, t5_small_encoder, distilbert)}

@@ -2,7 +2,9 @@
 
 The blob is assembled into an object file between two global symbols and linked into
 the kernels' shared library by TVM's ``export_library(addons=...)``; ``runtime/artifact.py``
-reads it back from the ELF file without loading it.
+reads it back from the ELF file without loading it.  The library also carries onnxc's
+parallel launcher (``runtime/native/parallel_launch.c``, compiled here with the same C
+compiler), which ``runtime/parallel.py`` installs at load.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import tempfile
 from runtime.artifact import BEGIN_SYMBOL, END_SYMBOL, encode_blob
 
 from ..errors import CompileError
+
+# the dynamic parallel launcher every artifact carries (runtime/parallel.py, its header says why)
+PARALLEL_LAUNCH_C = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "runtime", "native", "parallel_launch.c")
 
 _ASM = f"""\
     .section .onnxc_blob,"a",@progbits
@@ -61,9 +67,14 @@ def write_artifact(path: str, kernels, meta: dict, payload: bytes, cc: str = "cc
                            text=True)
         if r.returncode != 0:
             raise CompileError(f"assembling the model blob failed: {r.stderr.strip()}")
+        launcher = os.path.join(tmp, "parallel_launch.o")  # runtime/parallel.py installs it
+        r = subprocess.run([cc, "-O2", "-fPIC", "-c", PARALLEL_LAUNCH_C, "-o", launcher],
+                           cwd=tmp, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CompileError(f"compiling onnxc's parallel launcher failed: {r.stderr.strip()}")
         partial = os.path.join(out_dir, f".{os.path.basename(path)}.{os.getpid()}.tmp.so")
         try:
-            kernels.export_library(partial, addons=[obj], **link_kw)
+            kernels.export_library(partial, addons=[obj, launcher], **link_kw)
             os.replace(partial, path)
         except Exception as e:
             raise CompileError(f"writing {path} failed: {str(e).strip().splitlines()[-1]}") \

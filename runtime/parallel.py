@@ -1,0 +1,88 @@
+"""Which launcher runs the kernels' parallel loops: onnxc's dynamic one, or TVM's pool.
+
+Every CPU artifact links ``runtime/native/parallel_launch.c`` (see its header for the
+algorithm): a persistent pool whose threads and the caller claim small chunks of each
+parallel loop from one atomic counter, so that a thread the OS deschedules holds back one
+chunk, not a fixed 1/T of every kernel as in TVM's pool.  :func:`install` points a loaded
+library's ``__TVMBackendParallelLaunch`` (the function pointer TVM's generated code calls,
+filled in by TVM's loader) at that launcher.  One pool serves the process: the first
+artifact that carries the launcher provides it, and later artifacts are pointed at the same
+one (its library stays loaded).
+
+Left on TVM's pool, with the reason recorded in :data:`status`:
+* artifacts built before the launcher existed (no ``onnxc_parallel_launch`` symbol);
+* libraries whose kernels synchronise inside a parallel loop (``__TVMBackendParallelBarrier``
+  present): a barrier needs all ``num_task`` tasks running at once, and dynamic chunks
+  run more tasks than threads;
+* ``ONNXC_PARALLEL=tvm`` in the environment (the kill switch).
+
+``ONNXC_PARALLEL_CHUNKS`` (default 4) sets the chunks per thread for each parallel loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+ENV_SWITCH = "ONNXC_PARALLEL"  # "tvm" keeps TVM's pool
+ENV_CHUNKS = "ONNXC_PARALLEL_CHUNKS"
+DEFAULT_CHUNKS = 4
+
+_pool = None  # (library handle, launcher address, configure function) once installed
+_threads = 0  # the last thread count configured
+status: dict = {}  # {artifact path: "onnxc" | "tvm (<why>)"}
+
+
+def _chunks() -> int:
+    try:
+        value = int(os.environ.get(ENV_CHUNKS, DEFAULT_CHUNKS))
+    except ValueError:
+        value = DEFAULT_CHUNKS
+    return min(max(value, 1), 64)
+
+
+def install(path: str) -> str:
+    """Route the parallel loops of the loaded library ``path`` through onnxc's launcher.
+
+    ``path`` must already be loaded (``tvm.runtime.load_module``).  Returns and records in
+    :data:`status` which launcher its kernels use.
+    """
+    global _pool
+    if os.environ.get(ENV_SWITCH, "").strip().lower() == "tvm":
+        return _record(path, f"tvm ({ENV_SWITCH}=tvm)")
+    try:
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        slot = ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelLaunch")
+    except (OSError, ValueError):
+        return _record(path, "tvm (no parallel kernels)")
+    try:
+        ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelBarrier")
+        return _record(path, "tvm (a kernel synchronises inside a parallel loop)")
+    except ValueError:
+        pass
+    if _pool is None:
+        try:
+            launch = ctypes.cast(lib.onnxc_parallel_launch, ctypes.c_void_p).value
+            configure = lib.onnxc_pool_configure
+        except AttributeError:
+            return _record(path, "tvm (artifact built without onnxc's launcher)")
+        configure.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        configure.restype = ctypes.c_int
+        configure(max(_threads, 1), _chunks(), slot.value)  # TVM's launcher is the fallback
+        _pool = (lib, launch, configure)
+    slot.value = _pool[1]
+    return _record(path, "onnxc")
+
+
+def configure(threads: int) -> int:
+    """Use ``threads`` threads (caller included) in onnxc's pool; returns the number in use."""
+    global _threads
+    _threads = max(int(threads), 1)
+    if _pool is None:
+        return _threads
+    return int(_pool[2](_threads, _chunks(), None))
+
+
+def _record(path: str, what: str) -> str:
+    status[path] = what
+    return what

@@ -1,0 +1,148 @@
+"""onnxc's parallel launcher (runtime/parallel.py, runtime/native/parallel_launch.c).
+
+Every kernel with a parallel loop runs through it once an artifact is loaded: the results
+must equal onnxruntime's at any thread count, from concurrent Python threads (the busy pool
+falls back to TVM's), in a forked child, and with the kill switch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import compiler
+import runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _model() -> onnx.ModelProto:
+    """Conv -> Relu -> MatMul: parallel loops of several extents (channels, rows, 1 x N)."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [24, 3, 3, 3],
+                           rng.standard_normal(24 * 27).astype(np.float32))
+    m = helper.make_tensor("m", TensorProto.FLOAT, [37, 19],
+                           rng.standard_normal(37 * 19).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "m"], ["y"], name="matmul")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 3, 29, 37])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                         [1, 24, 29, 19])], [w, m])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("parallel") / "model.so")
+    model = _model()
+    compiler.compile(model, target="host").export(path)
+    x = np.random.default_rng(1).standard_normal((1, 3, 29, 37)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return path, x, expected
+
+
+def test_artifact_carries_the_launcher_and_load_installs_it(artifact):
+    path, x, expected = artifact
+    sess = runtime.load(path)
+    assert runtime.parallel.status[path] == "onnxc"
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_results_equal_onnxruntime_at_any_thread_count(artifact, threads):
+    # 7 threads on a 2-CPU host is capped to the CPUs (runtime/threads.py); 3 and 7 chunk
+    # the loops into extents that do not divide them
+    path, x, expected = artifact
+    sess = runtime.load(path, runtime.SessionOptions(intra_op_num_threads=threads))
+    for _ in range(20):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_concurrent_callers_fall_back_without_wrong_results(artifact):
+    # two Python threads in kernels at once: one gets the pool, the other TVM's launcher
+    path, x, expected = artifact
+    sessions = [runtime.load(path) for _ in range(2)]
+    errors = []
+
+    def work(sess):
+        try:
+            for _ in range(30):
+                np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected,
+                                           rtol=1e-4, atol=1e-4)
+        except Exception as e:  # reported below, in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def _child(code: str, env: dict | None = None) -> str:
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, text=True,
+                       capture_output=True, timeout=120, env={**os.environ, **(env or {})})
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_forked_child_runs_after_the_parent_used_the_pool(artifact):
+    path, x, expected = artifact
+    np.save(os.path.join(os.path.dirname(path), "x.npy"), x)
+    np.save(os.path.join(os.path.dirname(path), "y.npy"), expected)
+    out = _child(f"""
+        import os, numpy as np, runtime
+        d = {os.path.dirname(path)!r}
+        x, y = np.load(d + "/x.npy"), np.load(d + "/y.npy")
+        s = runtime.load({path!r})
+        s.run(None, {{"x": x}})
+        pid = os.fork()
+        if pid == 0:
+            ok = np.allclose(s.run(None, {{"x": x}})[0], y, rtol=1e-4, atol=1e-4)
+            os._exit(0 if ok else 3)
+        print("child", os.waitpid(pid, 0)[1] >> 8)
+    """)
+    assert "child 0" in out
+
+
+def test_kill_switch_keeps_tvm_pool(artifact):
+    path, x, expected = artifact
+    out = _child(f"""
+        import numpy as np, runtime
+        s = runtime.load({path!r})
+        print(runtime.parallel.status[{path!r}])
+    """, env={"ONNXC_PARALLEL": "tvm"})
+    assert out.strip() == "tvm (ONNXC_PARALLEL=tvm)"
+
+
+def test_library_without_the_launcher_stays_on_tvm_pool(tmp_path):
+    # a kernel library linked without onnxc's object (an artifact from before the launcher)
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def add(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+        for i in T.parallel(64):
+            b[i] = a[i] + T.float32(1)
+
+    lib = str(tmp_path / "old.so")
+    tvm.compile(tvm.IRModule({"add": add}), target="llvm").export_library(lib)
+    out = _child(f"""
+        import tvm, runtime
+        tvm.runtime.load_module({lib!r})
+        print(runtime.parallel.install({lib!r}))
+    """)
+    assert out.strip() == "tvm (artifact built without onnxc's launcher)"
