@@ -2,7 +2,9 @@
 
 The blob is assembled into an object file between two global symbols and linked into
 the kernels' shared library by TVM's ``export_library(addons=...)``; ``runtime/artifact.py``
-reads it back from the ELF file without loading it.
+reads it back from the ELF file without loading it.  The blob (and so the params payload
+inside it, see ``runtime/artifact.py``) starts on a page boundary, so that the loader maps
+the params from the file and the kernels read them in place.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ import shutil
 import subprocess
 import tempfile
 
-from runtime.artifact import BEGIN_SYMBOL, END_SYMBOL, encode_blob
+from runtime.artifact import BEGIN_SYMBOL, END_SYMBOL, PAYLOAD_ALIGN, encode_blob
 
 from ..errors import CompileError
 
 _ASM = f"""\
     .section .onnxc_blob,"a",@progbits
-    .balign 64
+    .balign {PAYLOAD_ALIGN}
     .globl {BEGIN_SYMBOL}
 {BEGIN_SYMBOL}:
     .incbin "blob.bin"
