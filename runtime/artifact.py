@@ -180,7 +180,9 @@ def read_artifact(path: str) -> tuple[dict, np.ndarray, str]:
     and clean, not anonymous memory.  The array is flagged writeable only because DLPack,
     which hands it to the kernels, cannot export a read-only numpy array; the pages are
     mapped read-only, so a write faults instead of changing the weights (no kernel writes
-    a param: the in-place planner never gives an output a param's storage).
+    a param: the in-place planner never gives an output a param's storage).  Like the
+    kernels' code, which ``dlopen`` maps the same way, the file must not be overwritten in
+    place while a session uses it (replace it by renaming, as ``onnxc compile`` does).
     """
     try:
         data = _map_file(path)
