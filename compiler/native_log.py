@@ -67,8 +67,11 @@ def _install() -> None:
             stream.flush()
         except (AttributeError, ValueError, OSError):
             pass
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all (a daemon): TVM's writes go nowhere either way
+        return
     read_fd, write_fd = os.pipe()
-    saved = os.dup(2)
     os.dup2(write_fd, 2)
     os.close(write_fd)
     records: queue.SimpleQueue = queue.SimpleQueue()
@@ -86,6 +89,8 @@ def _uninstall() -> None:
         sys.stderr.flush()
     except (AttributeError, ValueError, OSError):
         pass
+    if not _state:  # _install found no stderr
+        return
     saved, reader, emitter = _state.pop("saved"), _state.pop("reader"), _state.pop("emitter")
     os.dup2(saved, 2)  # closes our write end of the pipe: the reader sees EOF
     # A child process started inside the block (a compiler, a tuning worker) may still hold

@@ -94,3 +94,14 @@ def test_cli_shows_tvm_lines_at_vv_only(tmp_path):
     loud = onnxc("-vv", "compile", model, "-o", tmp_path / "b.so")
     assert loud.returncode == 0, loud.stderr
     assert "onnxc.tvm: tvm " in loud.stderr and FAST_MODE in loud.stderr
+
+
+def test_no_stderr_at_all_is_left_alone():
+    saved = os.dup(2)
+    os.close(2)
+    try:
+        with routed():
+            pass
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
