@@ -96,8 +96,8 @@ class ArtifactModel(CompiledModel):
     def __init__(self, path: str, report: dict, tmpdir):
         from runtime.artifact import read_artifact
 
-        meta, payload, _ = read_artifact(path)
-        super().__init__(None, meta, bytes(payload), report)
+        meta, payload, _ = read_artifact(path)  # a view of the file's mapping, not a copy
+        super().__init__(None, meta, payload, report)
         self.path, self._tmpdir = path, tmpdir
 
     def export(self, path: str) -> str:

@@ -111,8 +111,9 @@ def _add_ops(sub):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onnxc", description="ONNX model compiler on TVM")
-    parser.add_argument("--verbose", "-v", action="store_true",
-                        help="log progress, and show tracebacks on errors")
+    parser.add_argument("--verbose", "-v", action="count", default=0,
+                        help="log progress, and show tracebacks on errors; twice (-vv) also "
+                             "debug records, among them TVM's own log lines (onnxc.tvm)")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_compile, _add_run, _add_bench, _add_inspect, _add_debug, _add_memplan,
                 _add_ops, _add_tune):
@@ -516,7 +517,8 @@ def _tuning_line(r: dict) -> str:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+    levels = {0: logging.WARNING, 1: logging.INFO}
+    logging.basicConfig(level=levels.get(args.verbose, logging.DEBUG),
                         format="%(name)s: %(message)s")
     import passes
     import runtime

@@ -34,6 +34,7 @@ from .frontend.loader import load_model, text
 from .frontend.narrow_import import io_types
 from .pipeline import FUSE, graph_passes, lowering
 from .lowering.provenance import name_fused_calls
+from .native_log import routed
 
 log = logging.getLogger("onnxc")
 # "stage <name>" (DEBUG) as each stage starts: compiler.isolate names the stage a crash hit
@@ -186,8 +187,9 @@ def _layout_outcome(ctx) -> dict:
 
 
 class _Stages:
-    """Runs compile stages: times each, and turns a failure inside TVM into a CompileError
-    naming the stage instead of a bare traceback."""
+    """Runs compile stages: times each, routes TVM's native log lines through logging
+    (``compiler/native_log.py``), and turns a failure inside TVM into a CompileError naming
+    the stage instead of a bare traceback."""
 
     def __init__(self, where: str):
         self.where, self.seconds = where, {}
@@ -196,7 +198,8 @@ class _Stages:
         stage_log.debug("stage %s", name)
         s = time.perf_counter()
         try:
-            result = fn(*args)
+            with routed():
+                result = fn(*args)
         except (CompileError, targets.TargetError, passes.PassConfigError):
             raise
         except Exception as e:  # TVM's own checks

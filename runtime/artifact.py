@@ -8,24 +8,35 @@ built for CPU features this host lacks is refused before any of its code runs.
 Blob layout (little endian)::
 
     magic "ONNXCART" | u32 format version | u32 flags | u64 meta length | u64 payload length
-    | 32-byte SHA-256 of (meta + payload) | meta (UTF-8 JSON, padded to 64) | payload (params)
+    | 32-byte SHA-256 of (meta + payload) | meta (UTF-8 JSON, padded) | payload (params)
 
 ``meta`` holds ``manifest``, ``graph`` and ``memory_plan``.  Nothing is ever unpickled.
+The blob starts page-aligned and meta is padded so that the payload does too
+(``PAYLOAD_ALIGN``; each param inside it is 64-byte aligned): the loader maps the params
+straight from the file and the kernels read them there, without a copy
+(:func:`read_artifact`).  Artifacts written with 64-byte padding load the same way.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import mmap
+import os
 import struct
+import threading
+import weakref
+
+import numpy as np
 
 MAGIC = b"ONNXCART"
 FORMAT_VERSION = 1
 BEGIN_SYMBOL = "onnxc_blob_begin"
 END_SYMBOL = "onnxc_blob_end"
 _HEADER = struct.Struct("<8sIIQQ32s")
-_ALIGN = 64
+PAYLOAD_ALIGN = 4096  # the payload starts on a page of its own (the blob is page-aligned)
+PARAM_ALIGN = 64      # what the kernels assume of a param's address (TVM's kAllocAlignment)
 
 _ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
 
@@ -35,7 +46,7 @@ class ArtifactError(Exception):
 
 
 def _pad(n: int) -> int:
-    return (-n) % _ALIGN
+    return (-n) % PAYLOAD_ALIGN
 
 
 def encode_blob(meta: dict, payload: bytes) -> bytes:
@@ -158,18 +169,23 @@ class _Elf:
         return None
 
 
-def read_artifact(path: str) -> tuple[dict, memoryview, str]:
+def read_artifact(path: str) -> tuple[dict, np.ndarray, str]:
     """Find, check and decode the blob embedded in ``path``.
 
-    Returns (meta, params payload, ELF architecture).  The payload is a view of a private
-    read-only mapping of the file; copy what you keep.
+    Returns (meta, params payload, ELF architecture).  The payload is a uint8 array over a
+    read-only shared mapping of the file, not a copy: the session's param tensors are views
+    of it, so the weights stay page-cache pages shared with every process that maps the
+    file (and with other sessions of this process: one mapping per file, see
+    :func:`_map_file`).  The checksum reads every page once; those pages are file-backed
+    and clean, not anonymous memory.  The array is flagged writeable only because DLPack,
+    which hands it to the kernels, cannot export a read-only numpy array; the pages are
+    mapped read-only, so a write faults instead of changing the weights (no kernel writes
+    a param: the in-place planner never gives an output a param's storage).  Like the
+    kernels' code, which ``dlopen`` maps the same way, the file must not be overwritten in
+    place while a session uses it (replace it by renaming, as ``onnxc compile`` does).
     """
     try:
-        with open(path, "rb") as f:
-            try:
-                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            except ValueError:  # empty file
-                data = b""
+        data = _map_file(path)
     except FileNotFoundError:
         raise ArtifactError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -184,4 +200,48 @@ def read_artifact(path: str) -> tuple[dict, memoryview, str]:
     if not 0 <= begin[0] <= end[0] <= len(data):
         raise ArtifactError(f"{path}: the embedded model lies outside the file; truncated")
     meta, payload = decode_blob(memoryview(data)[begin[0]:end[0]], where=path)
-    return meta, payload, _ELF_MACHINES.get(elf.machine, f"machine {elf.machine}")
+    start = end[0] - len(payload)
+    params = data[start:end[0]]
+    if len(payload) and params.ctypes.data % PARAM_ALIGN == 0:
+        params = _writeable_alias(params)
+    else:  # an empty payload, or a file whose params are not aligned: a copy that is
+        params = _aligned_copy(params)
+    return meta, params, _ELF_MACHINES.get(elf.machine, f"machine {elf.machine}")
+
+
+# One read-only mapping per artifact file in this process: sessions of one file share it,
+# so its pages count once.  Keyed by the file's identity, so a rewritten file maps anew.
+_MAPPINGS: "weakref.WeakValueDictionary[tuple, np.ndarray]" = weakref.WeakValueDictionary()
+_MAPPINGS_LOCK = threading.Lock()
+
+
+def _map_file(path: str) -> np.ndarray:
+    """The whole file as a read-only uint8 array over a shared mapping (b"" if empty)."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        with _MAPPINGS_LOCK:
+            data = _MAPPINGS.get(key)
+            if data is None:
+                if st.st_size == 0:
+                    return np.empty(0, dtype=np.uint8)
+                data = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ),
+                                     dtype=np.uint8)
+                _MAPPINGS[key] = data
+    return data
+
+
+def _writeable_alias(view: np.ndarray) -> np.ndarray:
+    """``view``'s memory (a read-only mapping) as an array DLPack can export; it keeps the
+    mapping alive."""
+    buf = (ctypes.c_uint8 * view.size).from_address(view.ctypes.data)
+    buf._mapping = view
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def _aligned_copy(view: np.ndarray) -> np.ndarray:
+    raw = np.empty(view.size + PARAM_ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % PARAM_ALIGN
+    out = raw[start:start + view.size]
+    out[:] = view
+    return out

@@ -119,6 +119,17 @@ def _aligned_bytes(nbytes: int, alignment: int = 64) -> np.ndarray:
     return raw[start:start + nbytes]
 
 
+def _place_params(params) -> np.ndarray:
+    """The payload as aligned, DLPack-exportable memory: in place when it already is."""
+    if (isinstance(params, np.ndarray) and params.dtype == np.uint8 and params.ndim == 1
+            and params.size and params.flags.c_contiguous and params.flags.writeable
+            and params.ctypes.data % 64 == 0):
+        return params
+    out = _aligned_bytes(max(len(params), 1))
+    out[:len(params)] = np.frombuffer(params, dtype=np.uint8)
+    return out
+
+
 class Session:
     """Runs one compiled model.  Use :func:`runtime.load` or ``CompiledModel.session()``.
 
@@ -127,7 +138,9 @@ class Session:
     meta : dict
         ``manifest``, ``graph`` and ``memory_plan`` as stored in the artifact.
     params : bytes-like
-        The params payload.
+        The params payload.  A uint8 numpy array whose data is 64-byte aligned (what
+        :func:`runtime.load` passes: the artifact's file mapping) is used in place, so the
+        param tensors alias it; anything else is copied once into aligned memory.
     kernels : tvm.runtime.Module
         A module exporting every kernel symbol the graph calls.
     options : SessionOptions, optional
@@ -153,8 +166,7 @@ class Session:
             target.get("lanes_fp32", 0), self.num_threads))
             if self.options.enable_profiling else None)
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
-        self._params = _aligned_bytes(max(len(params), 1))
-        self._params[:len(params)] = np.frombuffer(params, dtype=np.uint8)
+        self._params = _place_params(params)
 
         self._np = [self._view(t) for t in graph["tensors"]]
         tvm_views = [tvm.runtime.from_dlpack(v) if v.size else None for v in self._np]

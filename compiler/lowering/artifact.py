@@ -2,9 +2,11 @@
 
 The blob is assembled into an object file between two global symbols and linked into
 the kernels' shared library by TVM's ``export_library(addons=...)``; ``runtime/artifact.py``
-reads it back from the ELF file without loading it.  The library also carries onnxc's
-parallel launcher (``runtime/native/parallel_launch.c``, compiled here with the same C
-compiler), which ``runtime/parallel.py`` installs at load.
+reads it back from the ELF file without loading it.  The blob (and so the params payload
+inside it, see ``runtime/artifact.py``) starts on a page boundary, so that the loader maps
+the params from the file and the kernels read them in place.  The library also carries
+onnxc's parallel launcher (``runtime/native/parallel_launch.c``, compiled here with the same
+C compiler), which ``runtime/parallel.py`` installs at load.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 
-from runtime.artifact import BEGIN_SYMBOL, END_SYMBOL, encode_blob
+from runtime.artifact import BEGIN_SYMBOL, END_SYMBOL, PAYLOAD_ALIGN, encode_blob
 
 from ..errors import CompileError
 
@@ -24,7 +26,7 @@ PARALLEL_LAUNCH_C = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname
 
 _ASM = f"""\
     .section .onnxc_blob,"a",@progbits
-    .balign 64
+    .balign {PAYLOAD_ALIGN}
     .globl {BEGIN_SYMBOL}
 {BEGIN_SYMBOL}:
     .incbin "blob.bin"

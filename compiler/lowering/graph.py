@@ -16,13 +16,12 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
+from runtime.artifact import PARAM_ALIGN  # the loader maps params in place: keep them aligned
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
 
 from ..errors import UnsupportedError
 from .provenance import nodes_of_binding
 from .inplace import inplace_candidates
-
-PARAM_ALIGN = 64
 
 
 @dataclass

@@ -175,3 +175,79 @@ def test_encode_blob_names_an_entry_json_cannot_hold():
     with pytest.raises(ArtifactError, match=r"metadata entry meta\.manifest\.model\.graph_name "
                                             r"holds bytes b'nan\\xedodel'"):
         encode_blob({"manifest": {"model": {"graph_name": b"nan\xedodel"}}}, b"")
+
+
+# -- params are views onto the file mapping ------------------------------------------------
+
+def _mapping_of(address: int) -> list:
+    """The /proc/self/maps fields of the mapping that holds ``address``."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields
+    raise AssertionError(f"{address:#x} is not mapped")
+
+
+def _param_pointers(sess) -> dict:
+    """{graph tensor id: data pointer of the TVM tensor the kernel calls receive}."""
+    tensors, out = sess.graph["tensors"], {}
+    for (_, args), call in zip(sess._calls, sess.graph["calls"]):
+        for arg, t in zip(args, call["args"]):
+            if tensors[t]["storage"] == "param":
+                out[t] = arg.data_ptr()
+    return out
+
+
+def test_params_alias_the_read_only_file_mapping(cnn_so):
+    import os
+
+    sess = runtime.load(str(cnn_so))
+    ptrs = _param_pointers(sess)
+    assert ptrs
+    for t, ptr in ptrs.items():
+        fields = _mapping_of(ptr)
+        # a shared, read-only mapping of the artifact file itself: no copy, no anonymous memory
+        assert fields[1] == "r--s" and os.path.samefile(fields[-1], cnn_so), fields
+        param = sess.graph["params"][sess.graph["tensors"][t]["index"]]
+        assert ptr == sess._params.ctypes.data + param["offset"]
+        assert ptr % 64 == 0  # what the kernels assume of their buffers
+    x = zoo.random_inputs(zoo_model("cnn"))
+    from tests.conftest import assert_close, ort_run
+
+    assert_close(sess.run(None, x), ort_run(zoo_model("cnn"), x))
+
+
+def test_two_sessions_of_one_file_share_the_mapping(cnn_so, tmp_path):
+    a, b = runtime.load(str(cnn_so)), runtime.load(str(cnn_so))
+    assert _param_pointers(a) == _param_pointers(b)
+    # another file (a copy) is another mapping, of its own pages
+    copy = tmp_path / "copy.so"
+    shutil.copyfile(cnn_so, copy)
+    meta, params, _ = read_artifact(str(copy))
+    assert params.ctypes.data != a._params.ctypes.data
+    assert bytes(params) == bytes(a._params)
+
+
+def test_in_memory_payload_is_copied_aligned():
+    from tests.conftest import compiled
+
+    cm = compiled("cnn")
+    sess = cm.session()
+    assert sess._params.ctypes.data % 64 == 0
+    assert _mapping_of(sess._params.ctypes.data)[1] == "rw-p"  # its own (anonymous) memory
+
+
+def test_corrupt_param_byte_fails_the_checksum(cnn_so, tmp_path):
+    data = bytearray(cnn_so.read_bytes())
+    off = _blob_offset(bytes(data))
+    _, _, _, meta_len, payload_len, _ = struct.unpack_from("<8sIIQQ32s", data, off)
+    payload = off + 64 + meta_len
+    assert payload % 4096 == 0 and payload_len > 0  # the params start page-aligned
+    data[payload + payload_len // 2] ^= 0x01  # one bit of one weight
+    p = tmp_path / "flip_param.so"
+    p.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=r"flip_param\.so: checksum mismatch in the "
+                                            r"embedded model .*corrupted, recompile it"):
+        runtime.load(str(p))
