@@ -282,10 +282,11 @@ def _heads(bb, x, b, s, n, h):
     return bb.emit(relax.op.permute_dims(relax.op.reshape(x, [b, s, n, h]), [0, 2, 1, 3]))
 
 
-def _keep_from_mask(bb, ctx, mask, b, s, t, past: int, what: str):
+def _keep_from_mask(bb, ctx, mask, b, s, t, what: str):
     """A bool ``keep`` broadcastable to (B, 1|N, S, T) from onnxruntime's mask forms:
-    (B) lengths (right padding), (2B) ends then starts, (B, T) raw, (B, S, T) raw,
-    (B, 1, M, M) raw (rows past..past+S, columns 0..T)."""
+    (B) lengths (right padding), (2B) ends then starts, (B, T) raw, (B, S, T) raw.  The
+    (B, 1, M, M) form is refused: onnxruntime's CPU kernel refuses it too, so there is
+    nothing to check a conversion against."""
     mshape = _dims(ctx, mask, what)
     cols = relax.const(np.arange(t, dtype=np.int32).reshape(1, 1, 1, t), "int32")
     if len(mshape) == 1 and mshape[0] in (b, 2 * b):
@@ -301,12 +302,9 @@ def _keep_from_mask(bb, ctx, mask, b, s, t, past: int, what: str):
         raw = relax.op.reshape(mask, [b, 1, 1, t])
     elif mshape == [b, s, t]:
         raw = relax.op.reshape(mask, [b, 1, s, t])
-    elif len(mshape) == 4 and mshape[0] == b and mshape[1] == 1 and mshape[2] >= past + s \
-            and mshape[3] >= t:
-        raw = relax.op.strided_slice(mask, axes=[2, 3], begin=[past, 0], end=[past + s, t])
     if raw is None:
         refuse(ctx, f"{what} of shape {mshape} (with batch {b}, sequence {s}, total "
-                    f"sequence {t}: (B), (2B), (B, T), (B, S, T) or (B, 1, M, M) expected)")
+                    f"sequence {t}: (B), (2B), (B, T) or (B, S, T) expected)")
     return bb.emit(relax.op.greater(raw, relax.const(0, dtype_of(mask))))
 
 
@@ -368,10 +366,10 @@ def _projection(bb, x, w, bias, begin, end):
 @_register("Attention")
 def attention(bb, inputs, attrs, ctx):
     """Multi-head self-attention with packed Q/K/V weights (input_hidden, Dq + Dk + Dv),
-    optional bias, mask_index ((B), (2B), (B, T), (B, S, T), (B, 1, M, M)), past
+    optional bias, mask_index ((B), (2B), (B, T), (B, S, T)), past
     (2, B, N, P, H) with output present, attention_bias, unidirectional, scale,
     qkv_hidden_sizes, mask_filter_value.  Refused: do_rotary, past_present_share_buffer,
-    past_sequence_length, mask_index (3B+2)."""
+    past_sequence_length, mask_index (3B+2) and (B, 1, M, M)."""
     x, w, bias, mask, past, attn_bias, past_len = _pad(inputs, 7)[:7]
     _float(ctx, x)
     _refuse_set(ctx, attrs, "do_rotary", lambda v: int(v) == 0)
@@ -408,7 +406,7 @@ def attention(bb, inputs, attrs, ctx):
     t = p + s
     keeps = []
     if mask is not None:
-        keeps.append(_keep_from_mask(bb, ctx, mask, b, s, t, p, "mask_index"))
+        keeps.append(_keep_from_mask(bb, ctx, mask, b, s, t, "mask_index"))
     if int(attrs.get("unidirectional", 0)):
         keeps.append(_causal_keep(s, t, p))
     filter_value = float(attrs.get("mask_filter_value", MASK_FILTER_VALUE))
@@ -498,7 +496,7 @@ def multi_head_attention(bb, inputs, attrs, ctx):
     if kpm is not None:
         if _dims(ctx, kpm, "key_padding_mask")[0] == 3 * b + 2:
             refuse(ctx, "key_padding_mask of shape (3B+2)")
-        keeps.append(_keep_from_mask(bb, ctx, kpm, b, s, t, p, "key_padding_mask"))
+        keeps.append(_keep_from_mask(bb, ctx, kpm, b, s, t, "key_padding_mask"))
     if int(attrs.get("unidirectional", 0)):
         keeps.append(_causal_keep(s, t, t - s))
     filter_value = float(attrs.get("mask_filter_value", MASK_FILTER_VALUE))
