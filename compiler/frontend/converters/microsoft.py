@@ -25,7 +25,7 @@ import math
 import numpy as np
 from tvm import relax
 
-from .common import const_input, constant_value, dtype_of, is_float, refuse, scalar, static_shape
+from .common import constant_value, dtype_of, is_float, refuse, scalar, static_shape
 from .rnn import rotary_embedding
 from ..registry import register_op
 
