@@ -109,8 +109,10 @@ def skip_layer_normalization(bb, inputs, attrs, ctx):
         centred = bb.emit(relax.op.subtract(s, mean))
         var = relax.op.mean(relax.op.multiply(centred, centred), axis=[-1], keepdims=True)
         inv = relax.op.rsqrt(relax.op.add(var, scalar(eps, dtype)))
-    return _outputs(y, mean if mean is not None else s, inv if inv is not None else s, s) \
-        if len(ctx.node.output) > 1 else y
+    if len(ctx.node.output) == 1:
+        return y
+    # an output the node leaves unnamed gets the sum as a placeholder: nothing reads it
+    return _outputs(y, s if mean is None else mean, s if inv is None else inv, s)
 
 
 @_register("SkipSimplifiedLayerNormalization")
@@ -127,6 +129,7 @@ def skip_simplified_layer_normalization(bb, inputs, attrs, ctx):
     if _wants(ctx, 2):
         ms = relax.op.mean(relax.op.multiply(s, s), axis=[-1], keepdims=True)
         inv = relax.op.rsqrt(relax.op.add(ms, scalar(eps, dtype_of(x))))
+    # outputs as SkipLayerNormalization's; ``mean`` (refused above) has the sum in its place
     return _outputs(y, s, inv, s) if len(ctx.node.output) > 1 else y
 
 
