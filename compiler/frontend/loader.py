@@ -60,6 +60,11 @@ def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
         logging.getLogger("onnxc").warning("%s", w)
     if len(model.graph.node) == 0:
         raise ModelError(f"{where}: the graph has no nodes")
+    model, lenient = _with_contrib_opset(model, where)
+    if warnings is not None:
+        warnings.extend(lenient)
+    for w in lenient if warnings is None else ():
+        logging.getLogger("onnxc").warning("%s", w)
     _check_opsets(model, where)
     for vi in model.graph.input:  # before shape inference: onnx's data propagation runs
         _check_size(vi, where)     # for ever on a 2^62-element input feeding Range (fuzzer)
@@ -158,6 +163,42 @@ def read_model(path: str) -> onnx.ModelProto:
     except Exception as e:  # protobuf DecodeError, or a missing external-data file
         raise ModelError(f"{path}: not a readable ONNX model ({_first_line(e)}); "
                          "is the file complete?") from None
+
+
+# Domains onnxruntime runs at version 1 when a model uses them without importing an opset
+# (onnxruntime.transformers.optimizer writes com.microsoft nodes without the import).
+LENIENT_DOMAINS = ("com.microsoft",)
+
+
+def _with_contrib_opset(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, list]:
+    """``model``, or a copy importing opset 1 of each lenient domain its nodes use without
+    importing it (as onnxruntime runs them), and a warning naming what was assumed."""
+    imported = {o.domain for o in model.opset_import}
+    used: dict = {}
+    for graph in _graphs(model.graph):
+        for node in graph.node:
+            if node.domain in LENIENT_DOMAINS and node.domain not in imported:
+                used.setdefault(node.domain, set()).add(node.op_type)
+    if not used:
+        return model, []
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    warnings = []
+    for domain, ops in sorted(used.items()):
+        fixed.opset_import.append(onnx.helper.make_opsetid(domain, 1))
+        warnings.append(f"{where}: node(s) of domain {domain!r} ({', '.join(sorted(ops))}) but "
+                        f"no opset import for it: read as {domain} version 1, as onnxruntime "
+                        "does (lenient)")
+    return fixed, warnings
+
+
+def _graphs(graph):
+    """``graph`` and every subgraph of its nodes' attributes."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _graphs(g)
 
 
 def _check_opsets(model: onnx.ModelProto, where: str) -> None:

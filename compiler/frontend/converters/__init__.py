@@ -7,9 +7,9 @@ what they share.  :func:`register_all` imports them all (``import compiler`` cal
 
 import importlib
 
-# One module per category; control flow (If, Loop, Scan) is compiler/frontend/control_flow.py.
+# One module per category (microsoft: onnxruntime's com.microsoft contrib ops); control flow (If, Loop, Scan) is compiler/frontend/control_flow.py.
 CATEGORIES = ("tensor", "math", "nn", "reduction", "rnn", "quantization", "narrow",
-              "shape_values", "signal", "ml", "resize", "contrib")
+              "shape_values", "signal", "ml", "resize", "contrib", "microsoft")
 
 
 def register_all() -> None:

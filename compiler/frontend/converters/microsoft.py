@@ -1,0 +1,612 @@
+"""onnxc's converters for ONNX Runtime's contrib operators (domain ``com.microsoft``, version 1).
+
+What ``onnxruntime.transformers.optimizer`` emits for BERT / GPT-2 style models, as
+onnxruntime's ContribOperators.md defines the ops and as onnxruntime 1.32 computes them
+(the tests compare with it): SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+Gelu, FastGelu, BiasGelu, BiasAdd, QuickGelu, FusedMatMul, EmbedLayerNormalization,
+Attention; then MultiHeadAttention, RotaryEmbedding and GroupQueryAttention.
+
+Each op is written as the Relax ops our own recognition produces from the decomposed
+form, so the fused ops reach the same kernels: layer norms become ``nn.layer_norm`` /
+``nn.rms_norm`` (what ``passes/fuse_layer_norm.py`` makes), GELUs ``nn.gelu`` /
+``nn.gelu_tanh`` (``passes/fuse_gelu.py``), and attention the exporters' chain
+``softmax(Q @ K^T * scale + mask) @ V`` over (B, N, S, H) heads, which
+``passes/fuse_attention.py`` turns into ``nn.attention`` when it is enabled.
+
+Attributes and inputs onnxc does not reproduce are refused naming the node, the attribute
+and its value (``refuse``): rotary inside Attention, shared past/present buffers, the
+(3B+2) mask form, sliding windows, softcap, quantized KV caches, ...
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tvm import relax
+
+from .common import constant_value, dtype_of, is_float, refuse, scalar, static_shape
+from .rnn import rotary_embedding
+from ..registry import register_op
+
+MS = "com.microsoft"
+
+# onnxruntime's default for the additive mask (Attention, MultiHeadAttention)
+MASK_FILTER_VALUE = -10000.0
+
+
+def _register(op):
+    return register_op(MS, op, since=1, implementation="onnxc")
+
+
+def _pad(inputs, n):
+    return list(inputs) + [None] * (n - len(inputs))
+
+
+def _wants(ctx, k: int) -> bool:
+    """Whether the node's output ``k`` is used (present and named)."""
+    return len(ctx.node.output) > k and bool(ctx.node.output[k])
+
+
+def _float(ctx, x, what="input"):
+    if not is_float(dtype_of(x)):
+        refuse(ctx, f"{what} of type {dtype_of(x)}")
+
+
+def _dims(ctx, x, what):
+    try:
+        return static_shape(x)
+    except Exception:
+        refuse(ctx, f"{what} of a shape not known at compile time")
+
+
+def _refuse_set(ctx, attrs, name, ok=lambda v: not v):
+    """Refuse attribute ``name`` when it is set to a value ``ok`` rejects."""
+    if name in attrs and not ok(attrs[name]):
+        value = attrs[name]
+        value = value.decode() if isinstance(value, bytes) else value
+        refuse(ctx, f"attribute {name}={value!r}")
+
+
+def _slice(x, axis: int, begin: int, end: int, step: int = 1):
+    return relax.op.strided_slice(x, axes=[axis], begin=[begin], end=[end], strides=[step])
+
+
+def _outputs(*items):
+    return relax.Tuple(list(items)) if len(items) > 1 else items[0]
+
+
+# --------------------------------------------------------------------------- #
+# Layer norms
+# --------------------------------------------------------------------------- #
+
+
+def _skip_sum(bb, ctx, x, skip, bias):
+    _float(ctx, x)
+    rank = len(_dims(ctx, x, "input"))
+    if rank not in (2, 3):
+        refuse(ctx, f"input of rank {rank} (2 or 3 expected)")
+    s = relax.op.add(x, skip)
+    if bias is not None:
+        s = relax.op.add(s, bias)
+    return bb.emit(s)
+
+
+@_register("SkipLayerNormalization")
+def skip_layer_normalization(bb, inputs, attrs, ctx):
+    """layer_norm(input + skip [+ bias]) * gamma [+ beta]; the optional outputs mean and
+    inv_std_var (shape (..., 1)) and input_skip_bias_sum."""
+    x, skip, gamma, beta, bias = _pad(inputs, 5)[:5]
+    eps = float(attrs.get("epsilon", 1e-12))
+    s = _skip_sum(bb, ctx, x, skip, bias)
+    dtype = dtype_of(x)
+    if beta is None:
+        beta = relax.const(np.zeros(_dims(ctx, gamma, "gamma"), dtype), dtype)
+    y = relax.op.nn.layer_norm(s, gamma, beta, axes=[-1], epsilon=eps)
+    mean = inv = None
+    if _wants(ctx, 1) or _wants(ctx, 2):
+        mean = bb.emit(relax.op.mean(s, axis=[-1], keepdims=True))
+        centred = bb.emit(relax.op.subtract(s, mean))
+        var = relax.op.mean(relax.op.multiply(centred, centred), axis=[-1], keepdims=True)
+        inv = relax.op.rsqrt(relax.op.add(var, scalar(eps, dtype)))
+    if len(ctx.node.output) == 1:
+        return y
+    # an output the node leaves unnamed gets the sum as a placeholder: nothing reads it
+    return _outputs(y, s if mean is None else mean, s if inv is None else inv, s)
+
+
+@_register("SkipSimplifiedLayerNormalization")
+def skip_simplified_layer_normalization(bb, inputs, attrs, ctx):
+    """rms_norm(input + skip [+ bias]) * gamma; the optional outputs inv_std_var and
+    input_skip_bias_sum (onnxruntime does not compute ``mean``: refused)."""
+    x, skip, gamma, bias = _pad(inputs, 4)[:4]
+    eps = float(attrs.get("epsilon", 1e-12))
+    if _wants(ctx, 1):
+        refuse(ctx, "output 'mean' (onnxruntime leaves it uncomputed for the simplified norm)")
+    s = _skip_sum(bb, ctx, x, skip, bias)
+    y = relax.op.nn.rms_norm(s, gamma, axes=[-1], epsilon=eps)
+    inv = s
+    if _wants(ctx, 2):
+        ms = relax.op.mean(relax.op.multiply(s, s), axis=[-1], keepdims=True)
+        inv = relax.op.rsqrt(relax.op.add(ms, scalar(eps, dtype_of(x))))
+    # outputs as SkipLayerNormalization's; ``mean`` (refused above) has the sum in its place
+    return _outputs(y, s, inv, s) if len(ctx.node.output) > 1 else y
+
+
+@_register("EmbedLayerNormalization")
+def embed_layer_normalization(bb, inputs, attrs, ctx):
+    """layer_norm(word[input_ids] + position[position_ids or 0..S-1] [+ segment[segment_ids]]);
+    mask_index = the row sums of ``mask`` (zeros without one); embedding_sum.
+
+    Ids out of a table's range are clamped (onnxruntime raises an error instead)."""
+    (ids, seg_ids, word, pos_table, seg_table, gamma, beta, mask,
+     pos_ids) = _pad(inputs, 9)[:9]
+    eps = float(attrs.get("epsilon", 1e-12))
+    _refuse_set(ctx, attrs, "mask_index_type", lambda v: int(v) in (0, 1))
+    if int(attrs.get("mask_index_type", 1)) == 0 and _wants(ctx, 1):
+        refuse(ctx, "output mask_index with attribute mask_index_type=0")
+    _float(ctx, word, "word_embedding")
+    b, s = _dims(ctx, ids, "input_ids")
+    emb = relax.op.take(word, ids, axis=0, mode="clip")
+    if pos_ids is None:
+        positions = bb.emit(_slice(pos_table, 0, 0, s))                  # (S, H)
+    else:
+        positions = relax.op.take(pos_table, pos_ids, axis=0, mode="clip")
+    emb = relax.op.add(emb, positions)
+    if (seg_ids is None) != (seg_table is None):
+        refuse(ctx, "segment_ids without segment_embedding (or the reverse)")
+    if seg_ids is not None:
+        emb = relax.op.add(emb, relax.op.take(seg_table, seg_ids, axis=0, mode="clip"))
+    emb = bb.emit(emb)
+    y = relax.op.nn.layer_norm(emb, gamma, beta, axes=[-1], epsilon=eps)
+    if len(ctx.node.output) == 1:
+        return y
+    if mask is not None:
+        mask_index = relax.op.sum(relax.op.astype(mask, "int32"), axis=[1])
+    else:
+        mask_index = relax.const(np.zeros([b], np.int32), "int32")
+    return _outputs(y, mask_index, emb)
+
+
+# --------------------------------------------------------------------------- #
+# Activations and elementwise
+# --------------------------------------------------------------------------- #
+
+
+@_register("Gelu")
+def gelu(bb, inputs, attrs, ctx):
+    """x * 0.5 * (1 + erf(x / sqrt 2))"""
+    _float(ctx, inputs[0])
+    return relax.op.nn.gelu(inputs[0])
+
+
+@_register("BiasGelu")
+def bias_gelu(bb, inputs, attrs, ctx):
+    """gelu(A + B) (erf form)"""
+    _float(ctx, inputs[0])
+    return relax.op.nn.gelu(bb.emit(relax.op.add(inputs[0], inputs[1])))
+
+
+@_register("FastGelu")
+def fast_gelu(bb, inputs, attrs, ctx):
+    """gelu_tanh(X [+ bias]): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"""
+    x, bias = _pad(inputs, 2)[:2]
+    _float(ctx, x)
+    if bias is not None:
+        x = bb.emit(relax.op.add(x, bias))
+    return relax.op.nn.gelu_tanh(x)
+
+
+@_register("QuickGelu")
+def quick_gelu(bb, inputs, attrs, ctx):
+    """x * sigmoid(alpha * x), alpha 1.702 by default"""
+    x = inputs[0]
+    _float(ctx, x)
+    alpha = float(attrs.get("alpha", 1.702))
+    return relax.op.multiply(x, relax.op.sigmoid(relax.op.multiply(x, scalar(alpha, dtype_of(x)))))
+
+
+@_register("BiasAdd")
+def bias_add(bb, inputs, attrs, ctx):
+    """X + bias + skip"""
+    x, bias, skip = inputs[0], inputs[1], inputs[2]
+    return relax.op.add(relax.op.add(x, bias), skip)
+
+
+@_register("FusedMatMul")
+def fused_matmul(bb, inputs, attrs, ctx):
+    """alpha * op(A) @ op(B), op = the transpose of the last two dims when transA / transB;
+    transBatchA / transBatchB are refused."""
+    a, b = inputs[0], inputs[1]
+    _float(ctx, a, "A")
+    for name in ("transBatchA", "transBatchB"):
+        _refuse_set(ctx, attrs, name, lambda v: int(v) == 0)
+    for x, flag, what in ((a, "transA", "A"), (b, "transB", "B")):
+        if int(attrs.get(flag, 0)):
+            rank = len(_dims(ctx, x, what))
+            if rank < 2:
+                refuse(ctx, f"{flag}=1 with {what} of rank {rank}")
+    if int(attrs.get("transA", 0)):
+        rank = len(static_shape(a))
+        a = bb.emit(relax.op.permute_dims(a, list(range(rank - 2)) + [rank - 1, rank - 2]))
+    if int(attrs.get("transB", 0)):
+        rank = len(static_shape(b))
+        b = bb.emit(relax.op.permute_dims(b, list(range(rank - 2)) + [rank - 1, rank - 2]))
+    y = relax.op.matmul(a, b)
+    alpha = float(attrs.get("alpha", 1.0))
+    if alpha != 1.0:
+        y = relax.op.multiply(bb.emit(y), scalar(alpha, dtype_of(a)))
+    return y
+
+
+@_register("RotaryEmbedding")
+def ms_rotary_embedding(bb, inputs, attrs, ctx):
+    """RoPE on (B, S, N*H) or (B, N, S, H); position_ids (B, S), or (1,): the offset of
+    position 0; interleaved or half-split pairs; partial rotation (rotary_embedding_dim).
+    is_packed_batching and a scale other than 1 are refused."""
+    x, pos, cos, sin = inputs[0], inputs[1], inputs[2], inputs[3]
+    _refuse_set(ctx, attrs, "is_packed_batching", lambda v: int(v) == 0)
+    _refuse_set(ctx, attrs, "scale", lambda v: float(v) == 1.0)
+    shape = _dims(ctx, x, "input")
+    half = _dims(ctx, cos, "cos_cache")[-1]
+    attrs = dict(attrs)
+    rd = int(attrs.get("rotary_embedding_dim", 0))
+    if len(shape) == 3 and int(attrs.get("num_heads", 0)) <= 0:
+        if rd:
+            refuse(ctx, f"rotary_embedding_dim={rd} without num_heads")
+        if shape[2] % (2 * half):
+            refuse(ctx, f"hidden size {shape[2]} with cos_cache of last dimension {half}")
+        attrs["num_heads"] = shape[2] // (2 * half)   # head size = 2 * cos_cache's width
+    elif not rd:
+        attrs["rotary_embedding_dim"] = 2 * half
+    pos = _positions(bb, ctx, pos, shape[0], shape[1] if len(shape) == 3 else shape[2])
+    return rotary_embedding(bb, [x, cos, sin, pos], attrs, ctx)
+
+
+def _positions(bb, ctx, pos, b, s):
+    """(B, S) int64 positions from position_ids of shape (B, S), or (1,): an offset."""
+    pshape = _dims(ctx, pos, "position_ids")
+    pos = relax.op.astype(pos, "int64")
+    if pshape in ([1], []):
+        steps = relax.const(np.arange(s, dtype=np.int64).reshape(1, s), "int64")
+        return bb.emit(relax.op.add(relax.op.reshape(pos, [1, 1]), steps))
+    if len(pshape) != 2 or pshape[1] != s or pshape[0] not in (1, b):
+        refuse(ctx, f"position_ids of shape {pshape} (({b}, {s}) or (1,) expected)")
+    return bb.emit(pos)
+
+
+# --------------------------------------------------------------------------- #
+# Attention
+# --------------------------------------------------------------------------- #
+
+
+def _heads(bb, x, b, s, n, h):
+    """(B, S, N*H) -> (B, N, S, H), as exporters write it (reshape, transpose)."""
+    return bb.emit(relax.op.permute_dims(relax.op.reshape(x, [b, s, n, h]), [0, 2, 1, 3]))
+
+
+def _keep_from_mask(bb, ctx, mask, b, s, t, what: str):
+    """A bool ``keep`` broadcastable to (B, 1|N, S, T) from onnxruntime's mask forms:
+    (B) lengths (right padding), (2B) ends then starts, (B, T) raw, (B, S, T) raw.  The
+    (B, 1, M, M) form is refused: onnxruntime's CPU kernel refuses it too, so there is
+    nothing to check a conversion against."""
+    mshape = _dims(ctx, mask, what)
+    cols = relax.const(np.arange(t, dtype=np.int32).reshape(1, 1, 1, t), "int32")
+    if len(mshape) == 1 and mshape[0] in (b, 2 * b):
+        m = relax.op.astype(mask, "int32")
+        end = relax.op.reshape(_slice(m, 0, 0, b), [b, 1, 1, 1])
+        keep = relax.op.less(cols, end)
+        if mshape[0] == 2 * b:
+            start = relax.op.reshape(_slice(m, 0, b, 2 * b), [b, 1, 1, 1])
+            keep = relax.op.logical_and(keep, relax.op.greater_equal(cols, start))
+        return bb.emit(keep)
+    raw = None
+    if mshape == [b, t]:
+        raw = relax.op.reshape(mask, [b, 1, 1, t])
+    elif mshape == [b, s, t]:
+        raw = relax.op.reshape(mask, [b, 1, s, t])
+    if raw is None:
+        refuse(ctx, f"{what} of shape {mshape} (with batch {b}, sequence {s}, total "
+                    f"sequence {t}: (B), (2B), (B, T) or (B, S, T) expected)")
+    return bb.emit(relax.op.greater(raw, relax.const(0, dtype_of(mask))))
+
+
+def _causal_keep(s, t, past):
+    """(1, 1, S, T): key t visible from query s when t <= past + s."""
+    rows = np.arange(s).reshape(s, 1) + past
+    return relax.const((np.arange(t).reshape(1, t) <= rows).reshape(1, 1, s, t))
+
+
+def _additive_mask(bb, dtype, keeps, bias, filter_value):
+    """0 where every ``keep`` holds, else ``filter_value``; plus ``bias`` (attention_bias)."""
+    add = None
+    if keeps:
+        keep = keeps[0]
+        for k in keeps[1:]:
+            keep = relax.op.logical_and(keep, k)
+        add = bb.emit(relax.op.where(keep, scalar(0.0, dtype), scalar(filter_value, dtype)))
+    if bias is not None:
+        add = bias if add is None else bb.emit(relax.op.add(add, bias))
+    return add
+
+
+def _sdpa(bb, q, k, v, scale, mask, dtype):
+    """softmax(Q @ K^T * scale [+ mask]) @ V over (B, N, S, H) heads -> (B, N, S, Hv): the
+    chain ``passes/fuse_attention.py`` matches."""
+    rank = 4
+    kt = bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))
+    scores = bb.emit(relax.op.matmul(q, kt))
+    scores = bb.emit(relax.op.multiply(scores, scalar(scale, dtype)))
+    if mask is not None:
+        scores = bb.emit(relax.op.add(scores, mask))
+    probs = bb.emit(relax.op.nn.softmax(scores, axis=rank - 1))
+    return bb.emit(relax.op.matmul(probs, v))
+
+
+def _merge_heads(bb, o, b, s, n, h):
+    """(B, N, S, H) -> (B, S, N*H)"""
+    return relax.op.reshape(bb.emit(relax.op.permute_dims(o, [0, 2, 1, 3])), [b, s, n * h])
+
+
+def _stack2(a, c):
+    return relax.op.concat([relax.op.expand_dims(a, 0), relax.op.expand_dims(c, 0)], axis=0)
+
+
+def _projection(bb, x, w, bias, begin, end):
+    """x @ W[:, begin:end] (+ bias[begin:end]), slicing a constant W at compile time."""
+    wv, bv = constant_value(w), None if bias is None else constant_value(bias)
+    if wv is not None:
+        y = relax.op.matmul(x, relax.const(np.ascontiguousarray(wv[:, begin:end])))
+    else:
+        y = relax.op.matmul(x, _slice(w, 1, begin, end))
+    if bias is not None:
+        bias = relax.const(np.ascontiguousarray(bv[begin:end])) if bv is not None else \
+            _slice(bias, 0, begin, end)
+        y = relax.op.add(bb.emit(y), bias)
+    return bb.emit(y)
+
+
+@_register("Attention")
+def attention(bb, inputs, attrs, ctx):
+    """Multi-head self-attention with packed Q/K/V weights (input_hidden, Dq + Dk + Dv),
+    optional bias, mask_index ((B), (2B), (B, T), (B, S, T)), past
+    (2, B, N, P, H) with output present, attention_bias, unidirectional, scale,
+    qkv_hidden_sizes, mask_filter_value.  Refused: do_rotary, past_present_share_buffer,
+    past_sequence_length, mask_index (3B+2) and (B, 1, M, M)."""
+    x, w, bias, mask, past, attn_bias, past_len = _pad(inputs, 7)[:7]
+    _float(ctx, x)
+    _refuse_set(ctx, attrs, "do_rotary", lambda v: int(v) == 0)
+    _refuse_set(ctx, attrs, "past_present_share_buffer", lambda v: int(v) == 0)
+    if past_len is not None:
+        refuse(ctx, "input past_sequence_length (shared past/present buffers)")
+    n = int(attrs.get("num_heads", 0))
+    b, s, din = _dims(ctx, x, "input")
+    wshape = _dims(ctx, w, "weights")
+    sizes = [int(v) for v in attrs.get("qkv_hidden_sizes", [])]
+    if not sizes:
+        if wshape[1] % 3:
+            refuse(ctx, f"weights of shape {wshape} without qkv_hidden_sizes")
+        sizes = [wshape[1] // 3] * 3
+    if len(sizes) != 3 or sum(sizes) != wshape[1] or wshape[0] != din or sizes[0] != sizes[1]:
+        refuse(ctx, f"qkv_hidden_sizes={sizes} with weights of shape {wshape} and input "
+                    f"hidden size {din}")
+    if n <= 0 or sizes[0] % n or sizes[2] % n:
+        refuse(ctx, f"num_heads={n} for hidden sizes {sizes}")
+    hq, hv = sizes[0] // n, sizes[2] // n
+    dtype = dtype_of(x)
+    q = _heads(bb, _projection(bb, x, w, bias, 0, sizes[0]), b, s, n, hq)
+    k = _heads(bb, _projection(bb, x, w, bias, sizes[0], 2 * sizes[0]), b, s, n, hq)
+    v = _heads(bb, _projection(bb, x, w, bias, 2 * sizes[0], wshape[1]), b, s, n, hv)
+    p = 0
+    if past is not None:
+        pshape = _dims(ctx, past, "past")
+        if hq != hv or len(pshape) != 5 or pshape[:3] != [2, b, n] or pshape[4] != hq:
+            refuse(ctx, f"past of shape {pshape} (expected (2, {b}, {n}, P, {hq}), with equal "
+                        "Q/K/V hidden sizes)")
+        p = pshape[3]
+        k = bb.emit(relax.op.concat([relax.op.squeeze(_slice(past, 0, 0, 1), [0]), k], axis=2))
+        v = bb.emit(relax.op.concat([relax.op.squeeze(_slice(past, 0, 1, 2), [0]), v], axis=2))
+    t = p + s
+    keeps = []
+    if mask is not None:
+        keeps.append(_keep_from_mask(bb, ctx, mask, b, s, t, "mask_index"))
+    if int(attrs.get("unidirectional", 0)):
+        keeps.append(_causal_keep(s, t, p))
+    filter_value = float(attrs.get("mask_filter_value", MASK_FILTER_VALUE))
+    add = _additive_mask(bb, dtype, keeps, attn_bias, filter_value)
+    scale = float(attrs["scale"]) if "scale" in attrs else 1.0 / math.sqrt(hq)
+    o = _merge_heads(bb, _sdpa(bb, q, k, v, scale, add, dtype), b, s, n, hv)
+    if _wants(ctx, 1):
+        return _outputs(o, _stack2(k, v))
+    return o
+
+
+@_register("MultiHeadAttention")
+def multi_head_attention(bb, inputs, attrs, ctx):
+    """Multi-head attention on projected Q, K, V (B, S|L, N*H), or packed QKV (B, S, N, 3, H),
+    packed KV (B, L, N, 2, H), or K/V already in heads (B, N, L, H); optional bias
+    (Dq + Dk + Dv), key_padding_mask ((B), (B, T), (B, S, T)), attention_bias, past_key /
+    past_value with outputs present_key / present_value; unidirectional, scale,
+    mask_filter_value.  Refused: the (3B+2) mask, past_sequence_length, cache_indirection,
+    output qk."""
+    (query, key, value, bias, kpm, attn_bias, past_k, past_v, past_len,
+     cache_ind) = _pad(inputs, 10)[:10]
+    _float(ctx, query, "query")
+    n = int(attrs.get("num_heads", 0))
+    if n <= 0:
+        refuse(ctx, f"num_heads={n}")
+    if past_len is not None or cache_ind is not None:
+        refuse(ctx, "inputs past_sequence_length / cache_indirection (shared buffers, beams)")
+    if _wants(ctx, 3):
+        refuse(ctx, "output qk")
+    dtype = dtype_of(query)
+    qshape = _dims(ctx, query, "query")
+    kshape = _dims(ctx, key, "key") if key is not None else None
+    b, s = qshape[0], qshape[1]
+    if len(qshape) == 5:                          # packed QKV (B, S, N, 3, H)
+        if key is not None or value is not None or qshape[2] != n or qshape[3] != 3:
+            refuse(ctx, f"query of shape {qshape} (packed QKV (B, S, {n}, 3, H), no key/value)")
+        h = qshape[4]
+        parts = [bb.emit(relax.op.squeeze(_slice(query, 3, i, i + 1), [3])) for i in range(3)]
+        query, key, value = [relax.op.reshape(p_, [b, s, n * h]) for p_ in parts]
+        kshape = [b, s, n * h]
+    elif kshape is not None and len(kshape) == 5:  # packed KV (B, L, N, 2, H)
+        if value is not None or kshape[2] != n or kshape[3] != 2:
+            refuse(ctx, f"key of shape {kshape} (packed KV (B, L, {n}, 2, H), no value)")
+        h = kshape[4]
+        parts = [bb.emit(relax.op.squeeze(_slice(key, 3, i, i + 1), [3])) for i in range(2)]
+        key, value = [relax.op.reshape(p_, [b, kshape[1], n * h]) for p_ in parts]
+        kshape = [b, kshape[1], n * h]
+    if len(qshape) not in (3, 5) or key is None or value is None:
+        refuse(ctx, f"query of shape {qshape} with key {kshape} (separate Q, K, V; packed "
+                    "QKV or packed KV expected)")
+    dq = n * (qshape[4] if len(qshape) == 5 else qshape[2] // n)
+    if dq % n or (len(qshape) == 3 and qshape[2] % n):
+        refuse(ctx, f"query hidden size {qshape[2]} with num_heads={n}")
+    hq = dq // n
+    kv_heads = len(kshape) == 4                   # K, V given as (B, N, L, H)
+    vshape = _dims(ctx, value, "value") if kv_heads else None
+    if bias is not None:
+        bsz = _dims(ctx, bias, "bias")[0]
+        if kv_heads:
+            refuse(ctx, "bias with key/value given per head (B, N, L, H)")
+        query = relax.op.add(query, _slice(bias, 0, 0, dq))
+        key = relax.op.add(key, _slice(bias, 0, dq, 2 * dq))
+        value = relax.op.add(value, _slice(bias, 0, 2 * dq, bsz))
+    q = _heads(bb, bb.emit(query), b, s, n, hq)
+    if kv_heads:
+        if kshape[:2] != [b, n] or kshape[3] != hq or len(vshape) != 4:
+            refuse(ctx, f"key/value of shapes {kshape}, {vshape} (expected (B, {n}, L, {hq}))")
+        k, v, hv = key, value, vshape[3]
+    else:
+        value = bb.emit(value)
+        dv = static_shape(value)[2]
+        if dv % n:
+            refuse(ctx, f"value hidden size {dv} with num_heads={n}")
+        hv = dv // n
+        length = kshape[1]
+        k = _heads(bb, bb.emit(key), b, length, n, hq)
+        v = _heads(bb, value, b, length, n, hv)
+    p = 0
+    if past_k is not None or past_v is not None:
+        if past_k is None or past_v is None or kv_heads:
+            refuse(ctx, "past_key without past_value (or with key/value given per head)")
+        p = _dims(ctx, past_k, "past_key")[2]
+        k = bb.emit(relax.op.concat([past_k, k], axis=2))
+        v = bb.emit(relax.op.concat([past_v, v], axis=2))
+    t = static_shape(k)[2]
+    keeps = []
+    if kpm is not None:
+        if _dims(ctx, kpm, "key_padding_mask")[0] == 3 * b + 2:
+            refuse(ctx, "key_padding_mask of shape (3B+2)")
+        keeps.append(_keep_from_mask(bb, ctx, kpm, b, s, t, "key_padding_mask"))
+    if int(attrs.get("unidirectional", 0)):
+        keeps.append(_causal_keep(s, t, t - s))
+    filter_value = float(attrs.get("mask_filter_value", MASK_FILTER_VALUE))
+    add = _additive_mask(bb, dtype, keeps, attn_bias, filter_value)
+    scale = float(attrs["scale"]) if "scale" in attrs else 1.0 / math.sqrt(hq)
+    o = _merge_heads(bb, _sdpa(bb, q, k, v, scale, add, dtype), b, s, n, hv)
+    if _wants(ctx, 1) or _wants(ctx, 2):
+        return _outputs(o, k, v)
+    return o
+
+
+@_register("GroupQueryAttention")
+def group_query_attention(bb, inputs, attrs, ctx):
+    """Grouped-query attention: query (B, S, N*H) with key/value (B, S, Nkv*H), or packed
+    (B, S, (N + 2 Nkv) H); past_key / past_value (B, Nkv, P, H) and outputs present_key /
+    present_value (B, Nkv, P + S, H); causal (default) with keys up to seqlens_k[b] visible;
+    do_rotary with cos_cache / sin_cache (positions P + s, or position_ids);
+    rotary_interleaved; attention_bias; scale.
+
+    The new keys are appended after the whole past buffer: onnxruntime writes them at
+    seqlens_k[b] + 1 - S instead, which differs only when a batch's past is shorter than the
+    buffer (batch padding while decoding); such constant seqlens_k are refused.  Refused:
+    local_window_size, softcap, smooth_softmax / head_sink, qk_output, quantized KV caches,
+    sliding_window_cache, q/k norms, query_seqlens."""
+    (query, key, value, past_k, past_v, seqlens_k, _total, cos, sin, pos_ids, attn_bias,
+     head_sink, k_scale, v_scale, q_norm, k_norm, query_seqlens) = _pad(inputs, 17)[:17]
+    _float(ctx, query, "query")
+    _refuse_set(ctx, attrs, "local_window_size", lambda v: int(v) == -1)
+    _refuse_set(ctx, attrs, "softcap", lambda v: float(v) == 0.0)
+    _refuse_set(ctx, attrs, "smooth_softmax", lambda v: int(v) in (-1, 0))
+    _refuse_set(ctx, attrs, "qk_output", lambda v: int(v) == 0)
+    _refuse_set(ctx, attrs, "sliding_window_cache", lambda v: int(v) == 0)
+    _refuse_set(ctx, attrs, "kv_cache_bit_width", lambda v: False)
+    for name in ("k_quant_type", "v_quant_type"):
+        _refuse_set(ctx, attrs, name, lambda v: (v.decode() if isinstance(v, bytes) else v)
+                    == "NONE")
+    for x, what in ((head_sink, "head_sink"), (k_scale, "k_scale"), (v_scale, "v_scale"),
+                    (q_norm, "q_norm_weight"), (k_norm, "k_norm_weight"),
+                    (query_seqlens, "query_seqlens")):
+        if x is not None:
+            refuse(ctx, f"input {what}")
+    if _wants(ctx, 3):
+        refuse(ctx, "output output_qk")
+    n, nkv = int(attrs.get("num_heads", 0)), int(attrs.get("kv_num_heads", 0))
+    if n <= 0 or nkv <= 0 or n % nkv:
+        refuse(ctx, f"num_heads={n} with kv_num_heads={nkv}")
+    dtype = dtype_of(query)
+    b, s, d = _dims(ctx, query, "query")
+    if key is None:                                  # packed QKV
+        if value is not None or d % (n + 2 * nkv):
+            refuse(ctx, f"packed query of hidden size {d} for {n} + 2 x {nkv} heads")
+        h = d // (n + 2 * nkv)
+        key = _slice(query, 2, n * h, (n + nkv) * h)
+        value = _slice(query, 2, (n + nkv) * h, d)
+        query = _slice(query, 2, 0, n * h)
+    else:
+        if d % n:
+            refuse(ctx, f"query hidden size {d} with num_heads={n}")
+        h = d // n
+        kshape, vshape = _dims(ctx, key, "key"), _dims(ctx, value, "value")
+        if kshape != [b, s, nkv * h] or vshape != kshape:
+            refuse(ctx, f"key/value of shapes {kshape}, {vshape} (expected ({b}, {s}, "
+                        f"{nkv * h}))")
+    q = _heads(bb, bb.emit(query), b, s, n, h)
+    k = _heads(bb, bb.emit(key), b, s, nkv, h)
+    v = _heads(bb, bb.emit(value), b, s, nkv, h)
+    p = 0
+    if past_k is not None or past_v is not None:
+        if past_k is None or past_v is None:
+            refuse(ctx, "past_key without past_value")
+        pshape = _dims(ctx, past_k, "past_key")
+        if len(pshape) != 4 or pshape[:2] != [b, nkv] or pshape[3] != h:
+            refuse(ctx, f"past_key of shape {pshape} (expected ({b}, {nkv}, P, {h}))")
+        p = pshape[2]
+    lens = constant_value(seqlens_k)
+    if lens is not None and p > 0 and np.any(np.asarray(lens).reshape(-1) != p + s - 1):
+        refuse(ctx, f"seqlens_k={np.asarray(lens).reshape(-1).tolist()} with a past buffer of "
+                    f"{p} (pasts shorter than the buffer)")
+    if int(attrs.get("do_rotary", 0)):
+        if cos is None or sin is None:
+            refuse(ctx, "do_rotary=1 without cos_cache / sin_cache")
+        half = _dims(ctx, cos, "cos_cache")[-1]
+        if pos_ids is None:
+            pos = relax.const(np.arange(p, p + s, dtype=np.int64).reshape(1, s), "int64")
+        else:
+            pos = _positions(bb, ctx, pos_ids, b, s)
+        rot = {"interleaved": int(attrs.get("rotary_interleaved", 0)),
+               "rotary_embedding_dim": 2 * half}
+        q = bb.emit(rotary_embedding(bb, [q, cos, sin, pos], rot, ctx))
+        k = bb.emit(rotary_embedding(bb, [k, cos, sin, pos], rot, ctx))
+    if p:
+        k = bb.emit(relax.op.concat([past_k, k], axis=2))
+        v = bb.emit(relax.op.concat([past_v, v], axis=2))
+    t = p + s
+    present_k, present_v = k, v
+    if n != nkv:                                     # query head j uses KV head j // (n/nkv)
+        k = bb.emit(relax.op.repeat(k, n // nkv, axis=1))
+        v = bb.emit(relax.op.repeat(v, n // nkv, axis=1))
+    cols = relax.const(np.arange(t, dtype=np.int32).reshape(1, 1, 1, t), "int32")
+    last = relax.op.reshape(relax.op.astype(seqlens_k, "int32"), [b, 1, 1, 1])
+    keeps = [bb.emit(relax.op.less_equal(cols, last))]
+    if int(attrs.get("causal", 1)):
+        keeps.append(_causal_keep(s, t, p))
+    add = _additive_mask(bb, dtype, keeps, attn_bias, float(np.finfo(np.float32).min)
+                         if dtype == "float32" else float(np.finfo(np.float16).min))
+    scale = float(attrs["scale"]) if attrs.get("scale") else 1.0 / math.sqrt(h)
+    o = _merge_heads(bb, _sdpa(bb, q, k, v, scale, add, dtype), b, s, n, h)
+    if _wants(ctx, 1) or _wants(ctx, 2):
+        return _outputs(o, present_k, present_v)
+    return o

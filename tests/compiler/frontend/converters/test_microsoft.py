@@ -1,0 +1,446 @@
+"""onnxc's com.microsoft converters (compiler/frontend/converters/microsoft.py) against
+onnxruntime, which runs every one of these contrib ops: one-node models over the attribute
+variants real exports use, the kernels they reach, and refusals naming node and attribute."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+import compiler
+from compiler.errors import UnsupportedError
+
+MS = "com.microsoft"
+RNG = np.random.default_rng(0)
+
+
+def randn(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _model(op, inputs: dict, consts=(), n_out=1, outputs=None, ms_opset=True, **attrs):
+    """A one-node com.microsoft model; ``inputs`` name -> array (a name starting with '-'
+    is an omitted optional input), ``consts`` the names given as initializers."""
+    names = ["" if n.startswith("-") else n for n in inputs]
+    outs = outputs if outputs is not None else [f"y{i}" for i in range(n_out)]
+    node = helper.make_node(op, names, outs, domain=MS, name=f"{op.lower()}_node", **attrs)
+    vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in inputs.items() if not n.startswith("-") and n not in consts]
+    inits = [numpy_helper.from_array(inputs[n], n) for n in consts]
+    g = helper.make_graph([node], "g", vis, [helper.make_value_info(o, onnx.TypeProto())
+                                             for o in outs if o], inits)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(MS, 1)] if ms_opset else [])
+    return helper.make_model(g, opset_imports=opsets)
+
+
+def _ort(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def check(op, inputs: dict, consts=(), n_out=1, outputs=None, rtol=1e-4, atol=1e-5, **attrs):
+    """Compile with onnxc, compare every output with onnxruntime; returns the compiled model."""
+    model = _model(op, inputs, consts, n_out, outputs, **attrs)
+    feeds = {n: a for n, a in inputs.items() if not n.startswith("-") and n not in consts}
+    want = _ort(model, feeds)
+    del model.graph.output[:]
+    names = [o for o in (outputs if outputs is not None else [f"y{i}" for i in range(n_out)]) if o]
+    model.graph.output.extend(helper.make_tensor_value_info(
+        o, helper.np_dtype_to_tensor_dtype(w.dtype), w.shape) for o, w in zip(names, want))
+    cm = compiler.compile(model)
+    got = cm.session().run(None, feeds)
+    assert len(got) == len(want)
+    for g_, w in zip(got, want):
+        assert g_.shape == w.shape and g_.dtype == w.dtype, (g_.shape, w.shape, g_.dtype, w.dtype)
+        if w.dtype.kind in "iub":
+            np.testing.assert_array_equal(g_, w)
+        else:
+            np.testing.assert_allclose(g_, w, rtol=rtol, atol=atol)
+    return cm
+
+
+def refused(op, inputs: dict, *, match: str, consts=(), n_out=1, outputs=None, **attrs):
+    """The converter refuses, naming the node and what it refuses (at compile time, or at
+    the first run where small integer inputs make onnxc specialise on their values)."""
+    model = _model(op, inputs, consts, n_out, outputs, **attrs)
+    for vi in model.graph.output:   # any type: the converter refuses before outputs matter
+        vi.CopyFrom(helper.make_tensor_value_info(vi.name, onnx.TensorProto.FLOAT, [1]))
+    feeds = {n: a for n, a in inputs.items() if not n.startswith("-") and n not in consts}
+    with pytest.raises(UnsupportedError, match=match):
+        compiler.compile(model).session().run(None, feeds)
+
+
+def kernels(cm) -> list:
+    return [(k["kernel"], k["rule"]) for k in cm.report["kernel_table"]]
+
+
+# --------------------------------------------------------------------------- #
+# Layer norms
+# --------------------------------------------------------------------------- #
+
+H = 32
+
+
+def _sln_inputs(skip_shape=(2, 5, H), bias=True, beta=True):
+    d = {"x": randn(2, 5, H), "skip": randn(*skip_shape), "gamma": randn(H),
+         "beta" if beta else "-beta": randn(H)}
+    if bias:
+        d["bias"] = randn(H)
+    return d
+
+
+def test_skip_layer_norm_all_outputs_reach_layer_norm_kernel():
+    cm = check("SkipLayerNormalization", _sln_inputs(), consts=("gamma", "beta", "bias"),
+               n_out=4, epsilon=1e-5)
+    assert ("layer_norm", "cpu.row_reduction") in kernels(cm)
+
+
+@pytest.mark.parametrize("skip_shape", [(1, 5, H), (5, H)])
+def test_skip_layer_norm_broadcast_skip_no_beta_no_bias(skip_shape):
+    check("SkipLayerNormalization", _sln_inputs(skip_shape, bias=False, beta=False),
+          consts=("gamma",))
+
+
+def test_skip_layer_norm_sum_output_only():
+    """GPT-2's form: outputs (output, '', '', input_skip_bias_sum), default epsilon."""
+    check("SkipLayerNormalization", _sln_inputs(bias=False), consts=("gamma", "beta"),
+          outputs=["y0", "", "", "y3"])
+
+
+def test_skip_simplified_layer_norm():
+    d = {"x": randn(2, 5, H), "skip": randn(2, 5, H), "gamma": randn(H), "bias": randn(H)}
+    check("SkipSimplifiedLayerNormalization", d, consts=("gamma", "bias"),
+          outputs=["y0", "", "y2", "y3"], epsilon=1e-6)
+
+
+def test_skip_simplified_layer_norm_mean_output_refused():
+    d = {"x": randn(2, 5, H), "skip": randn(2, 5, H), "gamma": randn(H)}
+    refused("SkipSimplifiedLayerNormalization", d, consts=("gamma",), n_out=2,
+            match="skipsimplifiedlayernormalization_node.*output 'mean'")
+
+
+def _embed_inputs(mask=True, segment=True, position_ids=None):
+    b, s, vocab = 2, 6, 20
+    d = {"ids": RNG.integers(0, vocab, (b, s)).astype(np.int32)}
+    d["seg" if segment else "-seg"] = RNG.integers(0, 2, (b, s)).astype(np.int32)
+    d.update(word=randn(vocab, H), pos=randn(16, H))
+    d["segtab" if segment else "-segtab"] = randn(2, H)
+    d.update(gamma=randn(H), beta=randn(H))
+    if mask or position_ids is not None:
+        d["mask" if mask else "-mask"] = np.array([[1, 1, 1, 1, 0, 0], [1, 0, 1, 1, 1, 1]],
+                                                  np.int32)
+    if position_ids is not None:
+        d["posids"] = position_ids
+    return d
+
+
+def test_embed_layer_norm_mask_index_and_sum():
+    d = _embed_inputs()
+    cm = check("EmbedLayerNormalization", d, consts=("word", "pos", "segtab", "gamma", "beta"),
+               n_out=3, epsilon=1e-12)
+    assert ("layer_norm", "cpu.row_reduction") in kernels(cm)
+
+
+def test_embed_layer_norm_no_segment_no_mask():
+    check("EmbedLayerNormalization", _embed_inputs(mask=False, segment=False),
+          consts=("word", "pos", "gamma", "beta"), n_out=2)
+
+
+def test_embed_layer_norm_position_ids():
+    pos = RNG.integers(0, 16, (2, 6)).astype(np.int32)
+    check("EmbedLayerNormalization", _embed_inputs(position_ids=pos),
+          consts=("word", "pos", "segtab", "gamma", "beta"), n_out=2)
+
+
+def test_embed_layer_norm_mask_index_type_refused():
+    refused("EmbedLayerNormalization", _embed_inputs(), n_out=2, mask_index_type=2,
+            consts=("word", "pos", "segtab", "gamma", "beta"),
+            match="embedlayernormalization_node.*mask_index_type=2")
+
+
+# --------------------------------------------------------------------------- #
+# Activations, elementwise, FusedMatMul
+# --------------------------------------------------------------------------- #
+
+
+def test_gelu():
+    cm = check("Gelu", {"x": randn(3, 40, scale=3)})
+    assert any("gelu" in k for k, _ in kernels(cm))
+
+
+def test_bias_gelu():
+    check("BiasGelu", {"x": randn(2, 4, 40, scale=3), "b": randn(40)}, consts=("b",))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_fast_gelu(bias):
+    d = {"x": randn(2, 4, 40, scale=3)}
+    if bias:
+        d["b"] = randn(40)
+    check("FastGelu", d, consts=("b",) if bias else ())
+
+
+@pytest.mark.parametrize("alpha", [None, 1.0])
+def test_quick_gelu(alpha):
+    check("QuickGelu", {"x": randn(3, 40, scale=3)}, **({} if alpha is None else {"alpha": alpha}))
+
+
+def test_bias_add():
+    """onnxruntime runs BiasAdd on CUDA only: checked against numpy."""
+    x, b, skip = randn(2, 9, 16), randn(16), randn(2, 9, 16)
+    model = _model("BiasAdd", {"x": x, "b": b, "skip": skip}, consts=("b",))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "y0", onnx.TensorProto.FLOAT, [2, 9, 16]))
+    got = compiler.compile(model).session().run(None, {"x": x, "skip": skip})[0]
+    np.testing.assert_allclose(got, x + b + skip, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("ta,tb,alpha", [(0, 0, 1.0), (1, 0, 0.5), (0, 1, 0.125), (1, 1, 2.0)])
+def test_fused_matmul(ta, tb, alpha):
+    a = randn(2, 3, 8, 6) if ta else randn(2, 3, 6, 8)
+    b = randn(2, 3, 5, 8) if tb else randn(2, 3, 8, 5)
+    check("FusedMatMul", {"a": a, "b": b}, transA=ta, transB=tb, alpha=alpha)
+
+
+def test_fused_matmul_broadcast_constant_weight():
+    check("FusedMatMul", {"a": randn(2, 7, 16), "w": randn(12, 16)}, consts=("w",), transB=1,
+          alpha=0.25)
+
+
+def test_fused_matmul_trans_batch_refused():
+    refused("FusedMatMul", {"a": randn(2, 3, 4), "b": randn(2, 4, 5)}, transBatchA=1,
+            match="fusedmatmul_node.*transBatchA=1")
+
+
+# --------------------------------------------------------------------------- #
+# Attention
+# --------------------------------------------------------------------------- #
+
+B, S, N, D = 2, 6, 4, 32
+
+
+@pytest.mark.parametrize("mask", [
+    None,
+    np.array([6, 3], np.int32),                                              # lengths
+    np.array([6, 4, 0, 2], np.int32),                                        # ends, starts
+    np.array([[1, 1, 1, 1, 0, 0], [1, 0, 1, 1, 1, 1]], np.int32),            # raw (B, T)
+    (RNG.random((B, S, S)) > 0.3).astype(np.int32),                          # (B, S, T)
+], ids=["none", "lengths", "ends_starts", "raw2d", "raw3d"])
+def test_attention_mask_forms(mask):
+    d = {"x": randn(B, S, D), "w": randn(D, 3 * D, scale=0.3), "b": randn(3 * D)}
+    if mask is not None:
+        d["mask"] = mask
+    check("Attention", d, consts=("w", "b"), num_heads=N)
+
+
+def test_attention_unidirectional_scale_filter_and_attention_bias():
+    d = {"x": randn(B, S, D), "w": randn(D, 3 * D, scale=0.3), "b": randn(3 * D),
+         "mask": np.array([5, 6], np.int32), "-past": None, "ab": randn(1, N, S, S)}
+    check("Attention", d, consts=("w", "b"), num_heads=N, unidirectional=1, scale=0.2,
+          mask_filter_value=-1e4)
+
+
+def test_attention_past_present_unidirectional():
+    p = 3
+    d = {"x": randn(B, S, D), "w": randn(D, 3 * D, scale=0.3), "b": randn(3 * D),
+         "mask": np.ones((B, p + S), np.int32), "past": randn(2, B, N, p, D // N)}
+    check("Attention", d, consts=("w", "b"), n_out=2, num_heads=N, unidirectional=1)
+
+
+def test_attention_qkv_hidden_sizes_and_weights_as_input():
+    sizes = [D, D, 2 * D]
+    d = {"x": randn(B, S, D), "w": randn(D, sum(sizes), scale=0.3), "b": randn(sum(sizes))}
+    check("Attention", d, num_heads=N, qkv_hidden_sizes=sizes)
+
+
+def test_attention_reaches_fused_attention_when_enabled():
+    d = {"x": randn(B, S, D), "w": randn(D, 3 * D, scale=0.3), "b": randn(3 * D),
+         "mask": np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.int32)}
+    model = _model("Attention", {k: v for k, v in d.items()}, consts=("w", "b"), num_heads=N)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "y0", onnx.TensorProto.FLOAT, [B, S, D]))
+    cm = compiler.compile(model, required_passes=["fuse_attention"])
+    fused = [p for p in cm.report["passes"] if p["name"] == "fuse_attention"][0]
+    assert fused["rewrites"] == {"softmax(QK^T*s [+ mask])V => attention": 1}
+    assert fused["nodes"] == ["attention_node"]
+    feeds = {"x": d["x"], "mask": d["mask"]}
+    np.testing.assert_allclose(cm.session().run(None, feeds)[0], _ort(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attr,value", [("do_rotary", 1), ("past_present_share_buffer", 1)])
+def test_attention_refusals(attr, value):
+    d = {"x": randn(B, S, D), "w": randn(D, 3 * D), "b": randn(3 * D)}
+    refused("Attention", d, consts=("w", "b"), num_heads=N, **{attr: value},
+            match=f"attention_node.*{attr}={value}")
+
+
+@pytest.mark.parametrize("mask", [np.zeros(3 * B + 2, np.int32),
+                                  np.ones((B, 1, 8, 8), np.int32)], ids=["3b+2", "4d"])
+def test_attention_mask_forms_refused(mask):
+    d = {"x": randn(B, S, D), "w": randn(D, 3 * D), "b": randn(3 * D), "mask": mask}
+    refused("Attention", d, consts=("w", "b"), num_heads=N,
+            match="attention_node.*mask_index of shape")
+
+
+# --------------------------------------------------------------------------- #
+# MultiHeadAttention, RotaryEmbedding, GroupQueryAttention
+# --------------------------------------------------------------------------- #
+
+L = 7
+
+
+def test_mha_separate_qkv_bias_key_padding_mask():
+    d = {"q": randn(B, S, D), "k": randn(B, L, D), "v": randn(B, L, 2 * D), "bias": randn(4 * D),
+         "kpm": np.array([[1] * 5 + [0] * 2, [1] * 7], np.int32)}
+    check("MultiHeadAttention", d, consts=("bias",), num_heads=N)
+
+
+def test_mha_lengths_mask_attention_bias_scale():
+    d = {"q": randn(B, S, D), "k": randn(B, L, D), "v": randn(B, L, D), "-bias": None,
+         "kpm": np.array([4, 7], np.int32), "ab": randn(B, 1, S, L)}
+    check("MultiHeadAttention", d, num_heads=N, scale=0.3)
+
+
+def _packed_vs_separate(packed: dict, separate: dict, **attrs):
+    """onnxruntime's CPU kernel refuses packed QKV / KV: onnxc on the packed form against
+    onnxruntime on the same values unpacked."""
+    model = _model("MultiHeadAttention", packed, **attrs)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "y0", onnx.TensorProto.FLOAT, [B, S, D]))
+    got = compiler.compile(model).session().run(None, packed)[0]
+    want = _ort(_model("MultiHeadAttention", separate, **attrs), separate)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_mha_packed_qkv_unidirectional():
+    qkv = randn(B, S, N, 3, D // N)
+    q, k, v = [qkv[:, :, :, i].reshape(B, S, D) for i in range(3)]
+    _packed_vs_separate({"qkv": qkv}, {"q": q, "k": k, "v": v}, num_heads=N, unidirectional=1)
+
+
+def test_mha_packed_kv():
+    q, kv = randn(B, S, D), randn(B, L, N, 2, D // N)
+    k, v = [kv[:, :, :, i].reshape(B, L, D) for i in range(2)]
+    _packed_vs_separate({"q": q, "kv": kv}, {"q": q, "k": k, "v": v}, num_heads=N)
+
+
+def test_mha_past_present():
+    p = 3
+    d = {"q": randn(B, S, D), "k": randn(B, S, D), "v": randn(B, S, D), "-bias": None,
+         "-kpm": None, "-ab": None, "pk": randn(B, N, p, D // N), "pv": randn(B, N, p, D // N)}
+    check("MultiHeadAttention", d, n_out=3, num_heads=N, unidirectional=1)
+
+
+def test_mha_qk_output_refused():
+    d = {"q": randn(B, S, D), "k": randn(B, L, D), "v": randn(B, L, D)}
+    refused("MultiHeadAttention", d, outputs=["y0", "", "", "qk"], num_heads=N,
+            match="multiheadattention_node.*output qk")
+
+
+def _caches(max_len, half):
+    angles = np.arange(max_len)[:, None] / (10000 ** (np.arange(half)[None] / half))
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_3d_position_ids(interleaved):
+    cos, sin = _caches(32, 4)
+    d = {"x": randn(B, S, N * 8), "pos": RNG.integers(0, 32, (B, S)).astype(np.int64),
+         "cos": cos, "sin": sin}
+    check("RotaryEmbedding", d, consts=("cos", "sin"), interleaved=interleaved)
+
+
+def test_rotary_4d_offset_partial():
+    cos, sin = _caches(32, 4)
+    d = {"x": randn(B, N, S, 16), "pos": np.array([5], np.int64), "cos": cos, "sin": sin}
+    check("RotaryEmbedding", d, consts=("cos", "sin"), rotary_embedding_dim=8, num_heads=N)
+
+
+def test_rotary_packed_batching_refused():
+    cos, sin = _caches(32, 4)
+    d = {"x": randn(B, S, N * 8), "pos": RNG.integers(0, 32, (B, S)).astype(np.int64),
+         "cos": cos, "sin": sin}
+    refused("RotaryEmbedding", d, consts=("cos", "sin"), is_packed_batching=1,
+            match="rotaryembedding_node.*is_packed_batching=1")
+
+
+NKV, HD = 2, 16  # onnxruntime's CPU GQA wants head sizes of multiples of 16
+
+
+def _gqa(s, p, packed=False, rotary=False):
+    d = {}
+    if packed:
+        d.update(q=randn(B, s, (N + 2 * NKV) * HD), **{"-k": None, "-v": None})
+    else:
+        d.update(q=randn(B, s, N * HD), k=randn(B, s, NKV * HD), v=randn(B, s, NKV * HD))
+    if p:
+        d.update(pk=randn(B, NKV, p, HD), pv=randn(B, NKV, p, HD))
+    else:
+        d.update(**{"-pk": None, "-pv": None})
+    d["seqlens"] = np.full(B, p + s - 1, np.int32)
+    d["total"] = np.array(p + s, np.int32)
+    if rotary:
+        d["cos"], d["sin"] = _caches(32, HD // 2)
+    return d
+
+
+def test_gqa_prompt():
+    check("GroupQueryAttention", _gqa(S, 0), n_out=3, num_heads=N, kv_num_heads=NKV)
+
+
+def test_gqa_decode_with_past_packed_rotary():
+    check("GroupQueryAttention", _gqa(1, 5, packed=True, rotary=True), n_out=3, num_heads=N,
+          kv_num_heads=NKV, do_rotary=1, consts=("cos", "sin"))
+
+
+def test_gqa_prompt_right_padding_rotary_interleaved():
+    d = _gqa(S, 0, rotary=True)
+    d["seqlens"] = np.array([S - 1, 3], np.int32)   # the second sequence has 4 tokens
+    cm_inputs = dict(d)
+    model = _model("GroupQueryAttention", cm_inputs, consts=("cos", "sin"), num_heads=N,
+                   kv_num_heads=NKV, do_rotary=1, rotary_interleaved=1)
+    feeds = {k: v for k, v in d.items() if not k.startswith("-") and k not in ("cos", "sin")}
+    want = _ort(model, feeds)[0]
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "y0", onnx.TensorProto.FLOAT, list(want.shape)))
+    got = compiler.compile(model).session().run(None, feeds)[0]
+    # onnxruntime leaves the padded query rows unspecified: compare the valid ones
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1, :4], want[1, :4], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attr,value", [("local_window_size", 4), ("softcap", 30.0)])
+def test_gqa_refusals(attr, value):
+    refused("GroupQueryAttention", _gqa(S, 0), num_heads=N, kv_num_heads=NKV, **{attr: value},
+            match=f"groupqueryattention_node.*{attr}={value}")
+
+
+# --------------------------------------------------------------------------- #
+# Registry, opset leniency
+# --------------------------------------------------------------------------- #
+
+
+def test_no_opset_import_is_read_as_version_1_with_a_warning():
+    d = {"x": randn(3, 40)}
+    model = _model("Gelu", d, ms_opset=False)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "y0", onnx.TensorProto.FLOAT, [3, 40]))
+    cm = compiler.compile(model)
+    assert any("com.microsoft" in w and "no opset import" in w and "Gelu" in w
+               for w in cm.report["warnings"])
+    np.testing.assert_allclose(cm.session().run(None, d)[0], _ort(model, d)[0], rtol=1e-4,
+                               atol=1e-6)
+
+
+def test_registry_lists_com_microsoft_ops():
+    from compiler.frontend.registry import REGISTRY
+
+    ops = {e.op_type for e in REGISTRY.table() if e.domain == MS}
+    assert {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "Gelu", "FastGelu",
+            "BiasGelu", "BiasAdd", "QuickGelu", "FusedMatMul", "EmbedLayerNormalization",
+            "Attention", "MultiHeadAttention", "RotaryEmbedding",
+            "GroupQueryAttention"} <= ops
