@@ -244,6 +244,7 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None):
                   stage.where, groups, nodes)
     for t in graph.tensors:
         t.layout = layouts.get(t.name)
+    graph.onnx_outputs = [list(n.output) for n in proto.graph.node]
     stage("checked_variants", attach_checked, graph, fused, members, layouts)
     return proto, onnx_folded, graph
 

@@ -32,6 +32,7 @@ from tvm.tirx import PrimFunc
 from .provenance import nodes_of_binding
 
 SUFFIX = "__checked"
+_TENSOR = re.compile(r"^n(\d+(?:x\d+)*)(?:_o(\d+))?$")  # bindings that are ONNX tensors
 
 
 def fused_steps(fused_mod) -> dict:
@@ -137,22 +138,37 @@ def attach_checked(graph, fused: dict, members: dict, layouts: dict) -> int:
             continue
         _, places, temps = made[symbol]
         call["checked"] = _describe(symbol, info[1], places, temps, entry[1],
-                                    graph.onnx_nodes, layouts)
+                                    graph.onnx_nodes, graph.onnx_outputs, layouts)
         described += 1
     graph.checked = {sym + SUFFIX: m[0] for sym, m in made.items() if m is not None}
     return described
 
 
-def _describe(symbol, steps, places, temps, bindings, onnx_nodes, layouts) -> dict:
+def onnx_tensor(binding: str, onnx_outputs: list) -> str | None:
+    """The ONNX tensor a tagged binding holds (``n3``: node 3's first output, ``n3_o1`` its
+    second, ``n2x3`` node 3's), or None (a converter's helper binding ``n3_1``)."""
+    m = _TENSOR.match(binding or "")
+    if not m:
+        return None
+    k = max(int(x) for x in m.group(1).split("x"))
+    out = int(m.group(2) or 0)
+    outs = onnx_outputs[k] if k < len(onnx_outputs) else []
+    return outs[out] if out < len(outs) and outs[out] else None
+
+
+def _describe(symbol, steps, places, temps, bindings, onnx_nodes, onnx_outputs,
+              layouts) -> dict:
     """``call["checked"]``: the variant's symbol, its temporaries and, per step, the ONNX
-    node it computes (the binding's last node: a pass's ``n2x3`` is node 3's output), where
-    its result lies, its layout, and what it read."""
+    node it computes (the binding's last node: a pass's ``n2x3`` is node 3's output), the
+    ONNX tensor it is (None for a converter's helper binding), where its result lies, its
+    layout, and what it read."""
     described = []
     for j, ((_, reads), place) in enumerate(zip(steps, places)):
         binding = bindings[j] if j < len(bindings) else None
         idx = nodes_of_binding(binding) if binding else []
         node, op = onnx_nodes[idx[-1]] if idx and idx[-1] < len(onnx_nodes) else (None, None)
-        described.append({"binding": binding, "node": node, "op": op, "place": list(place),
+        described.append({"binding": binding, "node": node, "op": op,
+                          "tensor": onnx_tensor(binding, onnx_outputs), "place": list(place),
                           "reads": [list(r) for r in reads],
                           "layout": layouts.get(binding) if binding else None})
     return {"kernel": symbol + SUFFIX,

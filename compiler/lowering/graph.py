@@ -53,6 +53,7 @@ class KernelGraph:
     groups: dict = field(default_factory=dict)     # fused call's binding -> [ONNX node index]
     onnx_nodes: list = field(default_factory=list) # [(node name, op type)] of the model
     checked: dict = field(default_factory=dict)    # "<kernel>__checked" -> PrimFunc
+    onnx_outputs: list = field(default_factory=list)  # [[output tensor name]] per ONNX node
 
     def add(self, t: Tensor) -> int:
         self.tensors.append(t)
