@@ -46,6 +46,8 @@ def _layout(value, layout: dict):
         return layout.get(value)
     if isinstance(value, relax.TupleGetItem):
         return layout.get(value.tuple_value)  # split outputs keep the input's layout
+    if isinstance(value, relax.Tuple):  # concat's operands: their (common) layout
+        return next((layout[f] for f in value.fields if f in layout), None)
     if not isinstance(value, relax.Call):
         return None
     name = getattr(value.op, "name", "")
@@ -56,11 +58,20 @@ def _layout(value, layout: dict):
         return None if got in ("", "NCHW", "NCW", "NCDHW") else got
     if name == "relax.layout_transform":
         return _transform_layout(value, layout.get(value.args[0]))
-    args = [a for a in value.args if isinstance(a, relax.Var) and a in layout]
+    flat = [f for a in value.args for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
+    args = [a for a in flat if isinstance(a, relax.Var) and a in layout]
     if not args:
         return None
     src = args[0]
-    return layout[src] if _ndim(src) == _ndim(value) else UNKNOWN
+    ndim = _ndim(src)
+    if ndim is None and isinstance(src.ty, relax.TupleType) and src.ty.fields:
+        ndim = getattr(src.ty.fields[0], "ndim", None)  # a tuple of concat operands
+    if ndim == _ndim(value):
+        return layout[src]
+    # a rank change (flatten, a reduction without keepdims): a result of rank <= 2 has
+    # only the ONNX layout; a higher one (NC16c) is not one we map back
+    out_ndim = _ndim(value)
+    return None if out_ndim is not None and out_ndim <= 2 else UNKNOWN
 
 
 def _transform_layout(call, src):
