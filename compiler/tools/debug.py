@@ -156,7 +156,7 @@ def find_divergence(model, feeds: dict, compare: str = "onnxruntime", target="ho
         if why is None:
             unmappable.append({"tensor": name, "layout": lay, "shape": list(ours.shape)})
             continue
-        checked.append({"tensor": name, "node": nodes[k].name, "ok": not why})
+        checked.append({"tensor": name, "node": nodes[k].name, "layout": lay, "ok": not why})
         if why and first is None:
             first = {"tensor": name, "node": nodes[k].name or f"#{k}", "op": nodes[k].op_type,
                      "kernel": call["kernel"], "kernel_nodes": call["nodes"], "why": why,
