@@ -5,8 +5,9 @@ kernel's tensor back to the ONNX (NCHW) layout.
 visible in op attributes (conv2d's and the pools' ``out_layout``) and in the index maps of
 the ``layout_transform`` calls it inserts.  ``binding_layouts`` propagates them forward
 through ``main``: a binding holds ``"NCHW{b}c"``, ``"NHWC"``, ``None`` (the ONNX layout)
-or ``"?"`` (derived from a converted tensor with a rank change: not mappable).  The graph
-records it per tensor (``tensors[i]["layout"]``); ``to_onnx_layout`` undoes it.
+or ``"?"`` (derived from a converted tensor with a rank change: not mappable).  ConvertLayout writes
+NHWC's transforms as ``permute_dims`` (untagged bindings), NCHW[b]c's as ``layout_transform``.
+The graph records it per tensor (``tensors[i]["layout"]``); ``to_onnx_layout`` undoes it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import re
 import numpy as np
 import tvm
 from tvm import relax
+
+from passes.dataflow import nodes_of
 
 UNKNOWN = "?"
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
@@ -29,7 +32,7 @@ def binding_layouts(mod) -> dict:
     out: dict = {}
     for block in mod["main"].body.blocks:
         for b in block.bindings:
-            got = _layout(b.value, layout)
+            got = _layout(b.value, layout, bool(nodes_of(b.var.name)))
             if got is not None:
                 layout[b.var] = got
                 out[b.var.name] = got
@@ -41,7 +44,9 @@ def _ndim(expr) -> int | None:
     return getattr(ty, "ndim", None) if isinstance(ty, relax.TensorType) else None
 
 
-def _layout(value, layout: dict):
+def _layout(value, layout: dict, tagged: bool = False):
+    """The layout ``value`` writes; ``tagged``: its binding is an ONNX node's (a Transpose
+    node's permute_dims is the ONNX tensor, not a layout change)."""
     if isinstance(value, relax.Var):
         return layout.get(value)
     if isinstance(value, relax.TupleGetItem):
@@ -58,6 +63,14 @@ def _layout(value, layout: dict):
         return None if got in ("", "NCHW", "NCW", "NCDHW") else got
     if name == "relax.layout_transform":
         return _transform_layout(value, layout.get(value.args[0]))
+    if name == "relax.permute_dims" and not tagged:  # ConvertLayout's NHWC transforms
+        axes = [int(a) for a in value.attrs.axes] if value.attrs.axes is not None else None
+        src = layout.get(value.args[0])
+        if src is None and axes == [0, 2, 3, 1]:
+            return "NHWC"
+        if src == "NHWC" and axes == [0, 3, 1, 2]:
+            return None
+        return UNKNOWN if src is not None else None
     flat = [f for a in value.args for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
     args = [a for a in flat if isinstance(a, relax.Var) and a in layout]
     if not args:
