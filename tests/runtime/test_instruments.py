@@ -261,3 +261,25 @@ def test_summary_states_share_of_peak():
              0, 100_000, [{"shape": [1]}, {"shape": [1]}], 0)    # 2 MFLOP in 100 us
     text = p.summary()
     assert "20.00" in text and "20.0%" in text and "of the nominal fp32 peak 100" in text
+
+
+def test_inplace_inputs_are_saved_for_the_check():
+    """A call whose output reuses its input's buffer has overwritten that input by the time
+    the check runs: the session saves it, and the check reads the saved copy."""
+    from runtime.instruments import check_outputs, inplace_inputs
+
+    tensors = [{"name": "a", "storage": "arena", "index": 0, "shape": [4], "dtype": "float32"},
+               {"name": "b", "storage": "arena", "index": 0, "shape": [4], "dtype": "float32"},
+               {"name": "w", "storage": "param", "index": 0, "shape": [4], "dtype": "float32"},
+               {"name": "c", "storage": "arena", "index": 1, "shape": [4], "dtype": "float32"}]
+    calls = [{"kernel": "k0", "args": [0, 2, 1], "num_outputs": 1, "nodes": ["log"],
+              "ops": "Log"},
+             {"kernel": "k1", "args": [1, 3], "num_outputs": 1, "nodes": ["neg"], "ops": "Neg"}]
+    assert inplace_inputs({"tensors": tensors, "calls": calls}) == [[0], []]
+    out = np.array([1.0, np.nan, 0.0, 2.0], np.float32)
+    views = [out, out, np.ones(4, np.float32), np.zeros(4, np.float32)]  # a is b now
+    with pytest.raises(runtime.NonFiniteError, match="inputs already had some"):
+        check_outputs(calls[0], views, tensors)  # unsaved: the overwritten input looks bad
+    with pytest.raises(runtime.NonFiniteError) as e:
+        check_outputs(calls[0], views, tensors, saved={0: np.ones(4, np.float32)})
+    assert str(e.value).startswith("node 'log' (Log) read only finite values and wrote 1 NaN")
