@@ -184,3 +184,14 @@ def test_cli_debug_names_the_node_inside_the_kernel(broken_sqrt, tmp_path):
     assert rc == 1, text
     assert "first divergence: tensor 's' = output of node 'root' (Sqrt)" in text
     assert "inside kernel" in text and "'y' (node 'neg')" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["NCHWc", "NHWC"])
+def test_squeezenet_is_compared_in_the_onnx_layout(layout):
+    """Issue #17's false alarm: NCHW8c/16c tensors (the classifier's channels padded to whole
+    blocks) were compared as they are with the NCHW reference."""
+    model = zoo.build("squeezenet", image=64)
+    r = find_divergence(model, zoo.random_inputs(model), layout=layout)
+    assert r["first"] is None and not r["unmappable"] and len(r["checked"]) >= 30
+    assert sum(bool(c["layout"]) for c in r["checked"]) >= 20
