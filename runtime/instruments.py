@@ -28,7 +28,8 @@ class SessionOptions:
         The trace is written to ``<prefix>_<timestamp>.json``.
     check_nan : bool
         After each kernel, check its float outputs for NaN/Inf and raise
-        :class:`NonFiniteError` at the first hit.
+        :class:`NonFiniteError` at the first hit, naming the ONNX node that made them (a
+        fused kernel is re-run step by step through its checked variant, only then).
     intra_op_num_threads : int
         Threads each kernel's parallel loops use; 0 (default) = the cores the model was
         compiled for, at most the CPUs available (``runtime/threads.py``).
@@ -41,7 +42,8 @@ class SessionOptions:
 
 
 class NonFiniteError(RuntimeError):
-    """A kernel produced NaN or Inf; the message names the kernel, nodes and tensor."""
+    """A kernel produced NaN or Inf; the message names the node that made them (or says that
+    they came in through a model input or param), the kernel, its nodes and the tensor."""
 
 
 def _count_nonfinite(a: np.ndarray) -> tuple[int, int]:
