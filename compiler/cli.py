@@ -97,6 +97,9 @@ def _add_debug(sub):
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME")
     p.add_argument("--target", default="host")
+    p.add_argument("--layout", default="auto", choices=["auto", "NCHW", "NHWC", "NCHWc"],
+                   help="compile in this activation layout; tensors are compared after "
+                        "mapping back to the ONNX layout")
     p.add_argument("--rtol", type=float, default=1e-3)
     p.add_argument("--atol", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
@@ -346,18 +349,31 @@ def cmd_debug(args) -> int:
         if s["name"] not in feeds:
             feeds[s["name"]] = _random(rng, s["shape"], s["dtype"])
     r = find_divergence(args.model, feeds, compare=args.compare, target=args.target,
-                        disabled_passes=args.disable_pass, rtol=args.rtol, atol=args.atol)
+                        disabled_passes=args.disable_pass, rtol=args.rtol, atol=args.atol,
+                        layout=args.layout)
     print(f"compared {len(r['checked'])} observable tensors of {r['nodes']} nodes with "
-          f"{r['compare']} (rtol {args.rtol}, atol {args.atol})"
+          f"{r['compare']} (rtol {args.rtol}, atol {args.atol}; layout "
+          f"{r['layout'].get('chosen')}, mapped back to the ONNX layout)"
           + (f", passes disabled: {', '.join(r['disabled_passes'])}" if r["disabled_passes"]
              else ""))
+    if r["unmappable"]:
+        print(f"  {len(r['unmappable'])} tensors not compared: their layout cannot be mapped "
+              f"back (first: {r['unmappable'][0]['tensor']!r} in "
+              f"{r['unmappable'][0]['layout']}, shape {r['unmappable'][0]['shape']})")
     f = r["first"]
     if f is None:
         print("no divergence")
         return 0
     print(f"first divergence: tensor {f['tensor']!r} = output of node {f['node']!r} ({f['op']})")
     print(f"  {f['why']}")
-    print(f"  computed by kernel {f['kernel']} (ONNX nodes: {', '.join(f['kernel_nodes'])})")
+    if f.get("kernel_output"):
+        o = f["kernel_output"]
+        print(f"  inside kernel {f['kernel']} (ONNX nodes: {', '.join(f['kernel_nodes'])}), "
+              f"found by its checked variant; the kernel's output {o['tensor']!r} (node "
+              f"{o['node']!r}) diverges as a result: {o['why']}")
+    else:
+        print(f"  computed by kernel {f['kernel']} (ONNX nodes: "
+              f"{', '.join(f['kernel_nodes'])})")
     if f["passes"]:
         print(f"  rewritten by: {', '.join(f['passes'])}; confirm with "
               + " ".join(f"--disable-pass {p}" for p in f["passes"]))

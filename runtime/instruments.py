@@ -28,7 +28,8 @@ class SessionOptions:
         The trace is written to ``<prefix>_<timestamp>.json``.
     check_nan : bool
         After each kernel, check its float outputs for NaN/Inf and raise
-        :class:`NonFiniteError` at the first hit.
+        :class:`NonFiniteError` at the first hit, naming the ONNX node that made them (a
+        fused kernel is re-run step by step through its checked variant, only then).
     intra_op_num_threads : int
         Threads each kernel's parallel loops use; 0 (default) = the cores the model was
         compiled for, at most the CPUs available (``runtime/threads.py``).
@@ -41,7 +42,8 @@ class SessionOptions:
 
 
 class NonFiniteError(RuntimeError):
-    """A kernel produced NaN or Inf; the message names the kernel, nodes and tensor."""
+    """A kernel produced NaN or Inf; the message names the node that made them (or says that
+    they came in through a model input or param), the kernel, its nodes and the tensor."""
 
 
 def _count_nonfinite(a: np.ndarray) -> tuple[int, int]:
@@ -50,25 +52,117 @@ def _count_nonfinite(a: np.ndarray) -> tuple[int, int]:
     return int(np.isnan(a).sum()), int(np.isinf(a).sum())
 
 
-def check_outputs(call: dict, views: list, tensors: list) -> None:
-    """Raise NonFiniteError if an output of ``call`` holds NaN or Inf."""
+def inplace_inputs(graph: dict) -> list:
+    """Per call, the input tensor ids whose storage an output of that call reuses (in-place
+    kernels): their values must be saved before the call for a check to see them after."""
+    tensors = graph["tensors"]
+
+    def buf(t):
+        return tensors[t]["index"] if tensors[t]["storage"] == "arena" else None
+
+    out = []
+    for call in graph["calls"]:
+        nin = len(call["args"]) - call["num_outputs"]
+        written = {buf(o) for o in call["args"][nin:]} - {None}
+        out.append([i for i in call["args"][:nin] if buf(i) in written])
+    return out
+
+
+def check_outputs(call: dict, views: list, tensors: list, kernels=None,
+                  saved: dict | None = None, model_inputs=()) -> None:
+    """Raise NonFiniteError if an output of ``call`` holds NaN or Inf.
+
+    The scan is the only cost while values are finite.  On a hit, a fused kernel with a
+    checked variant (``call["checked"]``, compiler/lowering/checked.py) in ``kernels`` is
+    re-run step by step on the same inputs (``saved`` holds inputs that the call overwrote
+    in place), and the error blames the first ONNX node that read only finite values and
+    wrote NaN or Inf; a node that only passed on non-finite input is never blamed."""
     nin = len(call["args"]) - call["num_outputs"]
+    saved = saved or {}
     for t in call["args"][nin:]:
         nan, inf = _count_nonfinite(views[t])
         if not (nan or inf):
             continue
+        inputs = [saved.get(i, views[i]) for i in call["args"][:nin]]
         bad_inputs = []
-        for i in call["args"][:nin]:
-            n_i, f_i = _count_nonfinite(views[i])
+        for i, a in zip(call["args"][:nin], inputs):
+            n_i, f_i = _count_nonfinite(a)
             if n_i or f_i:
-                bad_inputs.append(f"{tensors[i]['name']} ({n_i} NaN, {f_i} Inf)")
-        origin = (f"its inputs already had some: {', '.join(bad_inputs)}" if bad_inputs
-                  else "its inputs were all finite, so this kernel produced them")
+                kind = (", a model input" if i in model_inputs else
+                        ", a param" if tensors[i]["storage"] == "param" else "")
+                bad_inputs.append(f"{tensors[i]['name']!r} ({n_i} NaN, {f_i} Inf{kind})")
         nodes = ", ".join(call.get("nodes") or []) or "(node names not recorded)"
-        raise NonFiniteError(
-            f"kernel {call['kernel']} (ONNX nodes: {nodes}; ops: {call.get('ops')}) wrote "
-            f"{nan} NaN and {inf} Inf into tensor {tensors[t]['name']!r} of shape "
-            f"{list(views[t].shape)}; {origin}")
+        kernel = f"kernel {call['kernel']} (ONNX nodes: {nodes}; ops: {call.get('ops')})"
+        out = f"tensor {tensors[t]['name']!r} of shape {list(views[t].shape)}"
+        if bad_inputs:
+            raise NonFiniteError(
+                f"{kernel} wrote {nan} NaN and {inf} Inf into {out}; its inputs already had "
+                f"some: {', '.join(bad_inputs)}, so no node of this kernel created them: "
+                "check the model's inputs (or its params)")
+        blame = None
+        if call.get("checked") and kernels is not None:
+            blame = locate_nonfinite(call, inputs, views, kernels)
+        elif len(call.get("nodes") or []) == 1:
+            blame = (f"node {call['nodes'][0]!r} ({call.get('ops')}) read only finite values "
+                     f"and wrote {nan} NaN and {inf} Inf into {out}")
+        if blame:
+            raise NonFiniteError(f"{blame}; inside {kernel}, whose output {out} holds {nan} "
+                                 f"NaN and {inf} Inf")
+        raise NonFiniteError(f"{kernel} wrote {nan} NaN and {inf} Inf into {out}; its inputs "
+                             "were all finite, so this kernel produced them (it has no checked "
+                             "variant to name the node inside)")
+
+
+def _aligned(shape, dtype: str) -> np.ndarray:
+    """A zeroed array whose data is 64-byte aligned (the kernels assume it)."""
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    raw = np.zeros(nbytes + 64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start:start + nbytes].view(dt).reshape(shape)
+
+
+def run_checked(call: dict, inputs: list, views: list, kernels) -> list:
+    """Run the checked variant of ``call`` on ``inputs``; returns each step's result (numpy
+    arrays, fresh: the session's memory is not written)."""
+    import tvm
+
+    nin = len(call["args"]) - call["num_outputs"]
+    checked = call["checked"]
+    outs = [_aligned(views[o].shape, views[o].dtype.name) for o in call["args"][nin:]]
+    temps = [_aligned(t["shape"], t["dtype"]) for t in checked["temps"]]
+    args = [a if a.flags.c_contiguous and a.ctypes.data % 64 == 0 else _copy_aligned(a)
+            for a in inputs]
+    kernels[checked["kernel"]](*[tvm.runtime.from_dlpack(a) for a in args + outs + temps])
+    return [outs[k] if kind == "out" else temps[k] for kind, k in
+            (s["place"] for s in checked["steps"])]
+
+
+def _copy_aligned(a: np.ndarray) -> np.ndarray:
+    out = _aligned(a.shape, a.dtype.name)
+    np.copyto(out, a)
+    return out
+
+
+def locate_nonfinite(call: dict, inputs: list, views: list, kernels) -> str | None:
+    """The first step of ``call``'s checked variant that read only finite values and wrote
+    NaN or Inf, described for the error; None if every non-finite step read non-finite
+    values (then the kernel's inputs are to blame)."""
+    results = run_checked(call, inputs, views, kernels)
+    finite_in = [_count_nonfinite(a) == (0, 0) for a in inputs]
+    finite_step: list = []
+    for step, value in zip(call["checked"]["steps"], results):
+        nan, inf = _count_nonfinite(value)
+        reads_finite = all(finite_in[k] if kind == "in" else finite_step[k]
+                           for kind, k in step["reads"])
+        finite_step.append(not (nan or inf))
+        if (nan or inf) and reads_finite:
+            tensor = step.get("tensor") or step.get("binding")
+            node = step.get("node") or "(an unnamed node)"
+            return (f"node {node!r} ({step.get('op') or '?'}) read only finite values and wrote "
+                    f"{nan} NaN and {inf} Inf into tensor {tensor!r} of shape "
+                    f"{list(value.shape)}")
+    return None
 
 
 class Profiler:

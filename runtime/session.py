@@ -24,7 +24,7 @@ import numpy as np
 
 from . import threads
 from .cpu_features import nominal_peak_gflops
-from .instruments import Profiler, SessionOptions, check_outputs
+from .instruments import Profiler, SessionOptions, check_outputs, inplace_inputs
 from .memory_plan import MemoryPlan
 
 __all__ = ["Session", "NodeArg", "MemoryLimitError"]
@@ -157,6 +157,7 @@ class Session:
         self._lock = threading.Lock()
         self.options = options or SessionOptions()
         self._runs = 0
+        self._inplace = None  # per call, inputs overwritten in place (NaN checks only)
 
         check_memory(graph, self.plan.arena_bytes, len(params))  # before allocating
         target = self.manifest.get("target", {})
@@ -312,14 +313,20 @@ class Session:
         import time
 
         calls, tensors, prof = self.graph["calls"], self.graph["tensors"], self._profiler
-        for (fn, args), call in zip(self._calls, calls):
+        check = self.options.check_nan
+        if check and self._inplace is None:
+            self._inplace = inplace_inputs(self.graph)
+            self._model_inputs = {i["tensor"] for i in self.graph["inputs"]}
+        for k, ((fn, args), call) in enumerate(zip(self._calls, calls)):
+            # inputs an in-place output overwrites: kept for the check (a copy, on such calls)
+            saved = {i: self._np[i].copy() for i in self._inplace[k]} if check else None
             start = time.perf_counter_ns()
             fn(*args)
             end = time.perf_counter_ns()
             if prof is not None:
                 prof.record(call, start, end, tensors, self._runs)
-            if self.options.check_nan:
-                check_outputs(call, self._np, tensors)
+            if check:
+                check_outputs(call, self._np, tensors, self._kernels, saved, self._model_inputs)
         self._runs += 1
 
     def end_profiling(self) -> str:

@@ -32,6 +32,7 @@ class Tensor:
     kind: str                  # "input" | "param" | "intermediate"
     base: int | None = None    # for a reshape view: the tensor whose storage it shares
     param: np.ndarray | None = None
+    layout: str | None = None  # compiler/lowering/layouts.py; None = the ONNX layout
 
     @property
     def nbytes(self) -> int:
@@ -50,6 +51,8 @@ class KernelGraph:
     flops: dict = field(default_factory=dict)      # kernel symbol -> floating-point ops per call
     groups: dict = field(default_factory=dict)     # fused call's binding -> [ONNX node index]
     onnx_nodes: list = field(default_factory=list) # [(node name, op type)] of the model
+    checked: dict = field(default_factory=dict)    # "<kernel>__checked" -> PrimFunc
+    onnx_outputs: list = field(default_factory=list)  # [[output tensor name]] per ONNX node
 
     def add(self, t: Tensor) -> int:
         self.tensors.append(t)
@@ -264,7 +267,8 @@ def plan_storage(g: KernelGraph, reuse: bool = True) -> tuple[dict, MemoryPlan]:
         else:
             r = _root(g, t)
             tensors.append({"name": tt.name, "shape": tt.shape, "dtype": tt.dtype,
-                            "storage": "arena", "index": buffer_of[r]})
+                            "storage": "arena", "index": buffer_of[r],
+                            **({"layout": tt.layout} if tt.layout else {})})
     meta = {
         "tensors": tensors,
         "inputs": [{"name": n, "tensor": t} for n, t in g.inputs],

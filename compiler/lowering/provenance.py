@@ -7,7 +7,9 @@ sites) and gives the group's call in ``main`` a fresh name.  ``name_fused_calls`
 ``main`` after FuseOps, matches every fused function's bindings at each call site against
 the module before fusion (same kernel, same arguments), renames the call after the
 group's last member and returns the members: FuseTIR keeps that name, so every kernel call
-can name its ONNX nodes.
+can name its ONNX nodes.  It also returns, per call, the pre-fusion name of each binding of
+the fused function in order, so that ``compiler/lowering/checked.py`` can name the node
+behind every intermediate of the kernel.
 """
 
 from __future__ import annotations
@@ -67,8 +69,11 @@ def _key(value, resolve):
                   for a in value.args[1].fields))
 
 
-def name_fused_calls(pre_fuse, fused):
-    """Rename fused calls in ``fused``'s main; return (module, {call name: [node index]})."""
+def name_fused_calls(pre_fuse, fused, members_out: dict | None = None):
+    """Rename fused calls in ``fused``'s main; return (module, {call name: [node index]}).
+
+    ``members_out``, when given, receives {call name: (fused function name, [pre-fusion
+    binding name or None, one per binding of the fused function, in order])}."""
     pre_index: dict = {}
     for b in _bindings(pre_fuse["main"]):
         key = _key(b.value, lambda v: v.name)
@@ -94,16 +99,19 @@ def name_fused_calls(pre_fuse, fused):
         func = funcs[callee]
         local = {p: outer.get(a, a.name if isinstance(a, relax.Var) else "<const>")
                  for p, a in zip(func.params, v.args)}
-        members = []
+        members, per_binding = [], []
         for ib in _bindings(func):
             key = _key(ib.value, lambda x: local.get(x, x.name))
             names = pre_index.get(key, []) if key else []
             if names:
                 local[ib.var] = names.pop(0)
                 members.append(local[ib.var])
+            per_binding.append(local.get(ib.var))
         name = members[-1] if members else None
         new_names.append(name)
         outer[b.var] = name or b.var.name
         if name:
             groups[name] = sorted({k for m in members for k in nodes_of_binding(m)})
+            if members_out is not None:
+                members_out[name] = (callee, per_binding)
     return rename_bindings(fused, new_names), groups
