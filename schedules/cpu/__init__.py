@@ -18,6 +18,7 @@ from .conv2d_nhwc import Conv2dNHWC
 from .conv2d_packed import Conv2dPacked
 from .conv_transpose import ConvTranspose
 from .depthwise import DepthwiseConv2dNCHW
+from .elementwise import Elementwise
 from .fallback import Fallback
 from .matmul import Matmul
 from .matmul_packed import MatmulPacked
@@ -42,6 +43,7 @@ RULES = [
     # any other reduction vectorisable over its innermost output dim: grouped and
     # transposed convs, pooling 1-D/3-D, reductions over a non-last axis; register tile
     TiledReduction(),
+    Elementwise(),  # no reduction at all: elementwise chains, layout transforms, pads
     Dlight("dlight.gemv", GEMV()),
     Dlight("dlight.reduction", Reduction()),
     Fallback(),  # anything else: inlined, parallel outer loops, vectorised inner loop

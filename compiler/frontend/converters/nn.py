@@ -595,6 +595,35 @@ def layer_norm(bb, inputs, attrs, ctx):
     return relax.Tuple([y, mean, bb.emit(inv)])
 
 
+@register("Conv", override=True)
+def conv(bb, inputs, attrs, ctx):
+    """Conv with auto_pad SAME_UPPER / SAME_LOWER as explicit ``pads`` (static spatial
+    input), else TVM's converter as is.  TVM's converter turns SAME into a separate
+    ``nn.pad`` of the activation before an unpadded conv: one more kernel and a padded copy
+    per conv, which also ends NCHWc layout chains (EfficientNet-B0's SAME depthwise convs:
+    a pad and two layout transforms around each).  The pads are the spec's: ceil(n / s)
+    outputs, the odd pixel at the end (UPPER) or the start (LOWER)."""
+    auto_pad = attr_text(attrs.get("auto_pad"), "NOTSET")
+    values = getattr(getattr(inputs[0].ty, "shape", None), "values", None)
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER") or values is None or not all(
+            hasattr(v, "value") for v in values[2:]):
+        return tvm_converter("Conv")(bb, inputs, attrs, ctx)
+    spatial = [int(v.value) for v in values[2:]]
+    k = len(spatial)
+    kernel = [int(v) for v in attrs.get("kernel_shape", static_dims(inputs[1], ctx)[2:])]
+    strides = [int(v) for v in attrs.get("strides", [1] * k)]
+    dil = [int(v) for v in attrs.get("dilations", [1] * k)]
+    begin, end = [], []
+    for n, kk, s, d in zip(spatial, kernel, strides, dil):
+        total = max((-(-n // s) - 1) * s + (kk - 1) * d + 1 - n, 0)
+        lo = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        begin.append(lo)
+        end.append(total - lo)
+    explicit = {a: v for a, v in attrs.items() if a != "auto_pad"}
+    explicit["pads"] = begin + end
+    return tvm_converter("Conv")(bb, inputs, explicit, ctx)
+
+
 @register("ConvTranspose", override=True)
 def conv_transpose(bb, inputs, attrs, ctx):
     """ConvTranspose with the output_shape attribute (TVM ignores it), as the reference:
