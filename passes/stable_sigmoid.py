@@ -58,11 +58,13 @@ def stable_sigmoid_te(x: te.Tensor) -> te.Tensor:
     wide = "float32" if x.dtype == "float16" else x.dtype
 
     def f(*i):
-        v = x(*i).astype(wide)
+        v = tirx.Var("v", wide)
+        e = tirx.Var("e", wide)
         neg = -tirx.abs(v)
-        e = exp_nonpositive_f32(neg) if wide == "float32" else tirx.exp(neg)
         one = tirx.const(1, wide)
-        return (tirx.Select(v >= tirx.const(0, wide), one, e) / (one + e)).astype(x.dtype)
+        body = tirx.Select(v >= tirx.const(0, wide), one, e) / (one + e)
+        exp = exp_nonpositive_f32(neg) if wide == "float32" else tirx.exp(neg)
+        return tirx.Let(v, x(*i).astype(wide), tirx.Let(e, exp, body)).astype(x.dtype)
 
     return te.compute(x.shape, f, name="sigmoid_stable")
 

@@ -18,6 +18,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from runtime.artifact import PARAM_ALIGN  # the loader maps params in place: keep them aligned
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
+from schedules import flops
 
 from ..errors import UnsupportedError
 from .provenance import nodes_of_binding
@@ -157,7 +158,7 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
     symbol = gv.name_hint
     if symbol not in g.prim_funcs:
         g.prim_funcs[symbol] = mod[gv]
-        g.flops[symbol] = _flops(mod[gv])
+        g.flops[symbol] = flops.estimate(mod[gv])
     idx = g.groups.get(name)
     if idx is None:
         idx = nodes_of_binding(name)
@@ -167,16 +168,6 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
                     "nodes": [n for n, _ in covered], "ops": "+".join(ops) or symbol,
                     "flops": g.flops[symbol]})
     return tuple(outs) if isinstance(sinfo, relax.TupleType) else outs[0]
-
-
-def _flops(func) -> int:
-    """TVM's estimate of a kernel's arithmetic (multiply-adds count 2); 0 if it has none."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    try:
-        return int(estimate_tir_flops(tvm.IRModule({"main": func})))
-    except Exception:  # estimation is best effort: a kernel it cannot read reports 0
-        return 0
 
 
 # -- storage -----------------------------------------------------------------------------

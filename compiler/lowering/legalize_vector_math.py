@@ -27,7 +27,7 @@ or ``Exp`` keeps libm, other dtypes keep TVM's legalization.
 
 from __future__ import annotations
 
-from tvm import te
+from tvm import te, tirx
 
 from passes.math_f32 import const, erf_f32, exp_nonpositive_f32  # noqa: F401 (tests import them here)
 
@@ -38,8 +38,14 @@ def _gelu(bb, call):
         return None
 
     def te_gelu(a):
-        return te.compute(a.shape, lambda *i: a(*i) * (
-            const(0.5) + erf_f32(a(*i) * const(0.5 ** 0.5)) * const(0.5)), name="T_gelu")
+        def gelu(*i):
+            # x bound once (a Let): erf_f32 reads its argument several times, and a producer
+            # inlined into each read (a matmul's accumulator + bias) multiplies the work
+            v = tirx.Var("v", "float32")
+            return tirx.Let(v, a(*i), v * (const(0.5) + erf_f32(v * const(0.5 ** 0.5))
+                                           * const(0.5)))
+
+        return te.compute(a.shape, gelu, name="T_gelu")
 
     return bb.call_te(te_gelu, x, primfunc_name_hint="gelu")
 
