@@ -174,26 +174,33 @@ def compile_in_process(model, target="host", *, input_shapes=None, input_values=
     needs the shapes or values it will be fed (symbolic dimensions, shape-determining
     inputs) and ``input_shapes`` / ``input_values`` do not fix them.
     """
+    notes: list = []  # what the -1 dimensions of a specialised model were read as
     if input_shapes or input_values:
-        proto = _load(model)
+        proto = _load(model, notes)
         model = specialize_model(proto, input_shapes, input_values)
     try:
-        return driver.compile_static(model, target, **kwargs)
+        cm = driver.compile_static(model, target, **kwargs)
+        cm.report["warnings"] = notes + cm.report["warnings"]
+        return cm
     except (ModelError, TypeError, ValueError):
         raise
     except CompileError as e:
-        proto = _load(model)
+        notes = []
+        proto = _load(model, notes)
         where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "model"
         refuse_unsupported(proto, where)  # unsupported operators are never deferred
         if not _tensor_inputs(proto) or not _has_symbolic_or_value_inputs(proto):
             raise  # nothing a concrete shape or value could fix
-        return DynamicModel(proto, target, kwargs, max_variants, reason=str(e))
+        return DynamicModel(proto, target, kwargs, max_variants, reason=str(e), warnings=notes)
 
 
-def _load(model) -> onnx.ModelProto:
+def _load(model, warnings: list | None = None) -> onnx.ModelProto:
     """``model`` (a path or a ModelProto) parsed, its identifiers checked to be UTF-8
     (``loader.check_text``: a ModelError naming the field) before specialisation reads
-    its input names; free text stays as it is for ``load_model`` to decode and report."""
+    its input names; free text stays as it is for ``load_model`` to decode and report,
+    and a ``-1`` dimension reads as ``load_model`` reads it (``lenient.read_declarations``;
+    its warning appended to ``warnings``)."""
+    from .frontend.lenient import Leniency, read_declarations
     from .frontend.loader import check_text, read_model
 
     where = "model"
@@ -201,13 +208,18 @@ def _load(model) -> onnx.ModelProto:
         where = os.fspath(model)
         model = read_model(where)
     check_text(model, where)
+    leniency = Leniency()
+    model = read_declarations(model, leniency)  # -1 input dimensions: symbolic, as load_model
+    if warnings is not None and leniency.notes:
+        warnings.append(leniency.warning(where))
     return model
 
 
 class DynamicModel:
     """A model compiled per input key when it runs (see the module docstring)."""
 
-    def __init__(self, proto, target, kwargs: dict, max_variants: int, reason: str):
+    def __init__(self, proto, target, kwargs: dict, max_variants: int, reason: str,
+                 warnings: list | None = None):
         if max_variants < 1:
             raise ValueError(f"max_variants must be >= 1, got {max_variants}")
         self.proto, self.target, self.kwargs = proto, target, kwargs
@@ -215,7 +227,7 @@ class DynamicModel:
         self.inputs = [(vi.name, *_declared(vi)) for vi in graph_inputs(proto)]
         self.report = {"dynamic": True, "why": reason.splitlines()[0],
                        "inputs": [{"name": n, "shape": s, "dtype": d} for n, s, d in self.inputs],
-                       "max_variants": max_variants}
+                       "max_variants": max_variants, "warnings": list(warnings or [])}
 
     def export(self, path):
         raise CompileError(
