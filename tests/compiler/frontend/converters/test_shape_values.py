@@ -111,11 +111,22 @@ def test_unsqueeze_with_rank0_axes():
 
 
 def test_nonzero_binds_a_small_input_and_refuses_a_large_one():
-    m = _model(helper.make_node("NonZero", ["c"], ["y"], name="nz"),
-               [_vi("c", B, [2, 3])], [_vi("y", I64, [2, "n"])], opset=13)
+    # NonZero's indices pick elements of x, a graph input: the GatherND kernel computes
+    # the output (the bound condition only fixes which); checked against onnxruntime
+    from tests.conftest import ort_run
+
+    nodes = [helper.make_node("NonZero", ["c"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["idx"]),
+             helper.make_node("GatherND", ["x", "idx"], ["y"])]
+    g = helper.make_graph(nodes, "g", [_vi("c", B, [2, 3]), _vi("x", F, [2, 3])],
+                          [_vi("y", F, ["n"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     sess = compiler.compile(m).session()
-    c = np.array([[1, 0, 1], [0, 0, 1]], bool)
-    assert_close(sess.run(None, {"c": c}), ReferenceEvaluator(m).run(None, {"c": c}))
+    for c in (np.array([[1, 0, 1], [0, 0, 1]], bool), np.array([[0, 1, 1], [1, 1, 0]], bool)):
+        feeds = {"c": c, "x": np.arange(6, dtype=np.float32).reshape(2, 3) * 1.5 - 2}
+        assert_close(sess.run(None, feeds), ort_run(m, feeds))
+    assert sess.compiles == 3  # shapes alone (fails), then one variant per condition
+    assert all(r["kernels"] >= 1 and r["constant_outputs"] == [] for r in sess.reports)
     big = _model(helper.make_node("NonZero", ["c"], ["y"], name="nz"),
                  [_vi("c", B, [16, 16])], [_vi("y", I64, [2, "n"])], opset=13)
     with pytest.raises(compiler.UnsupportedError, match=r"g: node 'nz'.*input 'c'.*not known"):
