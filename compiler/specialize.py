@@ -139,7 +139,15 @@ def _shape_value_inputs(model) -> set:
                     slots(g)
 
     slots(model.graph)
-    producer = {o: n for n in model.graph.node for o in n.output if o}
+
+    def producers(graph):  # subgraphs included: a branch computes a slot from outer values
+        for n in graph.node:
+            yield from ((o, n) for o in n.output if o)
+            for a in n.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    yield from producers(g)
+
+    producer = dict(producers(model.graph))
     seen, todo = set(), list(wanted)
     while todo:
         name = todo.pop()
@@ -149,6 +157,10 @@ def _shape_value_inputs(model) -> set:
         node = producer.get(name)
         if node is not None and node.op_type not in ("Shape", "Size"):  # those read shapes only
             todo.extend(i for i in node.input if i)
+            for a in node.attribute:  # an If's outputs: what its branches read and return
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    todo.extend(o.name for o in g.output)
+                    todo.extend(i for n in g.node for i in n.input if i)
     fed = {vi.name for vi in graph_inputs(model)}
     return _shape_float_inputs(model) | (seen & fed)
 

@@ -94,9 +94,10 @@ def prepare(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, Lenien
     late = [] if opset is None else [
         (k, n, since) for k, n in enumerate(model.graph.node)
         if n.domain in ("", "ai.onnx") and (since := first_version(n.op_type, opset))]
-    leniency.shapeless = [vi.name for vi in model.graph.output
-                          if not vi.type.HasField("tensor_type")
-                          or not vi.type.tensor_type.HasField("shape")]
+    leniency.shapeless = [vi.name for vi in model.graph.output  # (sequences etc. left alone)
+                          if vi.type.WhichOneof("value") is None
+                          or (vi.type.HasField("tensor_type")
+                              and not vi.type.tensor_type.HasField("shape"))]
     if not late and not leniency.shapeless:
         return model, leniency
     fixed = onnx.ModelProto()
