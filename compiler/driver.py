@@ -131,6 +131,9 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     report = {
         "kernels": len(graph_meta["calls"]),
         "onnx_nodes_folded": onnx_folded,
+        # outputs that are constants: computed at compile time, by no kernel
+        "constant_outputs": [o["name"] for o in graph_meta["outputs"]
+                             if graph_meta["tensors"][o["tensor"]]["storage"] == "param"],
         "distinct_kernels": len(graph.prim_funcs),
         "checked_kernels": len(graph.checked),  # fused kernels with a checked variant
         "passes": [r.to_dict() for r in ctx.reports],

@@ -18,7 +18,7 @@ from onnx import helper
 from ..errors import CompileError, ModelError, UnsupportedError
 from .narrow_import import narrow_converter, storage_model
 from ..lowering.provenance import node_of_binding, rename_bindings
-from .registry import REGISTRY, ConvertContext
+from .registry import REGISTRY, ConvertContext, node_opset
 
 def graph_inputs(model: onnx.ModelProto) -> list:
     """The graph inputs that are not initializers (what the user feeds)."""
@@ -207,7 +207,7 @@ class _Importer(_importer_base()):
                 inputs.append(self._nodes[name] if name else None)
             attr["tvm_custom"] = {"name": node.name, "num_outputs": len(node.output)}
             domain = node.domain or "ai.onnx"
-            opset = self.domain_opsets.get(domain, 1)
+            opset = node_opset(domain, node.op_type, self.domain_opsets.get(domain, 1))
             entry = REGISTRY.lookup(domain, node.op_type, opset)
             label = f"node {node.name or '#' + str(idx)!r} ({node.op_type}, domain {domain}, " \
                     f"opset {opset})"

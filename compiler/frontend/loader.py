@@ -23,6 +23,7 @@ import onnx
 from onnx import TensorProto, shape_inference
 
 from ..errors import ModelError, UnsupportedError
+from . import lenient
 from .narrow_types import FORMATS as NARROW_FORMATS
 
 # The default ONNX domain's opsets this importer handles: TVM 0.27's converters pick the
@@ -66,21 +67,34 @@ def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
     for w in lenient if warnings is None else ():
         logging.getLogger("onnxc").warning("%s", w)
     _check_opsets(model, where)
+    model, leniency = lenient.prepare(model, where)  # what onnxruntime runs as it reads it
     for vi in model.graph.input:  # before shape inference: onnx's data propagation runs
         _check_size(vi, where)     # for ever on a 2^62-element input feeding Range (fuzzer)
+    if leniency.shapeless:  # the checker wants every output declared: inference declares them
+        lenient.declare_outputs(model, _inferred(model, where), leniency, where)
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(lenient.for_checker(model, leniency))
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{where}: invalid ONNX model: {_first_line(e)}") from None
-    try:
-        inferred = _infer_shapes(model)
-    except Exception as e:  # onnx raises InferenceError/ValidationError/RuntimeError
-        raise ModelError(f"{where}: shape inference failed: {_first_line(e)}") from None
+    inferred = lenient.restore(_inferred(model, where), leniency)
+    note = leniency.warning(where)
+    if note and warnings is not None:
+        warnings.append(note)
+    elif note:
+        logging.getLogger("onnxc").warning("%s", note)
     _check_inputs(inferred, where)
     _check_types(inferred, where)
     _check_attributes(inferred.graph, where)
     _check_tensors(inferred, where)
     return inferred
+
+
+def _inferred(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """Strict shape inference (``_infer_shapes``), a failure as a ModelError."""
+    try:
+        return _infer_shapes(model)
+    except Exception as e:  # onnx raises InferenceError/ValidationError/RuntimeError
+        raise ModelError(f"{where}: shape inference failed: {_first_line(e)}") from None
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

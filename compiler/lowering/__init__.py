@@ -6,8 +6,8 @@ extracts the kernel calls and plans storage (``inplace``: outputs reusing a dyin
 ``artifact`` writes the ``.so``.
 """
 
-from . import (legalize_conv_nchwc, legalize_nan, legalize_reductions, legalize_topk,
-               legalize_vector_math)
+from . import (legalize_conv_nchwc, legalize_hyperbolic, legalize_nan, legalize_reductions,
+               legalize_topk, legalize_vector_math)
 
 _installed = False
 
@@ -17,8 +17,9 @@ def install() -> dict:
 
     On TVM's ops (``FLegalize``, once per process; later calls do nothing): blocked
     conv2d (``legalize_conv_nchwc``, which TVM cannot lower), float max/min with a +-inf
-    identity (``legalize_reductions``), topk as a TE kernel (``legalize_topk``) and relu,
-    clip, float maximum/minimum that keep NaN as onnxruntime does (``legalize_nan``).  They
+    identity (``legalize_reductions``), topk as a TE kernel (``legalize_topk``), relu,
+    clip, float maximum/minimum that keep NaN as onnxruntime does (``legalize_nan``) and
+    sinh/cosh with exp (``legalize_hyperbolic``: LLVM cannot build TVM's intrinsics).  They
     sit on the ops because constant folding legalizes with the registered functions too,
     and must agree with the lowering.
 
@@ -33,5 +34,6 @@ def install() -> dict:
         legalize_reductions.install()
         legalize_topk.install()
         legalize_nan.install()
+        legalize_hyperbolic.install()
         _installed = True
     return dict(legalize_vector_math.LEGALIZE_MAP)

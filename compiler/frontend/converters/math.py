@@ -282,15 +282,16 @@ def mod(bb, inputs, attrs, ctx):
 
 @register("Pow", since=7, override=True)
 def pow_(bb, inputs, attrs, ctx):
-    """Pow with a base and an exponent of different types (opset 12+ allows it): the
-    result has the base's type.  As the reference (``np.power(a, b).astype(a.dtype)``),
-    both are widened (float64, or int64 for two integer types), raised, and cast back
-    (truncating toward zero for an integer base).  Same types: TVM's."""
+    """Pow with a base and an exponent of different types (opset 12+ allows it), or of
+    integer types: the result has the base's type.  Both are widened to float64, raised,
+    and cast back (truncating toward zero for an integer base), as onnxruntime computes
+    integer Pow (``std::pow`` on doubles); exact while the result is below 2^53.  (TVM's
+    ``power`` takes floats only: an integer Pow failed to build.)  Same float types: TVM's."""
     a, b = inputs
     at, bt = str(a.ty.dtype), str(b.ty.dtype)
-    if at == bt:
+    if at == bt and at.startswith("float"):
         return tvm_converter("Pow")(bb, inputs, attrs, ctx)
-    wide = "int64" if not (at.startswith("float") or bt.startswith("float")) else "float64"
+    wide = "float64"
     out = relax.op.power(relax.op.astype(a, wide), relax.op.astype(b, wide))
     return relax.op.astype(bb.normalize(out), at)
 

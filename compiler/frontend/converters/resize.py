@@ -378,7 +378,9 @@ def resize(bb, inputs, attrs, ctx):
     if roi is not None:
         if roi.size != 2 * len(axes):
             refuse(ctx, f"roi of {roi.size} values for {len(axes)} axes")
-        pairs = [(float(roi[i]), float(roi[len(axes) + i])) for i in range(len(axes))]
+        # kept in roi's own type: ``lo * (n_in - 1)`` rounds there, in the reference and
+        # in onnxruntime (0.1f * 5 is 0.5, a tie for nearest; 0.1 * 5 in float64 is not)
+        pairs = [(roi[i], roi[len(axes) + i]) for i in range(len(axes))]
     elif coord == "tf_crop_and_resize":
         refuse(ctx, "coordinate_transformation_mode=tf_crop_and_resize without roi")
     return resize_exact(bb, ctx, x, axes, out_sizes, factors, mode=mode, coord=coord,

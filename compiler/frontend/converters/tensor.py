@@ -315,3 +315,18 @@ def tensor_scatter(bb, inputs, attrs, ctx):
     idx = bb.emit(relax.op.broadcast_to(src, gshape))
     gathered = bb.emit(relax.op.gather_elements(update, idx, axis=axis))
     return relax.op.where(relax.op.broadcast_to(valid, gshape), gathered, past)
+
+
+@register("EyeLike", since=9, override=True)
+def eye_like(bb, inputs, attrs, ctx):
+    """EyeLike with the ``dtype`` attribute (TVM's converter refuses any dtype but the
+    input's): ones on diagonal ``k`` of a tensor shaped like the input, in ``dtype``."""
+    from onnx import helper
+
+    x = inputs[0]
+    dtype = str(x.ty.dtype) if "dtype" not in attrs else \
+        np.dtype(helper.tensor_dtype_to_np_dtype(int(attrs["dtype"]))).name
+    # eye_like in the input's dtype, then cast: TVM's legalization of eye_like writes the
+    # input's dtype whatever dtype the call says
+    eye = bb.normalize(relax.op.eye_like(x, int(attrs.get("k", 0))))
+    return eye if dtype == str(x.ty.dtype) else relax.op.astype(eye, dtype)
