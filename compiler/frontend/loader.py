@@ -61,10 +61,10 @@ def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
         logging.getLogger("onnxc").warning("%s", w)
     if len(model.graph.node) == 0:
         raise ModelError(f"{where}: the graph has no nodes")
-    model, lenient = _with_contrib_opset(model, where)
+    model, contrib_warnings = _with_contrib_opset(model, where)
     if warnings is not None:
-        warnings.extend(lenient)
-    for w in lenient if warnings is None else ():
+        warnings.extend(contrib_warnings)
+    for w in contrib_warnings if warnings is None else ():
         logging.getLogger("onnxc").warning("%s", w)
     _check_opsets(model, where)
     model, leniency = lenient.prepare(model, where)  # what onnxruntime runs as it reads it
