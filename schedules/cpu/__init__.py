@@ -19,6 +19,7 @@ from .conv2d_packed import Conv2dPacked
 from .conv_transpose import ConvTranspose
 from .depthwise import DepthwiseConv2dNCHW
 from .fallback import Fallback
+from .inner_reduction import InnerReduction
 from .matmul import Matmul
 from .matmul_packed import MatmulPacked
 from .pool import Pool2dNCHW, Pool2dNCHWc
@@ -42,6 +43,9 @@ RULES = [
     # any other reduction vectorisable over its innermost output dim: grouped and
     # transposed convs, pooling 1-D/3-D, reductions over a non-last axis; register tile
     TiledReduction(),
+    # reductions over the innermost contiguous axis (reduce-all, ReduceSum(-1), RMS norm's
+    # mean(x^2)): vector partial sums
+    InnerReduction(),
     Dlight("dlight.gemv", GEMV()),
     Dlight("dlight.reduction", Reduction()),
     Fallback(),  # anything else: inlined, parallel outer loops, vectorised inner loop
