@@ -6,8 +6,9 @@ normalisation.  Before this rule they went to the fallback (a reduce-all over
 [1, 512, 3000]: one scalar add chain, 4 cycles per element, 9.8x behind onnxruntime) or
 to dlight's reduction rule (scalar as well).  Here the innermost reduction loop ``k`` is
 split ``(ko, ki)`` with ``ki`` = ``v`` whole vectors (the most of 4, 3, 2, 1 that divides
-its extent) and rfactored over ``ki``: ``v`` independent vector accumulators hide the add
-latency, a short loop folds the ``ki`` partials.  The partial sums are computed per output
+its extent; half vectors when no whole one does) and rfactored over ``ki``: ``v``
+independent vector accumulators hide the add latency, their init is hoisted out of the
+loop, a short loop folds the ``ki`` partials.  The partial sums are computed per output
 (outer spatial loops fused and parallel; a reduce-all runs on one core); the elementwise
 blocks after the reduction become parallel, vectorised stages.
 
@@ -19,9 +20,10 @@ dim are ``cpu.tiled_reduction``'s (both come first in the rule list).
 
 from __future__ import annotations
 
+from tvm.s_tir.schedule import ScheduleError
+
 from ..base import MatchingCPURule
 from . import common
-from .tiled_reduction import _unit_stride, _uses
 
 
 def match_inner_reduction(sch):
@@ -45,17 +47,21 @@ def match_inner_reduction(sch):
         return None
     for r in ins:
         idx = common.region_vars(r)
-        if not idx or any(_uses(e, k) for e in idx[:-1]) or not _uses(idx[-1], k) \
-                or not _unit_stride(idx[-1], k):
+        if not idx or any(common.uses_var(e, k) for e in idx[:-1]) \
+                or not common.uses_var(idx[-1], k) or not common.unit_stride(idx[-1], k):
             return None
     return rv, ns
 
 
 def vector_width(extent: int, lanes: int) -> int | None:
-    """``v * lanes`` for the most vectors ``v`` (4, 3, 2, 1) dividing ``extent`` with at
-    least two steps left to reduce; None when no whole vector divides it."""
-    return next((v * lanes for v in (4, 3, 2, 1)
-                 if extent % (v * lanes) == 0 and extent >= 2 * v * lanes), None)
+    """``v * w`` lanes of partial sums: ``w`` a whole vector, or half of one when no whole
+    vector divides ``extent`` (3000 frames on AVX-512), ``v`` the most of 4, 3, 2, 1 that
+    divides it with at least two steps left to reduce; None when neither divides."""
+    for w in (lanes, lanes // 2):
+        for v in (4, 3, 2, 1):
+            if w >= 4 and extent % (v * w) == 0 and extent >= 2 * v * w:
+                return v * w
+    return None
 
 
 class InnerReduction(MatchingCPURule):
@@ -81,7 +87,13 @@ class InnerReduction(MatchingCPURule):
         rv = sch.get_sblock(name)
         _, ki = sch.split(sch.get_loops(rv)[-1], [None, width])
         out_rank = len(sch.get(rv).writes[0].source.shape)
-        rf = sch.rfactor(ki, out_rank)
+        try:
+            rf = sch.rfactor(ki, out_rank)
+        except ScheduleError:
+            # a reducer TVM does not know: ReduceMax / ReduceMin start from -inf / +inf,
+            # not the registered identity min_value / max_value (which would turn an
+            # all -inf input into -3.4e38)
+            return None
         if ns:
             # per output: the partial sums of one row, then their fold; rows in parallel
             row_loops = sch.get_loops(rv)[:ns]
