@@ -23,6 +23,7 @@ from .inner_reduction import InnerReduction
 from .matmul import Matmul
 from .matmul_packed import MatmulPacked
 from .pool import Pool2dNCHW, Pool2dNCHWc
+from .pool_strided import PoolStrided
 from .row_reduction import RowReduction
 from .tiled_reduction import TiledReduction
 
@@ -35,6 +36,7 @@ RULES = [
     ConvTranspose(),  # transposed convs pack_conv_transpose wrote per output phase
     DepthwiseConv2dNCHW(),  # before conv2d_nchw, which would take it as a 1-channel GEMM
     Conv2dNCHW(),
+    PoolStrided(),  # 1-D / 2-D / 3-D windows of stride > 1: before pool2d_nchw's vectors
     Pool2dNCHW(),
     Pool2dNCHWc(),
     MatmulPacked(),  # matmuls whose weights pack_matmul_weights pre-packed [N/nr, K, nr]
