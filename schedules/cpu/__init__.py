@@ -26,6 +26,7 @@ from .pool import Pool2dNCHW, Pool2dNCHWc
 from .pool_strided import PoolStrided
 from .row_reduction import RowReduction
 from .tiled_reduction import TiledReduction
+from .upsample import UpsampleNearest
 
 __all__ = ["RULES", "Fallback"]
 
@@ -48,6 +49,7 @@ RULES = [
     # reductions over the innermost contiguous axis (reduce-all, ReduceSum(-1), RMS norm's
     # mean(x^2)): vector partial sums
     InnerReduction(),
+    UpsampleNearest(),  # out[.., x] = in[.., x // s] (Resize nearest x2): no per-lane loads
     Dlight("dlight.gemv", GEMV()),
     Dlight("dlight.reduction", Reduction()),
     Fallback(),  # anything else: inlined, parallel outer loops, vectorised inner loop
