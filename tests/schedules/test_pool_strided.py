@@ -89,3 +89,27 @@ def test_numerics_against_onnxruntime(op, attrs, shape):
     check_against_ort(_pool_model(op, attrs, shape),
                       {"x": rng.standard_normal(shape).astype("float32")},
                       "cpu.pool_strided", layout="NCHW")
+
+
+def _asm(sch, target):
+    lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+                      target=target)
+    mods = [lib.mod] if hasattr(lib, "mod") else [lib]
+    for m in mods + list(getattr(mods[0], "imports", [])):
+        try:
+            return m.inspect_source("asm")
+        except Exception:  # noqa: BLE001 - a module without assembly (the host wrapper)
+            continue
+    raise AssertionError("no assembly")
+
+
+def test_llvm_vectorises_the_plain_strided_x_loop():
+    """The rule relies on LLVM's loop vectoriser for the stride-2 reads: packed maxima
+    on ymm registers (AVX2) and the shuffles of an interleaved load group."""
+    import re
+
+    f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool1d(x, 3, strides=2)),
+                       [(1, 8, 400)], "pool")
+    src = _asm(PoolStrided().apply(f, ZNVER3), ZNVER3)
+    assert re.search(r"vmaxps\s+[^\n]*ymm", src)
+    assert re.search(r"vperm|vshuf|vunpck", src)

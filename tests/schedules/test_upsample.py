@@ -71,3 +71,15 @@ def test_numerics_resize_nearest_against_onnxruntime(scales, shape, rule):
         ref = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})
         np.testing.assert_array_equal(cm.session().run(None, {"x": x})[0], ref[0])
+
+
+def test_llvm_vectorises_the_repeated_stores():
+    """The rule relies on LLVM's loop vectoriser for the interleaved stores: packed
+    shuffles on ymm registers (AVX2)."""
+    import re
+
+    from tests.schedules.test_pool_strided import _asm
+
+    f = fused_primfunc(_up2, [(1, 4, 8, 32)], "repeat")
+    src = _asm(UpsampleNearest().apply(f, ZNVER3), ZNVER3)
+    assert re.search(r"(vperm|vunpck|vshuf)\w*\s+[^\n]*ymm", src)
