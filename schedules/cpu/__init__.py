@@ -26,6 +26,7 @@ from .pool import Pool2dNCHW, Pool2dNCHWc
 from .pool_strided import PoolStrided
 from .row_reduction import RowReduction
 from .tiled_reduction import TiledReduction
+from .transpose import TransposeTiled
 from .upsample import UpsampleNearest
 
 __all__ = ["RULES", "Fallback"]
@@ -49,6 +50,7 @@ RULES = [
     # reductions over the innermost contiguous axis (reduce-all, ReduceSum(-1), RMS norm's
     # mean(x^2)): vector partial sums
     InnerReduction(),
+    TransposeTiled(),  # out[.., x, c] = in[.., c, .., x] (NCHW -> NHWC): lanes x lanes tiles
     UpsampleNearest(),  # out[.., x] = in[.., x // s] (Resize nearest x2): no per-lane loads
     Dlight("dlight.gemv", GEMV()),
     Dlight("dlight.reduction", Reduction()),
