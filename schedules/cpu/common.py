@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tvm import tirx
+from tvm.sym.pattern import detect_linear_equation
 
 import targets
 
@@ -48,6 +49,21 @@ def reg_rows(n: int, vectors_per_row: int, budget: int = 24, cap: int = 16) -> i
         if d <= cap and d * vectors_per_row <= budget:
             best = d
     return best
+
+
+def uses_var(expr, var) -> bool:
+    """``expr`` reads the variable ``var``."""
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def unit_stride(expr, var) -> bool:
+    """``expr`` is ``var`` + terms free of ``var``, or free of ``var`` altogether: lanes of
+    ``var`` read consecutive elements (strided reads, ``2 x + r``, would be gathers: a
+    stride-2 pool ran 1.8x slower vectorised than the fallback's scalar loop)."""
+    if not uses_var(expr, var):
+        return True
+    coef = detect_linear_equation(expr, [var])
+    return len(coef) == 2 and isinstance(coef[0], tirx.IntImm) and int(coef[0]) == 1
 
 
 def blocks(sch):
