@@ -24,6 +24,7 @@ import schedules
 import targets
 
 from . import __version__
+from .lowering import parallel_build
 from .lowering.artifact import write_artifact
 from .errors import CompileError
 from .frontend.fold_onnx import fold_constants as fold_onnx_constants
@@ -114,7 +115,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     load_warnings: list = []  # free text read with escapes (loader.check_text)
     proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings)
     kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo, database)
-    kernels = stage("build", _build, kernels_mod, tinfo, where)
+    kernels, build_groups = stage("build", _build, kernels_mod, tinfo, where)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
     payload = graph_meta.pop("params_payload")
 
@@ -131,6 +132,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
                    "inplace_outputs": sum(len(c.get("inplace", [])) for c in graph_meta["calls"])},
         "compile_seconds": round(time.perf_counter() - t0, 3),
         "stages": stage.seconds,
+        "build_groups": build_groups,  # kernels built per worker process
         "target": tinfo.to_dict(),
         "layout": {**layout_report, **_layout_outcome(ctx)},
         "schedules": _count(rules.values()),
@@ -266,10 +268,14 @@ def _schedule(prim_funcs: dict, tinfo, database=None):
 
 
 def _build(mod, tinfo, where: str):
+    """(built kernels, kernels per build group): CPU targets built natively split over
+    worker processes (``compiler/lowering/parallel_build.py``), others in one piece."""
     import tvm
 
     try:
-        return tvm.compile(mod, target=tinfo.tvm_target())
+        if tinfo.is_cpu and tinfo.toolchain is None:
+            return parallel_build.build(mod, tinfo.tvm_target())
+        return tvm.compile(mod, target=tinfo.tvm_target()), [len(mod.functions)]
     except Exception as e:
         lines = str(e).strip().splitlines()
         raise CompileError(f"{where}: building kernels for {tinfo.name} failed: "
