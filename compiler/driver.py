@@ -114,8 +114,15 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
     proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings)
-    kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo, database)
-    kernels, build_groups = stage("build", _build, kernels_mod, tinfo, where)
+    # groups of kernels are scheduled and built in worker processes while this one does
+    # its own group (compiler/lowering/parallel_build.py): "schedule" and "build" time it
+    # (forked outside any stage: a child holding the stage's log pipe would keep it open)
+    with _start_build(graph.prim_funcs, tinfo, database) as workers:
+        kernels_mod, rules = stage("schedule", _schedule_module, workers.local, tinfo,
+                                   database)
+        kernels, more_rules, build_groups = stage("build", _build, workers, kernels_mod,
+                                                  tinfo, where)
+    rules.update(more_rules)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
     payload = graph_meta.pop("params_payload")
 
@@ -255,11 +262,19 @@ def _lower(mod, ctx):
     return mod, groups
 
 
-def _schedule(prim_funcs: dict, tinfo, database=None):
+def _kernel_module(prim_funcs: dict):
     import tvm
 
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name)
-                        for name, f in prim_funcs.items()})
+    return tvm.IRModule({name: f.with_attr("global_symbol", name)
+                         for name, f in prim_funcs.items()})
+
+
+def _schedule(prim_funcs: dict, tinfo, database=None):
+    return _schedule_module(_kernel_module(prim_funcs), tinfo, database)
+
+
+def _schedule_module(mod, tinfo, database=None):
+    """(scheduled module, {kernel: rule}) for the kernels of ``mod``."""
     if tinfo.is_cuda:  # GPU kernels: dlight GPU rules (schedules/cuda), no tuning records yet
         from schedules.cuda import apply_schedules as apply_gpu_schedules
 
@@ -267,15 +282,20 @@ def _schedule(prim_funcs: dict, tinfo, database=None):
     return schedules.apply_schedules(mod, tinfo, database)
 
 
-def _build(mod, tinfo, where: str):
-    """(built kernels, kernels per build group): CPU targets built natively split over
-    worker processes (``compiler/lowering/parallel_build.py``), others in one piece."""
-    import tvm
+def _start_build(prim_funcs: dict, tinfo, database):
+    """The parallel build plan: kernels for a CPU target built here (no cross toolchain)
+    are split over worker processes, each scheduling its share; others stay in one piece."""
+    mod = _kernel_module(prim_funcs)
+    if not (tinfo.is_cpu and tinfo.toolchain is None):
+        return parallel_build.Plan(mod, tinfo.tvm_target())
+    return parallel_build.start(mod, tinfo.tvm_target(),
+                                prepare=lambda group: _schedule_module(group, tinfo, database))
 
+
+def _build(plan, mod, tinfo, where: str):
+    """(built kernels, {kernel: rule} of the workers' kernels, kernels per build group)."""
     try:
-        if tinfo.is_cpu and tinfo.toolchain is None:
-            return parallel_build.build(mod, tinfo.tvm_target())
-        return tvm.compile(mod, target=tinfo.tvm_target()), [len(mod.functions)]
+        return plan.finish(mod)
     except Exception as e:
         lines = str(e).strip().splitlines()
         raise CompileError(f"{where}: building kernels for {tinfo.name} failed: "
