@@ -123,6 +123,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         kernels, more_rules, build_groups = stage("build", _build, workers, kernels_mod,
                                                   tinfo, where)
     rules.update(more_rules)
+    stage.cpu_seconds["build_workers"] = workers.worker_cpu  # the children, not a stage
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
     payload = graph_meta.pop("params_payload")
 

@@ -85,6 +85,7 @@ class Plan:
         self.local, self.target = local, target
         self._children, self._tmp = list(children), tmp
         self.groups = list(groups) or [len(local.functions)]
+        self.worker_cpu = 0.0  # CPU seconds the children used, once finished
 
     def __enter__(self):
         return self
@@ -99,7 +100,9 @@ class Plan:
 
         try:
             executable = tvm.compile(prepared_local, target=self.target)
+            before = _children_cpu()
             failures = [msg for msg in (_wait(pid, obj) for pid, obj in self._children) if msg]
+            self.worker_cpu = round(_children_cpu() - before, 3)
             self._children = []
             if failures:
                 raise RuntimeError(failures[0])
@@ -222,6 +225,13 @@ def _wait(pid: int, obj_path: str) -> str:
         except OSError:
             return f"a build worker exited with status {os.WEXITSTATUS(status)}"
     return ""
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # children waited for so far
+    return usage.ru_utime + usage.ru_stime
 
 
 def _kill(pid: int) -> None:
