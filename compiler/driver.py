@@ -24,6 +24,7 @@ import schedules
 import targets
 
 from . import __version__
+from .lowering import parallel_build
 from .lowering.artifact import write_artifact
 from .errors import CompileError
 from .frontend.fold_onnx import fold_constants as fold_onnx_constants
@@ -115,12 +116,20 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
     proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings)
-    kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo, database)
     if tinfo.is_cuda:  # unscheduled kernels do not build for GPUs: no checked variants
         graph.checked = {}
         for call in graph.calls:
             call.pop("checked", None)
-    kernels = stage("build", _build, kernels_mod, tinfo, where)
+    # groups of kernels are scheduled and built in worker processes while this one does
+    # its own group (compiler/lowering/parallel_build.py): "schedule" and "build" time it
+    # (forked outside any stage: a child holding the stage's log pipe would keep it open)
+    with _start_build(graph.prim_funcs, tinfo, database) as workers:
+        kernels_mod, rules = stage("schedule", _schedule_module, workers.local, tinfo,
+                                   database)
+        kernels, more_rules, build_groups = stage("build", _build, workers, kernels_mod,
+                                                  tinfo, where)
+    rules.update(more_rules)
+    stage.cpu_seconds["build_workers"] = workers.worker_cpu  # the children, not a stage
     if graph.checked:
         stage("build_checked", _build_checked, kernels, graph.checked, tinfo, where)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
@@ -143,6 +152,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
                    "inplace_outputs": sum(len(c.get("inplace", [])) for c in graph_meta["calls"])},
         "compile_seconds": round(time.perf_counter() - t0, 3),
         "stages": stage.seconds,
+        "stages_cpu": stage.cpu_seconds,
+        "build_groups": build_groups,  # kernels built per worker process
         "target": tinfo.to_dict(),
         "layout": {**layout_report, **_layout_outcome(ctx)},
         "schedules": _count(rules.values()),
@@ -204,11 +215,11 @@ class _Stages:
     the stage instead of a bare traceback."""
 
     def __init__(self, where: str):
-        self.where, self.seconds = where, {}
+        self.where, self.seconds, self.cpu_seconds = where, {}, {}
 
     def __call__(self, name, fn, *args):
         stage_log.debug("stage %s", name)
-        s = time.perf_counter()
+        s, c = time.perf_counter(), time.process_time()
         try:
             with routed():
                 result = fn(*args)
@@ -219,6 +230,9 @@ class _Stages:
             raise CompileError(f"{self.where}: {name} failed ({type(e).__name__}): "
                                f"{lines[-1] if lines else 'no message'}") from e
         self.seconds[name] = round(time.perf_counter() - s, 3)
+        # this process's CPU time (its threads, not the build workers): on a loaded host
+        # the wall seconds above measure the load as much as the stage
+        self.cpu_seconds[name] = round(time.process_time() - c, 3)
         return result
 
 
@@ -272,11 +286,19 @@ def _lower(mod, ctx):
     return mod, groups, members, fused
 
 
-def _schedule(prim_funcs: dict, tinfo, database=None):
+def _kernel_module(prim_funcs: dict):
     import tvm
 
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name)
-                        for name, f in prim_funcs.items()})
+    return tvm.IRModule({name: f.with_attr("global_symbol", name)
+                         for name, f in prim_funcs.items()})
+
+
+def _schedule(prim_funcs: dict, tinfo, database=None):
+    return _schedule_module(_kernel_module(prim_funcs), tinfo, database)
+
+
+def _schedule_module(mod, tinfo, database=None):
+    """(scheduled module, {kernel: rule}) for the kernels of ``mod``."""
     if tinfo.is_cuda:  # GPU kernels: dlight GPU rules (schedules/cuda), no tuning records yet
         from schedules.cuda import apply_schedules as apply_gpu_schedules
 
@@ -284,11 +306,20 @@ def _schedule(prim_funcs: dict, tinfo, database=None):
     return schedules.apply_schedules(mod, tinfo, database)
 
 
-def _build(mod, tinfo, where: str):
-    import tvm
+def _start_build(prim_funcs: dict, tinfo, database):
+    """The parallel build plan: kernels for a CPU target built here (no cross toolchain)
+    are split over worker processes, each scheduling its share; others stay in one piece."""
+    mod = _kernel_module(prim_funcs)
+    if not (tinfo.is_cpu and tinfo.toolchain is None):
+        return parallel_build.Plan(mod, tinfo.tvm_target())
+    return parallel_build.start(mod, tinfo.tvm_target(),
+                                prepare=lambda group: _schedule_module(group, tinfo, database))
 
+
+def _build(plan, mod, tinfo, where: str):
+    """(built kernels, {kernel: rule} of the workers' kernels, kernels per build group)."""
     try:
-        return tvm.compile(mod, target=tinfo.tvm_target())
+        return plan.finish(mod)
     except Exception as e:
         lines = str(e).strip().splitlines()
         raise CompileError(f"{where}: building kernels for {tinfo.name} failed: "
