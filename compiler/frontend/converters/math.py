@@ -1,5 +1,5 @@
 """onnxc's converters for small default-domain ops TVM 0.27 lacks or gets wrong: activations
-(Celu, Elu with float16, Swish, SwiGLU), Clip and Max/Min (maximum/minimum ops, NaN as
+(Celu, Elu with float16, Swish, SwiGLU), Clip, Max/Min and Hardmax (NaN as
 onnxruntime), LpNormalization, CenterCropPad, ReverseSequence,
 TensorScatter, Det and Col2Im.
 
@@ -18,7 +18,7 @@ import numpy as np
 from tvm import relax
 
 from .common import (register, refuse, static_shape, scalar, dtype_of, constant_value,
-                     constant_values, fold_result, float_only)
+                     constant_values, fold_result, float_only, is_float, normalize_axis)
 from ..registry import tvm_converter
 
 
@@ -221,6 +221,23 @@ def _pairwise(bb, inputs, op):
     for x in inputs[1:]:
         out = bb.normalize(op(out, x))
     return out
+
+
+@register("Hardmax", override=True)
+def hardmax(bb, inputs, attrs, ctx):
+    """Hardmax: TVM's one-hot of argmax (the argmax legalization keeps onnxruntime's NaN
+    fold), and a row whose leading element is NaN all zeros, as onnxruntime gives (its
+    row maximum is NaN, which no element equals)."""
+    x = inputs[0]
+    out = bb.normalize(tvm_converter("Hardmax")(bb, inputs, attrs, ctx))
+    values = getattr(getattr(x.ty, "shape", None), "values", None)
+    if not is_float(dtype_of(x)) or values is None:
+        return out
+    rank = len(values)
+    axis = normalize_axis(ctx, int(attrs.get("axis", 1 if ctx.opset < 13 else -1)), rank)
+    axes = list(range(axis, rank)) if ctx.opset < 13 else [axis]  # < 13: a flattened row
+    lead = bb.normalize(relax.op.strided_slice(x, axes, [0] * len(axes), [1] * len(axes)))
+    return relax.op.where(relax.op.isnan(lead), relax.op.zeros_like(out), out)
 
 
 @register("IsInf", override=True)
