@@ -1,4 +1,4 @@
-"""Relu, clip and float maximum/minimum with onnxruntime's NaN semantics.
+"""Relu, PRelu, clip and float maximum/minimum with onnxruntime's NaN semantics.
 
 TVM 0.27 lowers ``relax.nn.relu`` to ``max(x, 0)``, ``relax.clip`` to
 ``max(min(x, hi), lo)`` and ``relax.maximum`` / ``relax.minimum`` to TIR ``Max`` / ``Min``,
@@ -8,6 +8,8 @@ it sits in (``relu(NaN) = 0``, ``clip(NaN, 0, 6) = 0``, ``Max(1, NaN) = NaN`` bu
 test_nan_semantics.py``) keeps NaN in all of them:
 
 * ``relu(x) => x < 0 ? 0 : x``                 (NaN -> NaN, -0.0 -> -0.0)
+* ``prelu(x, s) => x < 0 ? x * s : x``          (+-0.0 kept; TVM's ``x > 0 ? x : x * s``
+  turns 0.0 times a negative slope into -0.0)
 * ``clip(x, lo, hi) => x < lo ? lo : (hi < x ? hi : x)``   (NaN -> NaN)
 * ``maximum(a, b) => (a < b or isnan(b)) ? b : a``  (NaN in either operand -> NaN)
 * ``minimum(a, b) => (b < a or isnan(b)) ? b : a``
@@ -39,6 +41,17 @@ def _relu(x: te.Tensor) -> te.Tensor:
     zero = tirx.const(0, x.dtype)
     return te.compute(x.shape, lambda *i: tirx.Select(x(*i) < zero, zero, x(*i)),
                       name="relu", tag="elemwise")
+
+
+def _prelu(x: te.Tensor, slope: te.Tensor, axis: int) -> te.Tensor:
+    zero = tirx.const(0, x.dtype)
+    per_channel = not (isinstance(slope.shape[0], tirx.IntImm) and int(slope.shape[0]) == 1)
+
+    def body(*i):
+        s = slope[i[axis]] if per_channel else slope[0]
+        return tirx.Select(x(*i) < zero, x(*i) * s, x(*i))
+
+    return te.compute(x.shape, body, name="prelu", tag="elemwise")
 
 
 def _clip(x: te.Tensor, lo, hi) -> te.Tensor:
@@ -120,6 +133,16 @@ def _relu_legalize(default):
     return legalize
 
 
+def _prelu_legalize(default):
+    def legalize(bb, call):
+        if not _is_float(str(call.args[0].ty.dtype)):
+            return default(bb, call)
+        axis = int(call.attrs.axis)
+        axis = axis + len(call.args[0].ty.shape) if axis < 0 else axis
+        return bb.call_te(_prelu, call.args[0], call.args[1], axis, primfunc_name_hint="prelu")
+    return legalize
+
+
 def _clip_legalize(default):
     def legalize(bb, call):
         if not _is_float(str(call.args[0].ty.dtype)):
@@ -147,8 +170,9 @@ def _binary_legalize(kind: str):
 
 
 def install() -> None:
-    """Register the NaN-keeping legalizations of relu, clip, maximum and minimum (once)."""
+    """Register the NaN-keeping legalizations of relu, prelu, clip, maximum and minimum (once)."""
     _install("relax.nn.relu", _relu_legalize)
+    _install("relax.nn.prelu", _prelu_legalize)
     _install("relax.clip", _clip_legalize)
     _install("relax.maximum", _binary_legalize("maximum"))
     _install("relax.minimum", _binary_legalize("minimum"))

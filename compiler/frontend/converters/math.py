@@ -59,6 +59,41 @@ def elu(bb, inputs, attrs, ctx):
     return relax.op.where(relax.op.less(x, scalar(0, dtype)), neg, x)
 
 
+@register("Selu", since=6, override=True)
+def selu(bb, inputs, attrs, ctx):
+    """Selu as onnxruntime computes it: gamma * x if x > 0 else gamma * (alpha * exp(x) -
+    alpha), so Selu(-0.0) is +0.0 (TVM's relu sum gives -0.0)."""
+    x = inputs[0]
+    float_only(ctx, x)
+    dtype = dtype_of(x)
+    alpha = float(attrs.get("alpha", 1.67326319217681884765625))
+    gamma = float(attrs.get("gamma", 1.05070102214813232421875))
+    neg = relax.op.multiply(scalar(gamma, dtype), relax.op.subtract(
+        relax.op.multiply(scalar(alpha, dtype), relax.op.exp(x)), scalar(alpha, dtype)))
+    return relax.op.where(relax.op.greater(x, scalar(0, dtype)),
+                          relax.op.multiply(scalar(gamma, dtype), x), neg)
+
+
+@register("ThresholdedRelu", since=10, override=True)
+def thresholded_relu(bb, inputs, attrs, ctx):
+    """ThresholdedRelu: x if x > alpha else 0 (a select: TVM's ``(x > alpha) * x`` gives
+    0 * NaN = NaN and 0 * -inf = NaN where onnxruntime gives 0)."""
+    x = inputs[0]
+    float_only(ctx, x)
+    dtype = dtype_of(x)
+    alpha = float(attrs.get("alpha", 1.0))
+    return relax.op.where(relax.op.greater(x, scalar(alpha, dtype)), x, scalar(0, dtype))
+
+
+@register("Sign", since=9, override=True)
+def sign(bb, inputs, attrs, ctx):
+    """Sign; NaN stays NaN on floats, as onnxruntime (TVM's sign gives 0)."""
+    x = inputs[0]
+    if not is_float(dtype_of(x)):
+        return relax.op.sign(x)
+    return relax.op.where(relax.op.isnan(x), x, relax.op.sign(x))
+
+
 def _swish(x, alpha: float):
     """x * sigmoid(alpha * x) in x's type."""
     dtype = dtype_of(x)
