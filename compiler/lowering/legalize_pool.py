@@ -1,11 +1,12 @@
-"""Float max pooling (1-D, 2-D, 3-D, any layout) that skips NaN as onnxruntime's MLAS does.
+"""Float max pooling (1-D, 2-D, 3-D, any layout) that skips NaN (as onnxruntime's MLAS mostly does).
 
 TVM 0.27 lowers ``relax.nn.max_pool{1,2,3}d`` with topi's pool, a ``T.max`` reduction from
 ``-FLT_MAX``: a NaN survives only when it is the last element of its window (issue #17).
-onnxruntime 1.32's MaxPool / GlobalMaxPool (MLAS) skip a NaN wherever the window also
-holds a number and give NaN for a window of NaN only (measured; its padded edge windows
-and a few positions of GlobalMaxPool differ from that: docs/conformance.md).  This
-legalization keeps topi's structure (a ``pad_temp`` block padding with ``-FLT_MAX``, then
+onnxruntime 1.32's MaxPool / GlobalMaxPool (MLAS) keep a NaN only in
+the position their loop order happens to favour (the last tap of a 2-D window, none in 1-D,
+the next-to-last element of a global pool; measured, ``nan_reducers``): we skip NaN
+wherever the window holds a number and give NaN for an all-NaN window (docs/conformance.md).
+This legalization keeps topi's structure (a ``pad_temp`` block padding with ``-FLT_MAX``, then
 the ``pool_max`` reduction, the shape ``schedules/cpu/pool.py`` matches) with the reducer
 of ``nan_reducers.skip_nan_reducer``:
 

@@ -14,8 +14,11 @@ splits or vectorises the reduction changes the answer.  onnxruntime 1.32 (measur
   the innermost axis Eigen's packet maxima also lose values next to a NaN (max of
   ``[0, nan, 2, .., 15]`` = 14): no rule, so the fold is what we copy.
   ``skip_nan_reducer`` plus a leading-element select (``legalize_reductions``).
-* MaxPool / GlobalMaxPool (MLAS) skip NaN wherever the window also holds a number; an
-  all-NaN window gives NaN (some padded edge windows give ``-FLT_MAX``).
+* MaxPool / GlobalMaxPool (MLAS) keep or drop a NaN by where it sits: the 2-D kernels keep
+  it only as a window's last tap, the 1-D kernel never (an all-NaN window gives
+  ``-FLT_MAX``), GlobalMaxPool only in the next-to-last position.  No rule to copy; we skip
+  NaN wherever the window holds a number (NaN for an all-NaN window), which equals
+  onnxruntime wherever the NaN is not in the position its kernel happens to keep.
   ``skip_nan_reducer`` with a NaN identity (``legalize_pool``).
 
 Every reducer here is a select per element (no libm call), so it vectorises; it is not one
