@@ -12,11 +12,12 @@ TVM's reducer also drops or keeps a NaN by its position in the loop order (issue
 This module replaces the legalization of both ops, for float dtypes, by onnxruntime's fold
 (``compiler/lowering/nan_reducers.py``):
 
-* ``max(x) => isnan(x[first]) ? x[first] : max_skip_nan(x)``  (min alike)
+* ``max(x) => fold(acc = -inf; acc = (v > acc or isnan(v)) ? v : acc)`` over
+  ``v = (k > 0 and isnan(x[k])) ? -inf : x[k]``  (min alike)
 
-where ``x[first]`` is the slice's element at index 0 of every reduced axis: a leading NaN
-gives NaN, any other NaN is skipped, an all ``-inf`` slice gives ``-inf`` (the skip-NaN
-reducer starts from NaN, not from the lowest finite value).  ``relax.argmax`` /
+(``k > 0``: any reduced index past the slice's first element): a leading NaN wins and
+stays, any other NaN is skipped, an all ``-inf`` slice gives ``-inf`` (TVM's reducer starts
+from the lowest finite value).  One reduction block, correct in any loop order.  ``relax.argmax`` /
 ``relax.argmin`` get the matching fold (``arg_compute``: a leading NaN is index 0, other NaN
 are skipped, the first index among equal values); the ArgMax / ArgMin converters call
 ``arg_compute`` directly for ``select_last_index``.  Integer dtypes and empty reductions
@@ -30,7 +31,7 @@ from __future__ import annotations
 import tvm
 from tvm import te, tirx
 
-from .nan_reducers import arg_reducer, skip_nan_reducer
+from .nan_reducers import arg_reducer, lead_nan_input, lead_nan_reducer
 
 _ATTR = "FLegalize"
 
@@ -49,7 +50,7 @@ def _te_reduce(kind: str):
     def compute(x, axis, keepdims):
         ndim = len(x.shape)
         axes = _axes(axis, ndim)
-        reducer = skip_nan_reducer(kind, x.dtype)
+        reducer = lead_nan_reducer(kind)
         rvars = [te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in axes]
         if keepdims:
             out_shape = [1 if i in axes else x.shape[i] for i in range(ndim)]
@@ -67,15 +68,11 @@ def _te_reduce(kind: str):
                     full.append(next(it))
             return tuple(full)
 
-        red = te.compute(out_shape, lambda *idx: reducer(x[full_index(idx, rvars)],
-                                                         axis=rvars),
-                         name=f"{kind}_red", tag="comm_reduce")
-
-        def lead(*idx):  # onnxruntime's fold keeps a NaN only in the leading position
-            first = x[full_index(idx, [0] * len(axes))]
-            return tirx.Select(tirx.isnan(first), first, red(*idx))
-
-        return te.compute(out_shape, lead, name=f"{kind}_lead_nan", tag="elemwise")
+        return te.compute(
+            out_shape,
+            lambda *idx: reducer(lead_nan_input(kind, x[full_index(idx, rvars)], rvars),
+                                 axis=rvars),
+            name=f"{kind}_red", tag="comm_reduce")
 
     return compute
 

@@ -13,7 +13,7 @@ splits or vectorises the reduction changes the answer.  onnxruntime 1.32 (measur
   (reductions over an outer axis): a leading NaN gives NaN, a later NaN is skipped.  Over
   the innermost axis Eigen's packet maxima also lose values next to a NaN (max of
   ``[0, nan, 2, .., 15]`` = 14): no rule, so the fold is what we copy.
-  ``skip_nan_reducer`` plus a leading-element select (``legalize_reductions``).
+  ``lead_nan_reducer`` over ``lead_nan_input`` (``legalize_reductions``).
 * MaxPool / GlobalMaxPool (MLAS) keep or drop a NaN by where it sits: the 2-D kernels keep
   it only as a window's last tap, the 1-D kernel never (an all-NaN window gives
   ``-FLT_MAX``), GlobalMaxPool only in the next-to-last position.  No rule to copy; we skip
@@ -42,6 +42,29 @@ def skip_nan_reducer(kind: str, dtype: str):
 
     return te.comm_reducer(combine, lambda t: tirx.const(float("nan"), t),
                            name=f"{kind}_skip_nan")
+
+
+def lead_nan_reducer(kind: str):
+    """``max`` / ``min`` in which a NaN operand wins and stays (identity -inf / +inf); fed
+    by ``lead_nan_input``, which turns every NaN but the leading one into the identity, it
+    computes onnxruntime's fold in one reduction, in any order."""
+
+    def combine(acc, x):
+        better = x > acc if kind == "max" else x < acc
+        return tirx.Select(tirx.Or(better, tirx.isnan(x)), x, acc)
+
+    inf = float("-inf") if kind == "max" else float("inf")
+    return te.comm_reducer(combine, lambda t: tirx.const(inf, t), name=f"{kind}_lead_nan")
+
+
+def lead_nan_input(kind: str, value, reduce_vars):
+    """``value`` at the reduction index ``reduce_vars``, a NaN replaced by the identity of
+    ``lead_nan_reducer`` unless every reduce var is 0 (the leading element)."""
+    inf = tirx.const(float("-inf") if kind == "max" else float("inf"), value.dtype)
+    later = tirx.any(*[v.var > 0 for v in reduce_vars]) if reduce_vars else None
+    if later is None:
+        return value
+    return tirx.Select(tirx.And(later, tirx.isnan(value)), inf, value)
 
 
 def arg_reducer(kind: str, last: bool, dtype: str):
