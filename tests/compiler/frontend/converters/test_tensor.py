@@ -54,3 +54,20 @@ def test_tensor_scatter(mode, idx, upd):
 
 def test_tensor_scatter_axis_and_no_indices():
     check("TensorScatter", {"past": randn(2, 6, 3), "update": randn(2, 2, 3)}, opset=24, axis=1)
+
+
+@pytest.mark.parametrize("start", [np.nan, -np.inf])
+def test_range_with_a_non_finite_length_is_refused_naming_the_node(start):
+    """Range's length ceil((limit - start) / delta) must be finite (onnxruntime refuses it
+    as well): a clear error naming the node, not Python's int(nan)."""
+    import compiler
+
+    node = helper.make_node("Range", ["s", "l", "d"], ["y"], name="rng")
+    model = onnx_model(node, [value_info("s", F, [])],
+                       [helper.make_tensor_value_info("y", F, ["n"])], 13,
+                       [initializer("l", np.array(5, np.float32)),
+                        initializer("d", np.array(1, np.float32))])
+    sess = compiler.compile(model, target="host").session()
+    np.testing.assert_array_equal(sess.run(None, {"s": np.array(2, np.float32)})[0], [2, 3, 4])
+    with pytest.raises(compiler.UnsupportedError, match=r"'rng' \(Range\).*not finite"):
+        sess.run(None, {"s": np.array(start, np.float32)})
