@@ -19,7 +19,32 @@ import pytest
 import nan_sweep
 
 # op -> why its NaN / Inf results still differ from onnxruntime's (docs/conformance.md)
-KNOWN = {}
+KNOWN = {
+    # onnxruntime itself is inconsistent: results depend on a NaN's position
+    "MaxPool": "MLAS keeps a NaN only as a 2-D window's last tap, never in 1-D, and gives "
+               "-FLT_MAX for an all -inf (1-D: all-NaN) window; onnxc skips NaN everywhere",
+    "GlobalMaxPool": "MLAS keeps a NaN only in the next-to-last element; onnxc skips NaN",
+    "Hardmax": "Eigen's vectorised row maximum loses the value next to a NaN "
+               "([-0.99, nan, -0.96, inf] -> index 2); onnxc uses the fold (index 3)",
+    "LRN": "onnxruntime's running channel sum turns every channel after a NaN / Inf one into "
+           "NaN (inf - inf), also outside the size window; onnxc sums each window",
+    "Unique": "onnxruntime's std::map over float keys with NaN is not a strict weak order "
+              "(NaN collapses the output); onnxc follows np.unique",
+    "Range": "a NaN length: onnxruntime gives [] for float16 and refuses float32; onnxc "
+             "refuses both, naming the node",
+    # undefined: float -> integer conversion of NaN / Inf
+    "DynamicQuantizeLinear": "NaN / Inf input: scale and zero point become NaN / Inf and "
+                             "the uint8 values come from converting NaN to an integer",
+    "QLinearMatMul": "NaN / Inf scales: the int8 values come from converting NaN to an "
+                     "integer",
+    # onnxc differs, not fixed here (docs/conformance.md says what a fix needs)
+    "ConvTranspose": "the dilated / sub-pixel lowering multiplies structural zeros by NaN / "
+                     "Inf weights: NaN where onnxruntime's col2im never reads the weight",
+    "GridSample": "NaN grid coordinates: onnxc gives NaN where onnxruntime gives a value "
+                  "(not analysed further)",
+    "DeformConv": "NaN / Inf in the input: onnxruntime gives NaN where onnxc gives a value "
+                  "(not analysed further)",
+}
 
 FAST = ["Relu", "Clip", "Max", "ReduceMax", "ArgMin", "Sign", "ThresholdedRelu",
         "Selu", "PRelu", "Tanh", "Softmax", "TopK"]
