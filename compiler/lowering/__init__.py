@@ -18,8 +18,9 @@ def install() -> dict:
     On TVM's ops (``FLegalize``, once per process; later calls do nothing): blocked
     conv2d (``legalize_conv_nchwc``, which TVM cannot lower), float max/min/argmax/argmin
     with ONNX's identity and onnxruntime's NaN fold (``legalize_reductions``), max pooling
-    that skips NaN as onnxruntime's MLAS (``legalize_pool``), topk as a TE kernel (``legalize_topk``) and relu,
-    clip, float maximum/minimum that keep NaN as onnxruntime does (``legalize_nan``).  They
+    that skips NaN (``legalize_pool``), topk as a TE kernel (``legalize_topk``) and relu,
+    prelu, clip, float maximum/minimum that keep NaN as onnxruntime does, tanh / atanh that
+    keep the sign of zero (``legalize_nan``).  They
     sit on the ops because constant folding legalizes with the registered functions too,
     and must agree with the lowering.
 

@@ -196,7 +196,8 @@ def _binary_legalize(kind: str):
 
 
 def install() -> None:
-    """Register the NaN / signed-zero keeping legalizations of relu, prelu, tanh, atanh, clip, maximum and minimum (once)."""
+    """Register the NaN / signed-zero keeping legalizations of relu, prelu, tanh, atanh,
+    clip, maximum and minimum (once)."""
     _install("relax.nn.relu", _relu_legalize)
     _install("relax.nn.prelu", _prelu_legalize)
     _install("relax.tanh", _odd_legalize("tir_tanh", topi.tanh))

@@ -1,4 +1,4 @@
-"""Float max pooling (1-D, 2-D, 3-D, any layout) that skips NaN (as onnxruntime's MLAS mostly does).
+"""Float max pooling (1-D, 2-D, 3-D, any layout) that skips NaN, as onnxruntime mostly does.
 
 TVM 0.27 lowers ``relax.nn.max_pool{1,2,3}d`` with topi's pool, a ``T.max`` reduction from
 ``-FLT_MAX``: a NaN survives only when it is the last element of its window (issue #17).
@@ -56,7 +56,7 @@ def _pool_compute(x, out_shape, layout: str, kernel, strides, dilation, before, 
 
         src = te.compute(pad_shape, pad, name="pad_temp", tag="pad")
     rk = [te.reduce_axis((0, kernel[j]), name=f"rv{j}") for j in range(len(spatial))]
-    reducer = skip_nan_reducer("max", dtype)
+    reducer = skip_nan_reducer("max")
 
     def body(*o):
         idx = list(o)

@@ -17,10 +17,12 @@ This module replaces the legalization of both ops, for float dtypes, by onnxrunt
 
 (``k > 0``: any reduced index past the slice's first element): a leading NaN wins and
 stays, any other NaN is skipped, an all ``-inf`` slice gives ``-inf`` (TVM's reducer starts
-from the lowest finite value).  One reduction block, correct in any loop order.  ``relax.argmax`` /
-``relax.argmin`` get the matching fold (``arg_compute``: a leading NaN is index 0, other NaN
-are skipped, the first index among equal values); the ArgMax / ArgMin converters call
-``arg_compute`` directly for ``select_last_index``.  Integer dtypes and empty reductions
+from the lowest finite value).  One reduction block, correct in any loop order (a second
+block selecting the leading NaN changed dlight's schedule of attention's masked-row kernel
+into one LLVM rejects).  ``relax.argmax`` / ``relax.argmin`` get the matching fold
+(``arg_compute``: a leading NaN is index 0, other NaN are skipped, the first index among
+equal values); the ArgMax / ArgMin converters call ``arg_compute`` directly for
+``select_last_index``.  Integer dtypes and empty reductions
 keep TVM's.  Registered on the ops themselves (``FLegalize``), so that constant folding
 (which legalizes with the registered functions) and the lowering agree;
 ``compiler.lowering.install`` installs it.
@@ -82,7 +84,7 @@ def arg_compute(x, axis: int, keepdims: bool, kind: str, last: bool = False):
     ``nan_reducers.arg_reducer``)."""
     ndim = len(x.shape)
     axis = axis + ndim if axis < 0 else axis
-    reducer = arg_reducer(kind, last, x.dtype)
+    reducer = arg_reducer(kind, last)
     k = te.reduce_axis((0, x.shape[axis]), name="k")
     out_shape = [1 if i == axis else x.shape[i] for i in range(ndim) if keepdims or i != axis]
 

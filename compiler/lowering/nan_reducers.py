@@ -31,7 +31,7 @@ from __future__ import annotations
 from tvm import te, tirx
 
 
-def skip_nan_reducer(kind: str, dtype: str):
+def skip_nan_reducer(kind: str):
     """``max`` / ``min`` that skips NaN operands, with identity NaN: a NaN accumulator takes
     the next value, a NaN value leaves the accumulator; all NaN gives NaN; ties keep the
     accumulator (the first of equal values, as ``std::max``)."""
@@ -67,7 +67,7 @@ def lead_nan_input(kind: str, value, reduce_vars):
     return tirx.Select(tirx.And(later, tirx.isnan(value)), inf, value)
 
 
-def arg_reducer(kind: str, last: bool, dtype: str):
+def arg_reducer(kind: str, last: bool):
     """``(index, value)`` reducer of onnxruntime's ArgMax / ArgMin fold: the element at index
     0 wins when it is NaN; otherwise the largest (smallest) non-NaN value, the first
     (``last``: the last) index among equal ones.  Identity ``(-1, NaN)``; an index of -1

@@ -42,10 +42,8 @@ def _skip_nan_pool(x, kernel, strides, pads, dil):
                 constant_values=LOWEST)
     span = [(kernel[i] - 1) * dil[i] + 1 for i in range(k)]
     win = sliding_window_view(xp, span, axis=tuple(range(2, 2 + k)))
-    sl = (Ellipsis,) + tuple(slice(None, None, s) for s in strides)
     win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
     win = win[(Ellipsis,) + tuple(slice(None, None, d) for d in dil)]
-    del sl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return np.nanmax(win, axis=tuple(range(-k, 0)))

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 import pytest
 import tvm
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from tvm import relax
 
 import compiler
