@@ -425,6 +425,29 @@ def average_pool(bb, inputs, attrs, ctx):
     return tvm_converter("AveragePool")(bb, inputs, attrs, ctx)
 
 
+def _global_max(x):
+    """Max over the spatial dims of a statically shaped NC... tensor as one max_pool window
+    (a float pool skips NaN as onnxruntime's pools do, ``compiler/lowering/legalize_pool.py``;
+    ``relax.max`` follows ReduceMax's NaN rule instead)."""
+    spatial = static_shape(x)[2:]
+    k = len(spatial)
+    pool = {1: relax.op.nn.max_pool1d, 2: relax.op.nn.max_pool2d,
+            3: relax.op.nn.max_pool3d}.get(k)
+    if pool is None or not is_float(dtype_of(x)):
+        return relax.op.max(x, axis=list(range(2, 2 + k)), keepdims=True)
+    return pool(x, pool_size=spatial, strides=[1] * k, padding=[0] * (2 * k))
+
+
+@register("GlobalMaxPool", override=True)
+def global_max_pool(bb, inputs, attrs, ctx):
+    """GlobalMaxPool: one max_pool window over the spatial dims when they are static (NaN
+    skipped as onnxruntime's pool does), else TVM's (a ``relax.max``)."""
+    try:
+        return _global_max(inputs[0])
+    except UnsupportedError:  # symbolic spatial dims
+        return tvm_converter("GlobalMaxPool")(bb, inputs, attrs, ctx)
+
+
 @register("MaxPool", since=8, override=True)
 def max_pool(bb, inputs, attrs, ctx):
     """MaxPool; with the Indices output requested, one TE argmax reduction gives both the
@@ -437,8 +460,7 @@ def max_pool(bb, inputs, attrs, ctx):
     node = ctx.node
     if len(node.output) < 2 or not node.output[1]:
         if _whole_window(inputs[0], attrs):  # one window over the whole input
-            return relax.op.max(inputs[0], axis=list(range(2, len(static_shape(inputs[0])))),
-                                keepdims=True)
+            return _global_max(inputs[0])
         return tvm_converter("MaxPool")(bb, inputs, attrs, ctx)
     x = inputs[0]
     shape = static_shape(x)

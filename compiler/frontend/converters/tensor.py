@@ -158,7 +158,14 @@ def range_(bb, inputs, attrs, ctx):
         if delta == 0:
             raise UnsupportedError(f"node {ctx.node.name!r} (Range): delta is 0")
         # ONNX: max(ceil((limit - start) / delta), 0) elements start + i * delta
-        count = max(int(np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))), 0)
+        with np.errstate(all="ignore"):
+            span = np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))
+        if not np.isfinite(span):  # onnxruntime refuses it too (float32; float16 gives [])
+            raise UnsupportedError(
+                f"node {ctx.node.name!r} (Range): the number of elements, ceil((limit - "
+                f"start) / delta) with start={start}, limit={limit}, delta={delta}, is not "
+                "finite")
+        count = max(int(span), 0)
         out = fold_result((start + np.arange(count, dtype=dtype) * delta).astype(dtype))
         if out is not None:
             return out

@@ -79,3 +79,20 @@ def test_eye_like_with_a_dtype_attribute(dtype, k):
                             dtype=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
     (y,) = _single_node_vs_onnxruntime(node, {"x": x}, dtype, [3, 5])
     assert y.dtype == dtype and y.sum() == np.eye(3, 5, k).sum()
+
+
+@pytest.mark.parametrize("start", [np.nan, -np.inf])
+def test_range_with_a_non_finite_length_is_refused_naming_the_node(start):
+    """Range's length ceil((limit - start) / delta) must be finite (onnxruntime refuses it
+    as well): a clear error naming the node, not Python's int(nan)."""
+    import compiler
+
+    node = helper.make_node("Range", ["s", "l", "d"], ["y"], name="rng")
+    model = onnx_model(node, [value_info("s", F, [])],
+                       [helper.make_tensor_value_info("y", F, ["n"])], 13,
+                       [initializer("l", np.array(5, np.float32)),
+                        initializer("d", np.array(1, np.float32))])
+    sess = compiler.compile(model, target="host").session()
+    np.testing.assert_array_equal(sess.run(None, {"s": np.array(2, np.float32)})[0], [2, 3, 4])
+    with pytest.raises(compiler.UnsupportedError, match=r"'rng' \(Range\).*not finite"):
+        sess.run(None, {"s": np.array(start, np.float32)})
