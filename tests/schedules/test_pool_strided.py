@@ -111,5 +111,6 @@ def test_llvm_vectorises_the_plain_strided_x_loop():
     f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool1d(x, 3, strides=2)),
                        [(1, 8, 400)], "pool")
     src = _asm(PoolStrided().apply(f, ZNVER3), ZNVER3)
-    assert re.search(r"vmaxps\s+[^\n]*ymm", src)
+    # packed maxima, or the packed compare + blend of the NaN-skipping max (legalize_pool)
+    assert re.search(r"(vmaxps|vblendvps)\s+[^\n]*ymm", src)
     assert re.search(r"vperm|vshuf|vunpck", src)
