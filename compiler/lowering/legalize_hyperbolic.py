@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import math
 
-import tvm
 from tvm import te, tirx
 
-_ATTR = "FLegalize"
+from .override import install_legalization
+
 _MARK = "__onnxc_hyperbolic__"
 # sinh(x) = sum x^(2k+1) / (2k+1)!, k = 0..10: below 1, the first term left out is
 # x^23 / 23! < 4e-23 of the sum, under float64's rounding
@@ -85,13 +85,7 @@ def _make(name: str, expr):
 
 
 def _install(op_name: str, make):
-    op = tvm.ir.Op.get(op_name)
-    default = op.get_attr(_ATTR)
-    if getattr(default, _MARK, False):
-        return  # already installed (module reloaded)
-    legalize = make(default)
-    setattr(legalize, _MARK, True)
-    tvm.ir.register_op_attr(op_name, _ATTR, legalize, level=11)
+    install_legalization(op_name, make, _MARK)
 
 
 def install() -> None:

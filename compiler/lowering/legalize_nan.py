@@ -27,12 +27,12 @@ call: it vectorises.  Integer dtypes keep TVM's legalization.  Registered on the
 
 from __future__ import annotations
 
-import tvm
 from tvm import te, tirx, topi
 from tvm.relax.transform.legalize_ops.common import (_is_relax_expr,
                                                       _try_convert_to_scalar_const)
 
-_ATTR = "FLegalize"
+from .override import install_legalization
+
 _MARK = "__onnxc_nan_semantics__"
 
 
@@ -129,13 +129,7 @@ def _nan_binary(kind: str):
 
 
 def _install(op_name: str, make):
-    op = tvm.ir.Op.get(op_name)
-    default = op.get_attr(_ATTR)
-    if getattr(default, _MARK, False):
-        return  # already installed (module reloaded)
-    legalize = make(default)
-    setattr(legalize, _MARK, True)
-    tvm.ir.register_op_attr(op_name, _ATTR, legalize, level=11)
+    install_legalization(op_name, make, _MARK)
 
 
 def _relu_legalize(default):
