@@ -162,3 +162,15 @@ def test_recompiled_artifact_at_the_same_path_loads_the_new_kernels(tmp_path):
         compiler.compile(model, target="host").export(path)
         got = runtime.load(path).run(None, {"x": x})[0]
         np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_barrier_check_reads_relocations_not_definitions(artifact, tmp_path):
+    # the NaN-check variants are built at -O0, which keeps an unused
+    # __TVMBackendParallelBarrier definition: only a relocation means a kernel calls it
+    path, _, _ = artifact
+    names = runtime.parallel._relocated_symbols(path)
+    assert "__TVMBackendParallelLaunch" in names
+    assert "__TVMBackendParallelBarrier" not in names
+    not_elf = tmp_path / "x.so"
+    not_elf.write_bytes(b"not an ELF file")
+    assert runtime.parallel._relocated_symbols(str(not_elf)) == set()
