@@ -1,6 +1,6 @@
 """compiler/lowering/legalize_pool.py: float max pooling skips NaN as onnxruntime's MLAS
 pools do (a NaN is dropped where its window holds a number; an all-NaN window is NaN), on
-the scheduled kernels (``cpu.pool2d_nchw``, ``cpu.pool2d_nchwc``, ``cpu.tiled_reduction``,
+the scheduled kernels (``cpu.pool2d_nchw``, ``cpu.pool_strided``, ``cpu.pool2d_nchwc``, ``cpu.tiled_reduction``,
 the fallback), 1-D to 3-D, padded, strided, dilated and NCHW[b]c.
 
 Against onnxruntime only where MLAS skips the NaN: its 2-D kernels keep a NaN that is a
@@ -75,7 +75,7 @@ def _assert_same(got, want):
 # (id, input shape, kernel, strides, pads, dilations, schedule rule)
 POOLS = [
     ("2d_3x3_s1_p1", [1, 4, 16, 16], [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], "cpu.pool2d_nchw"),
-    ("2d_2x2_s2", [1, 4, 16, 16], [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], "cpu.pool2d_nchw"),
+    ("2d_2x2_s2", [1, 4, 16, 16], [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], "cpu.pool_strided"),
     ("2d_dilated", [1, 2, 12, 12], [2, 2], [1, 1], [0, 0, 0, 0], [2, 2], None),
     ("1d", [1, 4, 64], [3], [1], [1, 1], [1], None),
     ("3d", [1, 2, 8, 8, 8], [2, 2, 2], [2, 2, 2], [0] * 6, [1, 1, 1], None),
