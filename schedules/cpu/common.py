@@ -84,6 +84,15 @@ def iter_kinds(block):
     return out
 
 
+def inline_producers(sch, block_rv):
+    """Inline every other block of a one-output kernel into ``block_rv`` (pads too);
+    returns the block again (inlining replaces its handle), or None when a producer
+    could not be inlined (not a plain kernel of the caller's shape)."""
+    name = sch.get(block_rv).name_hint
+    before, _, _ = inline_around(sch, block_rv, keep_pads=False)
+    return None if before else sch.get_sblock(name)
+
+
 def inline_around(sch, main_rv, keep_pads=True):
     """Inline every spatial block but ``main_rv`` (the conv / matmul) and padding
     producers (kept when ``keep_pads``: padding inlined into the reduction would put a

@@ -61,11 +61,9 @@ class TransposeTiled(MatchingCPURule):
 
     def schedule(self, sch, m, target):
         last, pos = m
-        name = sch.get(last).name_hint
-        before, _, _ = common.inline_around(sch, last, keep_pads=False)
-        if before:
+        last = common.inline_producers(sch, last)
+        if last is None:
             return None
-        last = sch.get_sblock(name)
         again = match_transpose(sch)
         if again is None or again[1] != pos:
             return None  # inlining changed the access: not a plain transpose any more

@@ -69,11 +69,9 @@ class UpsampleNearest(MatchingCPURule):
 
     def schedule(self, sch, m, target):
         last, s = m
-        name = sch.get(last).name_hint
-        before, _, _ = common.inline_around(sch, last, keep_pads=False)
-        if before:  # a producer that could not be inlined: not this kernel
+        last = common.inline_producers(sch, last)
+        if last is None:  # a producer that could not be inlined: not this kernel
             return None
-        last = sch.get_sblock(name)
         if _input_factor(sch.get(last)) != s:  # inlining changed the last index
             return None
         loops = sch.get_loops(last)
