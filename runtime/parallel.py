@@ -22,7 +22,9 @@ Left on TVM's pool, with the reason recorded in :data:`status`:
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
+import struct
 
 ENV_SWITCH = "ONNXC_PARALLEL"  # "tvm" keeps TVM's pool
 ENV_CHUNKS = "ONNXC_PARALLEL_CHUNKS"
@@ -77,15 +79,17 @@ def _relocated_symbols(path: str) -> set:
     ``__TVMBackendParallelBarrier`` through the GOT, so a relocation names it; the symbol's
     mere definition proves nothing (LLVM keeps the unused declaration at -O0, as in the
     NaN-check variants)."""
-    import struct
-
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+        with open(path, "rb") as f:  # mapped, not read: the params make artifacts large
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # ValueError: an empty file
         return set()
-    if data[:6] != b"\x7fELF\x02\x01":
-        return set()
+    with data:
+        return _rela_names(data) if data[:6] == b"\x7fELF\x02\x01" else set()
+
+
+def _rela_names(data) -> set:
+    """The symbol names of every SHT_RELA section's entries in ELF64 ``data``."""
     shoff, = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + k * shentsize)
@@ -103,7 +107,7 @@ def _relocated_symbols(path: str) -> set:
                 continue
             st_name, = struct.unpack_from("<I", data, symtab[4] + sym * symtab[9])
             start = strtab[4] + st_name
-            names.add(data[start:data.index(b"\0", start)].decode("ascii", "replace"))
+            names.add(data[start:data.find(b"\0", start)].decode("ascii", "replace"))
     return names
 
 
