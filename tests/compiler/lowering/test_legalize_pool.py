@@ -75,8 +75,8 @@ def test_max_pool_skips_nan_on_scheduled_kernel(case):
     x = _special(shape)
     want = _skip_nan_pool(x, kernel, strides, pads, dil)
     m = graph_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=kernel,
-                                 strides=strides, pads=pads, dilations=dil, name="p")],
-               shape, list(want.shape))
+                                      strides=strides, pads=pads, dilations=dil, name="p")],
+                    shape, list(want.shape))
     cm = compiler.compile(m, target="host")
     if rule is not None:
         assert [k["rule"] for k in cm.report["kernel_table"]] == [rule]
@@ -88,14 +88,14 @@ def test_max_pool_matches_onnxruntime_where_mlas_skips_nan():
     window but the last tap (measured: there it keeps it): NaN placed accordingly."""
     x = _special([1, 4, 64], sparse=True)
     m = graph_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3], pads=[1, 1],
-                                 name="p")], [1, 4, 64], [1, 4, 64])
+                                      name="p")], [1, 4, 64], [1, 4, 64])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
     assert_nan_equal(got, ort_run(m, {"x": x})[0])
     x = np.random.default_rng(2).standard_normal((1, 4, 16, 16)).astype(np.float32)
     x[0, :, ::2, ::2][np.random.default_rng(3).random((4, 8, 8)) < 0.3] = np.nan  # tap (0, 0)
     x[0, 1, 4, 5] = np.nan  # tap (0, 1)
     m = graph_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
-                                 name="p")], [1, 4, 16, 16], [1, 4, 8, 8])
+                                      name="p")], [1, 4, 16, 16], [1, 4, 8, 8])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
     assert_nan_equal(got, ort_run(m, {"x": x})[0])
 
@@ -105,9 +105,9 @@ def test_blocked_layout_pool_after_conv():
     rng = np.random.default_rng(1)
     w = np.eye(16, dtype=np.float32).reshape(16, 16, 1, 1)  # identity 1x1 conv
     m = graph_model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
-                helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
-                                 pads=[1, 1, 1, 1], name="pool")],
-               [1, 16, 16, 16], [1, 16, 8, 8], [numpy_helper.from_array(w, "w")])
+                     helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                      pads=[1, 1, 1, 1], name="pool")],
+                    [1, 16, 16, 16], [1, 16, 8, 8], [numpy_helper.from_array(w, "w")])
     cm = compiler.compile(m, target="host")
     assert "cpu.pool2d_nchwc" in [k["rule"] for k in cm.report["kernel_table"]]
     x = rng.standard_normal((1, 16, 16, 16)).astype(np.float32)
@@ -123,7 +123,7 @@ def test_global_max_pool_skips_nan(op):
     x[0, 1, 0, 0] = np.nan  # a leading NaN is skipped too
     attrs = {"kernel_shape": [7, 7]} if op == "MaxPool" else {}
     m = graph_model([helper.make_node(op, ["x"], ["y"], name="g", **attrs)], [1, 8, 7, 7],
-               [1, 8, 1, 1])
+                    [1, 8, 1, 1])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
     assert_nan_equal(got, _skip_nan_pool(x, [7, 7], [1, 1], [0] * 4, [1, 1]))
 

@@ -74,7 +74,7 @@ def test_reduce_fold_on_scheduled_kernel(case, kind):
     out_shape = [d for i, d in enumerate(shape) if i not in axes]
     op = "ReduceMax" if kind == "max" else "ReduceMin"
     m = graph_model([helper.make_node(op, ["x"], ["y"], axes=axes, keepdims=0, name="r")],
-               shape, out_shape)
+                    shape, out_shape)
     cm, rules = _compile(m)
     if rule is not None:
         assert rules == [rule]
@@ -86,7 +86,7 @@ def test_reduce_outer_axis_matches_onnxruntime():
     """Over an outer axis onnxruntime's reduction is the plain fold: equal element-wise."""
     x = np.ascontiguousarray(nan_rows([64, 256]).T)
     m = graph_model([helper.make_node("ReduceMax", ["x"], ["y"], axes=[0], keepdims=0,
-                                 name="r")], [256, 64], [64])
+                                      name="r")], [256, 64], [64])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
     assert_nan_equal(got, ort_run(m, {"x": x})[0])
 
@@ -96,7 +96,7 @@ def test_fused_reduce_max_subtract():
     the NaN fold intact through fusion and scheduling."""
     x = nan_rows([8, 256])
     m = graph_model([helper.make_node("ReduceMax", ["x"], ["m"], axes=[1], keepdims=1, name="r"),
-                helper.make_node("Sub", ["x", "m"], ["y"], name="s")], [8, 256], [8, 256])
+                     helper.make_node("Sub", ["x", "m"], ["y"], name="s")], [8, 256], [8, 256])
     cm, _ = _compile(m)
     got = cm.session().run(None, {"x": x})[0]
     with np.errstate(invalid="ignore"):
@@ -114,8 +114,8 @@ def test_arg_fold_matches_onnxruntime(op, axis, last):
         x = np.ascontiguousarray(nan_rows([40, 16]).T)
     out_shape = [40] if axis == 0 else [16]
     m = graph_model([helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=0,
-                                 select_last_index=last, name="a")],
-               [16, 40], out_shape, out_type=I64)
+                                      select_last_index=last, name="a")],
+                    [16, 40], out_shape, out_type=I64)
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
     kind = "max" if op == "ArgMax" else "min"
     np.testing.assert_array_equal(got, _arg_fold(x, axis, kind, bool(last)))
@@ -152,7 +152,7 @@ def test_scheduled_reduction_has_no_tir_max(case):
     _, shape, axes, _ = case
     out_shape = [d for i, d in enumerate(shape) if i not in axes]
     m = graph_model([helper.make_node("ReduceMax", ["x"], ["y"], axes=axes, keepdims=0,
-                                 name="r")], shape, out_shape)
+                                      name="r")], shape, out_shape)
     mod, _, _ = schedule_kernels(m, "host")
     text = "\n".join(f.script() for _, f in mod.functions.items())
     assert "T.max(" not in text and "T.isnan" in text
