@@ -849,8 +849,10 @@ def deform_conv(bb, inputs, attrs, ctx):
                 xc = tirx.max(tirx.min(xq, width - 1), 0)
                 corner = data[b, c, 0, 0]
                 # 0 * corner written out: TVM's simplifier folds a product by 0 to 0
-                zero_times = tirx.Select(tirx.isfinite(corner),
-                                         tirx.copysign(tirx.const(0, dtype), corner),
+                # (copysign in cdt: LLVM has no float16 copysign intrinsic here)
+                signed_zero = tirx.Cast(dtype, tirx.copysign(tirx.const(0, cdt),
+                                                             tirx.Cast(cdt, corner)))
+                zero_times = tirx.Select(tirx.isfinite(corner), signed_zero,
                                          tirx.const(float("nan"), dtype))
                 return tirx.Select(inside, data[b, c, yc, xc], zero_times)
 
