@@ -60,6 +60,10 @@ def graph_passes() -> list:
         # constant matmul weights [K, N] -> [N/32, K, 32] panels once, here: the x86 kernel
         # streams contiguous panels instead of copying strided ones per call; after the fusions
         passes.PackMatmulWeights(),
+        # MatMulInteger with constant weights (b - zb folded above) => packed int8 panels and
+        # the activation zero point as a column-sum epilogue: cpu.matmul_int8's vpmaddwd
+        # kernel, into which FuseOps fuses the dequantisation (one f32 kernel)
+        passes.PackIntMatmul(),
         # fp16 reductions accumulate in fp32; after the fusions, which match fp16 ops bare
         passes.AccumulateFp32(),
         # conv graphs NCHW -> NCHW[b]c (b = vector lanes) with transforms only at the ends

@@ -1,0 +1,179 @@
+"""matmul(int32(a) - int32(za), W) => matmul_int_packed(a, za, pack(W)) - za * colsum(W).
+
+MatMulInteger (TVM's converter: ``matmul(astype(a, i32) - astype(za, i32), astype(b, i32) -
+zb, out_dtype=i32)``) with a constant B reaches here with ``W = b - zb`` folded to an int32
+constant (fold_constants).  The rewrite keeps the activation ``a`` (u8 / s8) as it is and
+packs W once into ``[N/nr, K/2, nr, 2]`` panels of int8 (int16 when ``b - zb`` leaves the
+int8 range: u8 weights with a zero point), the layout of the CPU rule
+``cpu.matmul_int8``'s inner step (``vpmaddwd``: two k of one column per i32 lane).  The
+activation's zero point becomes one column-sum correction in the epilogue,
+``sum_k (a - za) W = sum_k a W - za * sum_k W`` (B's zero point is already in W, so the
+``zb * sum_k a`` and ``K za zb`` terms of the textbook form vanish), exact in int32.  An odd
+K's last row is a rank-1 term of the epilogue; N not a multiple of ``panel`` gets zero
+columns, dropped in the epilogue.  FuseOps then fuses the dequantisation (cast, scale
+multiply, bias add) into that epilogue: one f32 kernel per MatMulInteger.  Runs after
+fold_constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te
+
+from .context import GraphPass, PassReport
+from .dataflow import Dataflow, nodes_of, rewrite_calls
+
+RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(a, za, [N/nr, K/2, nr, 2](W))"
+_BYTE = ("uint8", "int8")
+
+
+class PackIntMatmul(GraphPass):
+    """int32 matmul of a widened 8-bit activation by a constant weight => packed integer
+    kernel with a zero-point epilogue."""
+
+    name = "pack_int_matmul"
+    opt_level = 2
+    options = {"panel": 16}
+
+    def rewrite(self, mod, report: PassReport, options: dict):
+        panel = int(options["panel"])
+        df = Dataflow(mod)
+        out, rewritten = rewrite_calls(mod, "relax.matmul",
+                                       lambda m, call: _packed(m, df, call, panel))
+        if rewritten:
+            report.rewrites[RULE] = len(rewritten)
+            names = report.node_names
+            report.nodes = [names[k] if k < len(names) else v.name
+                            for v in rewritten for k in nodes_of(v.name) or [len(names)]]
+        return out
+
+
+def matmul_int_packed(a, za, wp, colsum, wlast, n: int):
+    """TE compute.  ``acc[.., i, j] = sum_{ko, ki} int32(a[.., i, 2 ko + ki]) *
+    int32(wp[j // nr, ko, j % nr, ki])`` over the even part of K, then ``out[.., i, j] = acc
+    + int32(a[.., i, K - 1]) * wlast[j]`` (odd K) ``- int32(za) * colsum[j]`` (za given),
+    j < ``n``.  ``za`` is a scalar tensor or None, ``wlast`` [Np] or None."""
+    *bat, m, kk = a.shape
+    no, k2, nr, _ = (int(d) for d in wp.shape)
+    ko = te.reduce_axis((0, k2), "ko")
+    ki = te.reduce_axis((0, 2), "ki")
+    acc = te.compute(
+        (*bat, m, no * nr),
+        lambda *idx: te.sum(
+            a[(*idx[:-1], ko * 2 + ki)].astype("int32")
+            * wp[te.indexdiv(idx[-1], nr), ko, te.indexmod(idx[-1], nr), ki].astype("int32"),
+            axis=[ko, ki]),
+        name="matmul_int")
+    last = int(kk) - 1
+
+    def epilogue(*idx):
+        v = acc[idx]
+        if wlast is not None:
+            v = v + a[(*idx[:-1], last)].astype("int32") * wlast[idx[-1]].astype("int32")
+        if za is not None:
+            v = v - za().astype("int32") * colsum[idx[-1]]
+        return v
+
+    return te.compute((*bat, m, n), epilogue, name="matmul_int_zp")
+
+
+def pack_int(w: np.ndarray, nr: int):
+    """W [K, N] int32 -> (wp [ceil(N/nr), K//2, nr, 2], colsum [Np] int32, last row [Np] or
+    None): ``wp[jo, ko, ji, ki] = W[2 ko + ki, jo nr + ji]``, int8 when every value fits,
+    else int16; zero columns up to whole panels."""
+    k, n = w.shape
+    np_ = -(-n // nr) * nr
+    w = np.concatenate([w, np.zeros((k, np_ - n), w.dtype)], axis=1) if np_ != n else w
+    dtype = np.int8 if w.min() >= -128 and w.max() <= 127 else np.int16
+    colsum = w.sum(axis=0, dtype=np.int64).astype(np.int32)
+    k2 = k // 2
+    wp = w[:2 * k2].reshape(k2, 2, np_ // nr, nr).transpose(2, 0, 3, 1)
+    last = w[k - 1].astype(dtype) if k % 2 else None
+    return np.ascontiguousarray(wp.astype(dtype)), colsum, last
+
+
+def _activation(df, x):
+    """(a, za or None) when ``x`` is ``astype(a, i32) - astype(za, i32)`` or ``astype(a,
+    i32)`` with ``a`` 8-bit and ``za`` a one-element 8-bit tensor; else None."""
+    za = None
+    sub = df.call(x, "subtract")
+    if sub is not None:
+        x, z = sub.args
+        zc = df.call(z, "astype")
+        z = zc.args[0] if zc is not None else z
+        shape = _static(z)
+        if str(z.ty.dtype) not in _BYTE or shape is None or int(np.prod(shape)) != 1:
+            return None
+        za = z if not shape else None
+        if za is None:  # a [1] zero point: reshaped to a scalar by the caller
+            za = ("reshape", z)
+    cast = df.call(x, "astype")
+    if cast is None or str(cast.args[0].ty.dtype) not in _BYTE:
+        return None
+    return cast.args[0], za
+
+
+def _int_const(df, x, depth: int = 0):
+    """The integer value of ``x`` when it is a constant, or int casts, subtractions,
+    reshapes and expand_dims of constants (``astype(b, i32) - astype(zb, i32)``: the
+    scalar cast may be left unfolded), as int64; else None."""
+    c = df.const(x)
+    if c is not None:
+        return c.astype(np.int64) if np.issubdtype(c.dtype, np.integer) else None
+    if depth > 4:
+        return None
+    v = df.call(x, "astype", "subtract", "expand_dims", "reshape")
+    if v is None:
+        return None
+    args = [_int_const(df, a, depth + 1) for a in v.args[:2 if v.op.name == "relax.subtract"
+                                                         else 1]]
+    if any(a is None for a in args):
+        return None
+    shape = _static(v)
+    if v.op.name == "relax.subtract":
+        out = args[0] - args[1]
+    elif v.op.name == "relax.astype" and str(v.ty.dtype) in ("int32", "int16"):
+        out = args[0]
+    elif v.op.name in ("relax.expand_dims", "relax.reshape") and shape is not None:
+        out = args[0].reshape(shape)
+    else:
+        return None
+    return out if shape is not None and list(out.shape) == shape else None
+
+
+def _static(x):
+    shape = getattr(x.ty, "shape", None)
+    if shape is None or any(not isinstance(d, tvm.tirx.IntImm) for d in shape):
+        return None
+    return [int(d) for d in shape]
+
+
+def _packed(m, df, call, panel: int):
+    """``call`` (an int32 relax.matmul) as matmul_int_packed, emitted through ``m``
+    (rewrite_calls' mutator); None when it does not qualify."""
+    if str(call.ty.dtype) != "int32" or len(call.args) != 2:
+        return None
+    x, weight = call.args
+    w = _int_const(df, weight)
+    if w is None or w.ndim != 2:
+        return None
+    act = _activation(df, x)
+    if act is None:
+        return None
+    a, za = act
+    shape = _static(a)
+    if shape is None or len(shape) < 2 or shape[-1] != w.shape[0] or w.shape[0] < 2:
+        return None
+    if np.abs(w).max(initial=0) > 32767:  # not an 8-bit weight minus its zero point
+        return None
+    wp, colsum, last = pack_int(w, panel)
+    a = m.visit_expr(a)
+    if isinstance(za, tuple):
+        za = m.builder_.emit(relax.op.reshape(m.visit_expr(za[1]), []))
+    elif za is not None:
+        za = m.visit_expr(za)
+    return m.builder_.call_te(
+        matmul_int_packed, a, za, relax.const(wp), relax.const(colsum),
+        None if last is None else relax.const(last), int(w.shape[1]),
+        primfunc_name_hint="matmul_integer")
