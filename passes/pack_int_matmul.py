@@ -1,18 +1,19 @@
-"""matmul(int32(a) - int32(za), W) => matmul_int_packed(a, za, pack(W)) - za * colsum(W).
+"""matmul(int32(a) - int32(za), W) => matmul_int_packed(int16(a) - int16(za), pack(W)).
 
 MatMulInteger (TVM's converter: ``matmul(astype(a, i32) - astype(za, i32), astype(b, i32) -
-zb, out_dtype=i32)``) with a constant B reaches here with ``W = b - zb`` folded to an int32
-constant (fold_constants).  The rewrite keeps the activation ``a`` (u8 / s8) as it is and
-packs W once into ``[N/nr, K/2, nr, 2]`` panels of int8 (int16 when ``b - zb`` leaves the
-int8 range: u8 weights with a zero point), the layout of the CPU rule
-``cpu.matmul_int8``'s inner step (``vpmaddwd``: two k of one column per i32 lane).  The
-activation's zero point becomes one column-sum correction in the epilogue,
-``sum_k (a - za) W = sum_k a W - za * sum_k W`` (B's zero point is already in W, so the
-``zb * sum_k a`` and ``K za zb`` terms of the textbook form vanish), exact in int32.  An odd
-K's last row is a rank-1 term of the epilogue; N not a multiple of ``panel`` gets zero
-columns, dropped in the epilogue.  FuseOps then fuses the dequantisation (cast, scale
-multiply, bias add) into that epilogue: one f32 kernel per MatMulInteger.  Runs after
-fold_constants.
+zb, out_dtype=i32)``) with a constant B: ``W = b - zb`` is evaluated here (fold_constants
+leaves the scalar zero point's cast) and packed once into ``[N/nr, K/2, nr, 2]`` panels of
+int8 (int16 when ``b - zb`` leaves the int8 range: u8 weights with a zero point), the
+layout of the CPU rule ``cpu.matmul_int8``'s inner step (``vpmaddwd``: two k of one column
+per i32 lane, operands i16).  Since that step takes i16 operands anyway, the activation's
+zero point is subtracted while widening it (``a16 = int16(a) - int16(za)``, M x K
+subtractions, a stage of the same kernel) rather than corrected afterwards with row /
+column sums (``sum a W - za sum W``, M x N work in the epilogue and one more constant): the
+products are exact either way (|a - za| <= 255, |W| <= 255, a pair sums to < 2^17).  B's
+zero point is already in W, so its ``zb sum_k a`` term never arises.  An odd K gets a zero
+row in W and a zero column in ``a16``; N not a multiple of ``panel`` zero columns, dropped
+by a second stage.  FuseOps then fuses the dequantisation (cast, scale multiply, bias add)
+after the matmul: one f32 kernel per MatMulInteger.  Runs after fold_constants.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from tvm import relax, te
 from .context import GraphPass, PassReport
 from .dataflow import Dataflow, nodes_of, rewrite_calls
 
-RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(a, za, [N/nr, K/2, nr, 2](W))"
+RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(int16(a) - int16(za), [N/nr, K/2, nr, 2](W))"
 _BYTE = ("uint8", "int8")
 
 
 class PackIntMatmul(GraphPass):
     """int32 matmul of a widened 8-bit activation by a constant weight => packed integer
-    kernel with a zero-point epilogue."""
+    kernel (the activation widened to i16 minus its zero point inside it)."""
 
     name = "pack_int_matmul"
     opt_level = 2
@@ -49,48 +50,46 @@ class PackIntMatmul(GraphPass):
         return out
 
 
-def matmul_int_packed(a, za, wp, colsum, wlast, n: int):
-    """TE compute.  ``acc[.., i, j] = sum_{ko, ki} int32(a[.., i, 2 ko + ki]) *
-    int32(wp[j // nr, ko, j % nr, ki])`` over the even part of K, then ``out[.., i, j] = acc
-    + int32(a[.., i, K - 1]) * wlast[j]`` (odd K) ``- int32(za) * colsum[j]`` (za given),
-    j < ``n``.  ``za`` is a scalar tensor or None, ``wlast`` [Np] or None."""
+def matmul_int_packed(a, za, wp, n: int):
+    """TE compute.  ``a16[.., i, k] = int16(a[.., i, k]) - int16(za)`` (0 for k >= K, K odd),
+    then ``out[.., i, j] = sum_{ko, ki} int32(a16[.., i, 2 ko + ki]) * int32(wp[j // nr, ko,
+    j % nr, ki])``, j < ``n`` (the last panel's zero columns dropped by a second stage).
+    ``za`` is a scalar tensor or None."""
     *bat, m, kk = a.shape
     no, k2, nr, _ = (int(d) for d in wp.shape)
+    kk = int(kk)
+
+    def widen(*idx):
+        v = a[idx].astype("int16")
+        if za is not None:
+            v = v - za().astype("int16")
+        return v if kk == 2 * k2 else te.if_then_else(idx[-1] < kk, v, tvm.tirx.const(0, "int16"))
+
+    a16 = te.compute((*bat, m, 2 * k2), widen, name="matmul_int_a16")
     ko = te.reduce_axis((0, k2), "ko")
     ki = te.reduce_axis((0, 2), "ki")
     acc = te.compute(
         (*bat, m, no * nr),
         lambda *idx: te.sum(
-            a[(*idx[:-1], ko * 2 + ki)].astype("int32")
+            a16[(*idx[:-1], ko * 2 + ki)].astype("int32")
             * wp[te.indexdiv(idx[-1], nr), ko, te.indexmod(idx[-1], nr), ki].astype("int32"),
             axis=[ko, ki]),
         name="matmul_int")
-    last = int(kk) - 1
-
-    def epilogue(*idx):
-        v = acc[idx]
-        if wlast is not None:
-            v = v + a[(*idx[:-1], last)].astype("int32") * wlast[idx[-1]].astype("int32")
-        if za is not None:
-            v = v - za().astype("int32") * colsum[idx[-1]]
-        return v
-
-    return te.compute((*bat, m, n), epilogue, name="matmul_int_zp")
+    if n == no * nr:
+        return acc
+    return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cols")
 
 
-def pack_int(w: np.ndarray, nr: int):
-    """W [K, N] int32 -> (wp [ceil(N/nr), K//2, nr, 2], colsum [Np] int32, last row [Np] or
-    None): ``wp[jo, ko, ji, ki] = W[2 ko + ki, jo nr + ji]``, int8 when every value fits,
-    else int16; zero columns up to whole panels."""
+def pack_int(w: np.ndarray, nr: int) -> np.ndarray:
+    """W [K, N] -> wp [ceil(N/nr), ceil(K/2), nr, 2]: ``wp[jo, ko, ji, ki] = W[2 ko + ki, jo
+    nr + ji]``, int8 when every value fits, else int16; zero columns up to whole panels, a
+    zero row for odd K."""
     k, n = w.shape
-    np_ = -(-n // nr) * nr
-    w = np.concatenate([w, np.zeros((k, np_ - n), w.dtype)], axis=1) if np_ != n else w
+    np_, kp = -(-n // nr) * nr, -(-k // 2) * 2
+    w = np.pad(w, ((0, kp - k), (0, np_ - n)))
     dtype = np.int8 if w.min() >= -128 and w.max() <= 127 else np.int16
-    colsum = w.sum(axis=0, dtype=np.int64).astype(np.int32)
-    k2 = k // 2
-    wp = w[:2 * k2].reshape(k2, 2, np_ // nr, nr).transpose(2, 0, 3, 1)
-    last = w[k - 1].astype(dtype) if k % 2 else None
-    return np.ascontiguousarray(wp.astype(dtype)), colsum, last
+    wp = w.reshape(kp // 2, 2, np_ // nr, nr).transpose(2, 0, 3, 1)
+    return np.ascontiguousarray(wp.astype(dtype))
 
 
 def _activation(df, x):
@@ -167,13 +166,11 @@ def _packed(m, df, call, panel: int):
         return None
     if np.abs(w).max(initial=0) > 32767:  # not an 8-bit weight minus its zero point
         return None
-    wp, colsum, last = pack_int(w, panel)
+    wp = pack_int(w, panel)
     a = m.visit_expr(a)
     if isinstance(za, tuple):
         za = m.builder_.emit(relax.op.reshape(m.visit_expr(za[1]), []))
     elif za is not None:
         za = m.visit_expr(za)
-    return m.builder_.call_te(
-        matmul_int_packed, a, za, relax.const(wp), relax.const(colsum),
-        None if last is None else relax.const(last), int(w.shape[1]),
-        primfunc_name_hint="matmul_integer")
+    return m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),
+                              primfunc_name_hint="matmul_integer")

@@ -1,11 +1,13 @@
 """Integer matmul with the weight pre-packed [N/nr, K/2, nr, 2] (passes/pack_int_matmul.py).
 
-``C[b.., i, j] += int32(A[b.., i, 2 ko + ki]) * int32(Wp[j // nr, ko, j % nr, ki])``, A
-u8 / s8, Wp int8 / int16, C int32.  Register tile ``mr`` rows x ``nr`` columns of i32
-accumulators; on x86 the inner step over (``lanes`` columns, 2 k) is tensorized as one
-``vpmaddwd`` (AVX2 ymm / AVX-512BW zmm): the two activation bytes of a row widened to a
-broadcast i16 pair, ``lanes`` x 2 weights sign-extended to i16, products summed pair-wise
-into i32 lanes: exact for every u8 / s8 combination (no ``vpmaddubsw`` saturation).  LLVM
+``C[b.., i, j] += int32(A16[b.., i, 2 ko + ki]) * int32(Wp[j // nr, ko, j % nr, ki])``, A16
+the activation widened to int16 minus its zero point (a stage of the same kernel, kept as
+its own parallel vectorised loop), Wp int8 / int16, C int32.  Register tile ``mr`` rows x
+``nr`` columns of i32 accumulators; on x86 the inner step over (``lanes`` columns, 2 k) is
+tensorized as one ``vpmaddwd`` (AVX2 ymm / AVX-512BW zmm): a row's i16 pair broadcast
+straight from memory (one ``vpbroadcastd``), ``lanes`` x 2 weights sign-extended to i16,
+products summed pair-wise into i32 lanes: exact for every u8 / s8 combination (no
+``vpmaddubsw`` saturation; widening A inside the step cost 3 more instructions per row).  LLVM
 does not form ``vpmaddwd`` from the plain i32 loop (it emits ``vpmulld``, 1/2 the rate), so
 the step is written with the LLVM intrinsic.  Other targets get the same tile as plain
 vectorised i32 code.  The epilogue (zero-point column sums, and what FuseOps fused after it:
@@ -69,8 +71,8 @@ def dot_intrin(kind: str, a_dtype: str, b_dtype: str) -> tuple:
 
 def match_int_matmul(sch):
     """(block rv, nr, A dtype, Wp dtype) of the only reduction block when it reduces over
-    (ko, ki) (``S..SRR``) into an int32 buffer indexed by its spatial iters, reading an 8-bit
-    ``A[.., i, ko * 2 + ki]`` and ``Wp[j // nr, ko, j % nr, ki]``; else None."""
+    (ko, ki) (``S..SRR``) into an int32 buffer indexed by its spatial iters, reading an
+    int16 ``A[.., i, ko * 2 + ki]`` and ``Wp[j // nr, ko, j % nr, ki]``; else None."""
     found = common.only_reduction(sch)
     if found is None:
         return None
@@ -94,7 +96,7 @@ def match_int_matmul(sch):
                 and _is(idx[0], tirx.FloorDiv, j, shape[2]) and idx[1].same_as(ko)
                 and _is(idx[2], tirx.FloorMod, j, shape[2]) and idx[3].same_as(ki)):
             nr, w_dtype = int(shape[2]), str(r.source.dtype)
-        elif len(idx) >= 2 and idx[-2].same_as(i) and str(r.source.dtype) in ("uint8", "int8"):
+        elif len(idx) >= 2 and idx[-2].same_as(i) and str(r.source.dtype) == "int16":
             a_dtype = str(r.source.dtype)
     if nr is None or a_dtype is None or w_dtype not in ("int8", "int16", "uint8"):
         return None
@@ -123,7 +125,13 @@ class MatmulInt8(MatchingCPURule):
             kind, lanes = None, common.lanes_fp32(target)
             if nr % lanes:
                 return None
-        pads, after, tail = common.inline_around(sch, mm, keep_pads=False)
+        a16 = [b for b in sch.get_producers(mm) if sch.get(b).name_hint.endswith("_a16")]
+        if len(a16) != 1:
+            return None
+        # the widened activation stays a stage of its own: inlined, the tensorized step
+        # would no longer read a plain i16 buffer
+        a16 = sch.get(a16[0]).name_hint
+        pads, after, tail = common.inline_around(sch, mm, keep_pads=False, keep=(a16,))
         loops = sch.get_loops(mm)
         *bat, i, j, ko, ki = loops
         ext = [common.const_extent(sch, lp) for lp in loops]
