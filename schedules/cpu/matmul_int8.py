@@ -142,15 +142,18 @@ class MatmulInt8(MatchingCPURule):
         io, ii = sch.split(i, [None, it])
         jo, jv, jl = sch.split(j, [None, nv, lanes])
         # panels outer (a K x nr panel stays in L2 across the row tiles), as cpu.matmul_packed
-        sch.reorder(*bat, jo, io, ko, ii, jv, jl, ki)
+        # tensorized: (lanes, k pair) is the intrinsic's block; else the k pair outside the
+        # lanes, each step a broadcast times a vector
+        inner = (jl, ki) if kind is not None else (ki, jl)
+        sch.reorder(*bat, jo, io, ko, ii, jv, *inner)
         wb, rest = common.write_back_at(sch, mm, io, tail, pads, after)
         common.parallel(sch, [*bat, jo, io], ncores)
+        if kind is None:  # before decompose_reduction, as cpu.matmul_packed
+            sch.unroll(ki)
+            sch.vectorize(jl)
         init = sch.decompose_reduction(mm, ko)
         if kind is not None:
             sch.tensorize(jl, dot_intrin(kind, a_dtype, w_dtype)[0])
-        else:
-            sch.unroll(ki)
-            sch.vectorize(jl)
         sch.unroll(jv)
         sch.unroll(ii)
         _vectorize_inner(sch, init, lanes)
