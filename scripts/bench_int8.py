@@ -97,7 +97,31 @@ def main(argv=None) -> int:
           f"(min {r['onnxruntime']['min_ms']:.2f}): ratio {r['ratio']:.2f}x; "
           f"outputs max|diff| {max(r['max_abs_diff']):.3e}, allclose(1e-4) {r['allclose']}; "
           f"load after: {os.getloadavg()[0]:.1f}")
+    accuracy(qpath, so, os.path.join(args.cache, f"{name}_s{args.seq}_dynq.onnx.float.onnx"))
     return 0
+
+
+def accuracy(qpath: str, so: str, fpath: str) -> None:
+    """Largest |difference| relative to the largest |reference| of the first output: onnxc
+    against onnxruntime on the quantized model, each against onnxruntime on the float one
+    (the workers' seeded inputs)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import runtime
+    from compiler.tools.bench import random_feeds
+
+    sess = runtime.load(so)
+    feeds = random_feeds([(i.name, i.shape, i.dtype) for i in sess.get_inputs()])
+    ours = sess.run(None, feeds)[0]
+    q, f = (ort.InferenceSession(p, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+            for p in (qpath, fpath))
+
+    def rel(a, b):
+        return float(np.abs(a.astype(np.float64) - b).max() / np.abs(b).max())
+
+    print(f"max rel diff (of max |ref|): onnxc vs onnxruntime int8 {rel(ours, q):.2e}; "
+          f"vs float model: onnxc {rel(ours, f):.2e}, onnxruntime int8 {rel(q, f):.2e}")
 
 
 if __name__ == "__main__":
