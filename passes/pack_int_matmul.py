@@ -11,8 +11,8 @@ subtractions, a stage of the same kernel) rather than corrected afterwards with 
 column sums (``sum a W - za sum W``, M x N work in the epilogue and one more constant): the
 products are exact either way (|a - za| <= 255, |W| <= 255, a pair sums to < 2^17).  B's
 zero point is already in W, so its ``zb sum_k a`` term never arises.  An odd K gets a zero
-row in W and a zero column in ``a16``; N not a multiple of ``panel`` zero columns, dropped
-by a second stage.  FuseOps then fuses the dequantisation (cast, scale multiply, bias add)
+row in W and a zero column in ``a16``; N not a multiple of ``panel`` zero columns, and an
+M with no register-tile divisor (197) zero rows in ``a16``, both dropped by a second stage.  FuseOps then fuses the dequantisation (cast, scale multiply, bias add)
 after the matmul: one f32 kernel per MatMulInteger.  Runs after fold_constants.
 """
 
@@ -50,34 +50,49 @@ class PackIntMatmul(GraphPass):
         return out
 
 
-def matmul_int_packed(a, za, wp, n: int):
-    """TE compute.  ``a16[.., i, k] = int16(a[.., i, k]) - int16(za)`` (0 for k >= K, K odd),
-    then ``out[.., i, j] = sum_{ko, ki} int32(a16[.., i, 2 ko + ki]) * int32(wp[j // nr, ko,
-    j % nr, ki])``, j < ``n`` (the last panel's zero columns dropped by a second stage).
+def matmul_int_packed(a, za, wp, n: int, rows: int = 1):
+    """TE compute.  ``a16[.., i, k] = int16(a[.., i, k]) - int16(za)`` (0 for k >= K, K odd,
+    and for i >= M when ``rows`` > 1 pads M up to a multiple of it), then ``out[.., i, j] =
+    sum_{ko, ki} int32(a16[.., i, 2 ko + ki]) * int32(wp[j // nr, ko, j % nr, ki])``; a
+    second stage drops the padded rows and the last panel's zero columns (j >= ``n``).
     ``za`` is a scalar tensor or None."""
     *bat, m, kk = a.shape
     no, k2, nr, _ = (int(d) for d in wp.shape)
-    kk = int(kk)
+    kk, m = int(kk), int(m)
+    mp = -(-m // rows) * rows
 
     def widen(*idx):
-        v = a[idx].astype("int16")
+        i, k = idx[-2:]
+        v = a[(*idx[:-2], te.min(i, m - 1) if mp != m else i, k)].astype("int16")
         if za is not None:
             v = v - za().astype("int16")
-        return v if kk == 2 * k2 else te.if_then_else(idx[-1] < kk, v, tvm.tirx.const(0, "int16"))
+        inside = [c for c, pad in ((k < kk, kk != 2 * k2), (i < m, mp != m)) if pad]
+        if not inside:
+            return v
+        cond = inside[0] if len(inside) == 1 else tvm.tirx.all(*inside)
+        return te.if_then_else(cond, v, tvm.tirx.const(0, "int16"))
 
-    a16 = te.compute((*bat, m, 2 * k2), widen, name="matmul_int_a16")
+    a16 = te.compute((*bat, mp, 2 * k2), widen, name="matmul_int_a16")
     ko = te.reduce_axis((0, k2), "ko")
     ki = te.reduce_axis((0, 2), "ki")
     acc = te.compute(
-        (*bat, m, no * nr),
+        (*bat, mp, no * nr),
         lambda *idx: te.sum(
             a16[(*idx[:-1], ko * 2 + ki)].astype("int32")
             * wp[te.indexdiv(idx[-1], nr), ko, te.indexmod(idx[-1], nr), ki].astype("int32"),
             axis=[ko, ki]),
         name="matmul_int")
-    if n == no * nr:
+    if n == no * nr and mp == m:
         return acc
-    return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cols")
+    return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cut")
+
+
+def pad_rows(m: int) -> int:
+    """4 when M > 12 has no divisor in 4..6 (37, 197: the rule's register tile takes a
+    divisor of M within its 12 accumulators and would fall to 1-row tiles), else 1."""
+    if m <= 12 or any(m % d == 0 for d in range(4, 7)):
+        return 1
+    return 4
 
 
 def pack_int(w: np.ndarray, nr: int) -> np.ndarray:
@@ -173,4 +188,4 @@ def _packed(m, df, call, panel: int):
     elif za is not None:
         za = m.visit_expr(za)
     return m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),
-                              primfunc_name_hint="matmul_integer")
+                              pad_rows(shape[-2]), primfunc_name_hint="matmul_integer")

@@ -10,7 +10,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 import compiler
-from passes.pack_int_matmul import RULE, pack_int
+from passes.pack_int_matmul import RULE, pack_int, pad_rows
 
 NP = {"uint8": np.uint8, "int8": np.int8}
 ONNX = {"uint8": TP.UINT8, "int8": TP.INT8}
@@ -71,11 +71,16 @@ def test_pack_int_layout_dtype_and_padding():
     assert pack_int(w * 3, 16).dtype == np.int16       # u8 weights minus a zero point
 
 
+def test_pad_rows_only_without_a_register_tile_divisor():
+    assert [pad_rows(m) for m in (128, 78, 12, 7, 1, 37, 77, 197)] == [1, 1, 1, 1, 1, 4, 4, 4]
+
+
 @pytest.mark.parametrize("m,k,n,wtype,per_channel,bias", [
     (1, 768, 768, "int8", False, True),      # M = 1 (one row tile)
     (7, 65, 100, "uint8", False, True),      # odd K, N not whole panels, u8 weights + zp
     (128, 768, 100, "int8", True, False),    # per-column weight zero points, no bias
     (128, 65, 768, "uint8", True, True),     # u8 per-column zero points, odd K
+    (37, 96, 40, "int8", False, True),       # prime M: rows padded to 40 (pad_rows)
 ])
 def test_dynamic_quantized_matmul_matches_ort(m, k, n, wtype, per_channel, bias):
     rng = np.random.default_rng(0)
