@@ -24,6 +24,10 @@ FUSE = relax.transform.FuseOps()
 def graph_passes() -> list:
     """Our Relax graph passes, in order (fresh instances per compile)."""
     return [
+        # QDQ matmuls (DQ(x) @ DQ(W), W a constant 8-bit weight) => int32 matmul * scales,
+        # the MatMulInteger form pack_int_matmul packs; first: fold_constants would fold
+        # DQ(W) into a float weight
+        passes.QdqMatmulInteger(),
         # weight reshapes/casts and shape arithmetic on initializers become constants,
         # so no kernel recomputes them on every run
         passes.FoldConstants(),

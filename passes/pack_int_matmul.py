@@ -108,24 +108,44 @@ def pack_int(w: np.ndarray, nr: int) -> np.ndarray:
 
 
 def _activation(df, x):
-    """(a, za or None) when ``x`` is ``astype(a, i32) - astype(za, i32)`` or ``astype(a,
-    i32)`` with ``a`` 8-bit and ``za`` a one-element 8-bit tensor; else None."""
+    """(a, za or None) when ``x`` is ``astype(a, i32) - za`` or ``astype(a, i32)`` with ``a``
+    8-bit and ``za`` a one-element tensor: ``astype(z, i32)`` of an 8-bit ``z`` (a ``[1]``
+    one reshaped, as ("reshape", z)), or an integer constant (as a numpy scalar of ``a``'s
+    type); else None."""
     za = None
     sub = df.call(x, "subtract")
     if sub is not None:
         x, z = sub.args
         zc = df.call(z, "astype")
         z = zc.args[0] if zc is not None else z
+        inner = df.call(z, "reshape")
+        if inner is not None and _size(inner.args[0]) == 1:
+            z = inner.args[0]
         shape = _static(z)
-        if str(z.ty.dtype) not in _BYTE or shape is None or int(np.prod(shape)) != 1:
+        if shape is None or int(np.prod(shape)) != 1:
             return None
-        za = z if not shape else None
-        if za is None:  # a [1] zero point: reshaped to a scalar by the caller
-            za = ("reshape", z)
+        if str(z.ty.dtype) in _BYTE:
+            za = z if not shape else ("reshape", z)
+        else:
+            za = _int_const(df, z)
+            if za is None:
+                return None
+            za = int(za.reshape(-1)[0])
     cast = df.call(x, "astype")
     if cast is None or str(cast.args[0].ty.dtype) not in _BYTE:
         return None
-    return cast.args[0], za
+    a = cast.args[0]
+    if isinstance(za, int):
+        info = np.iinfo(str(a.ty.dtype))
+        if not info.min <= za <= info.max:
+            return None
+        za = np.array(za, str(a.ty.dtype))
+    return a, za
+
+
+def _size(x):
+    shape = _static(x)
+    return None if shape is None else int(np.prod(shape))
 
 
 def _int_const(df, x, depth: int = 0):
@@ -185,6 +205,8 @@ def _packed(m, df, call, panel: int):
     a = m.visit_expr(a)
     if isinstance(za, tuple):
         za = m.builder_.emit(relax.op.reshape(m.visit_expr(za[1]), []))
+    elif isinstance(za, np.ndarray):
+        za = relax.const(za)
     elif za is not None:
         za = m.visit_expr(za)
     return m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),
