@@ -92,3 +92,13 @@ def test_host_assembly_has_vpmaddwd_and_result_is_exact(m, k, n, a_dtype, w_dtyp
     w = wp.astype(np.int64).transpose(1, 3, 0, 2).reshape(-1, wp.shape[0] * 16)[:k, :n]
     exact = ((a.astype(np.int64) - int(za)) @ w).astype(np.float32) * 0.5
     np.testing.assert_array_equal(out.numpy(), exact)
+
+
+def test_avx512_vnni_target_gets_vpdpwssd():
+    # on AVX512-VNNI LLVM fuses the step's vpmaddwd + vpaddd into vpdpwssd (assembly only:
+    # nothing runs, so any host checks it)
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu",
+                                "mcpu": "cascadelake", "num-cores": 2})
+    f, _ = kernel(32, 128, 32)
+    asm = tvm.compile(MatmulInt8().apply(f, target).mod, target=target).mod.inspect_source("asm")
+    assert "vpdpwssd" in asm and "vpmaddwd" not in asm
