@@ -7,7 +7,10 @@ its own parallel vectorised loop), Wp int8 / int16, C int32.  Register tile ``mr
 tensorized as one ``vpmaddwd`` (AVX2 ymm / AVX-512BW zmm): a row's i16 pair broadcast
 straight from memory (one ``vpbroadcastd``), ``lanes`` x 2 weights sign-extended to i16,
 products summed pair-wise into i32 lanes: exact for every u8 / s8 combination (no
-``vpmaddubsw`` saturation; widening A inside the step cost 3 more instructions per row).  LLVM
+``vpmaddubsw`` saturation; widening A inside the step cost 3 more instructions per row).
+On AVX512-VNNI targets LLVM fuses the step's ``vpmaddwd`` + ``vpaddd`` into ``vpdpwssd``
+(checked in the assembly; ``vpdpbusd``, four u8 x s8 products per lane, would need
+[K/4, 16, 4] panels and u8 activations: not done).  LLVM
 does not form ``vpmaddwd`` from the plain i32 loop (it emits ``vpmulld``, 1/2 the rate), so
 the step is written with the LLVM intrinsic.  Other targets get the same tile as plain
 vectorised i32 code.  The epilogue (zero-point column sums, and what FuseOps fused after it:
