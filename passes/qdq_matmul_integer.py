@@ -1,7 +1,7 @@
 """matmul(DQ(xq, sx, zx), DQ(Wq, sw, zw)) => float32(matmul_int32(xq - zx, Wq - zw)) * (sx * sw).
 
 QDQ models (``quantize_static``) compute a quantized MatMul / Gemm as a float matmul of
-dequantized operands.  With ``Wq`` a constant 8-bit weight (zero point and scale per tensor
+dequantized operands (Gemm's transB: of the transposed dequantized weight).  With ``Wq`` a constant 8-bit weight (zero point and scale per tensor
 or per output column) and ``xq`` an 8-bit activation with a per-tensor scale and zero
 point, the product is rewritten in the form TVM's MatMulInteger converter emits, so that
 ``pack_int_matmul`` packs it onto the integer kernel (``cpu.matmul_int8``) and FuseOps fuses
@@ -55,6 +55,13 @@ def _integer(m, df, call):
     if str(call.ty.dtype) != "float32":
         return None
     x, w = call.args
+    # Gemm(transB=1) imports as matmul(A, permute_dims(DQ(Wq [N, K])))
+    tr = df.call(w, "permute_dims")
+    if tr is not None:
+        axes = tr.attrs.axes
+        if axes is None or [int(a) for a in axes] != [1, 0]:
+            return None
+        w = tr.args[0]
     dx, dw = df.call(x, "dequantize"), df.call(w, "dequantize")
     if dx is None or dw is None:
         return None
@@ -63,6 +70,9 @@ def _integer(m, df, call):
     wq_c, sw_c, zw_c = df.const(wq), df.const(sw), df.const(zw)
     if wq_c is None or sw_c is None or zw_c is None or wq_c.ndim != 2:
         return None
+    col_axis = (1, -1)
+    if tr is not None:  # [N, K] stored: its columns of the product are axis 0
+        wq_c, col_axis = wq_c.T, (0, -2)
     k, n = wq_c.shape
     if str(xq.ty.dtype) not in _BYTE or str(wq_c.dtype) not in _BYTE:
         return None
@@ -70,7 +80,7 @@ def _integer(m, df, call):
         return None
     # the weight's scale / zero point: per tensor, or per output column (axis 1 of [K, N])
     per_col = sw_c.size == n and n > 1
-    if not (sw_c.size == 1 or (per_col and int(dw.attrs.axis) in (1, -1))):
+    if not (sw_c.size == 1 or (per_col and int(dw.attrs.axis) in col_axis)):
         return None
     if zw_c.size not in (1, n) or (zw_c.size == n > 1 and not per_col):
         return None

@@ -88,6 +88,35 @@ def test_full_range_weights_exact():
     assert np.abs(got - exact).max() <= 0.05 + 1e-6 and np.mean(got != exact) < 0.02
 
 
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_qdq_gemm_trans_b_with_bias(per_channel):
+    rng = np.random.default_rng(4)
+    m, k, n = 5, 48, 24
+    wq = rng.integers(-64, 64, (n, k)).astype(np.int8)           # Gemm's [N, K] weight
+    sw = ((rng.random(n) * 0.01 + 0.002) if per_channel else np.array(0.005)).astype(np.float32)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dqx"),
+             helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], name="dqw",
+                              axis=0),
+             helper.make_node("Gemm", ["xd", "wd", "b"], ["y"], name="gemm", transB=1)]
+    inits = {"sx": np.array(0.02, np.float32), "zx": np.array(128, np.uint8), "wq": wq,
+             "sw": sw, "zw": np.zeros(n if per_channel else (), np.int8),
+             "b": rng.standard_normal(n).astype(np.float32)}
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [m, k])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [m, n])],
+                          [numpy_helper.from_array(np.asarray(v), name)
+                           for name, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["rewrites"] == {RULE: 1}
+    assert cm.report["schedules"].get("cpu.matmul_int8") == 1
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], ref, rtol=1e-4,
+                               atol=1e-4 * np.abs(ref).max())
+
+
 def test_non_constant_weight_is_left_alone():
     rng = np.random.default_rng(2)
     wq = rng.integers(-64, 64, (32, 16)).astype(np.int8)
