@@ -17,7 +17,7 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, nodes_of, rewrite_calls
+from .dataflow import Match, rewrite_matches
 
 RULE = "matmul(DQ(xq), DQ(Wq)) => float32(matmul_int32(xq - zx, Wq - zw)) * sx * sw"
 _BYTE = ("uint8", "int8")
@@ -31,14 +31,9 @@ class QdqMatmulInteger(GraphPass):
     opt_level = 2
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        df = Dataflow(mod)
-        out, rewritten = rewrite_calls(mod, "relax.matmul", lambda m, call: _integer(m, df, call))
-        if rewritten:
-            report.rewrites[RULE] = len(rewritten)
-            names = report.node_names
-            report.nodes = [names[k] if k < len(names) else v.name
-                            for v in rewritten for k in nodes_of(v.name) or [len(names)]]
-        return out
+        # the dequantized activation may feed other matmuls (Q, K, V): only the matmul is
+        # replaced, so the match holds its root alone
+        return rewrite_matches(mod, report, _match, _plan)
 
 
 def _size(x) -> int | None:
@@ -51,8 +46,9 @@ def _size(x) -> int | None:
         return None
 
 
-def _integer(m, df, call):
-    if str(call.ty.dtype) != "float32":
+def _match(df, var):
+    call = df.call(var, "matmul")
+    if call is None or str(call.ty.dtype) != "float32":
         return None
     x, w = call.args
     # Gemm(transB=1) imports as matmul(A, permute_dims(DQ(Wq [N, K])))
@@ -71,14 +67,14 @@ def _integer(m, df, call):
     if wq_c is None or sw_c is None or zw_c is None or wq_c.ndim != 2:
         return None
     col_axis = (1, -1)
-    if tr is not None:  # [N, K] stored: its columns of the product are axis 0
+    if tr is not None:  # [N, K] stored: the product's columns are its axis 0
         wq_c, col_axis = wq_c.T, (0, -2)
     k, n = wq_c.shape
     if str(xq.ty.dtype) not in _BYTE or str(wq_c.dtype) not in _BYTE:
         return None
     if _size(sx) != 1 or _size(zx) != 1 or sw_c.dtype != np.float32:
         return None
-    # the weight's scale / zero point: per tensor, or per output column (axis 1 of [K, N])
+    # the weight's scale / zero point: per tensor, or per output column
     per_col = sw_c.size == n and n > 1
     if not (sw_c.size == 1 or (per_col and int(dw.attrs.axis) in col_axis)):
         return None
@@ -88,10 +84,18 @@ def _integer(m, df, call):
     if xs is None or len(xs) < 2 or int(xs[-1]) != k:
         return None
     w32 = wq_c.astype(np.int32) - zw_c.astype(np.int32).reshape(1, -1 if zw_c.size > 1 else 1)
-    bb = m.builder_
-    a = relax.op.subtract(relax.op.astype(m.visit_expr(xq), "int32"),
-                          relax.op.astype(relax.op.reshape(m.visit_expr(zx), []), "int32"))
-    acc = bb.emit(relax.op.matmul(bb.emit(a), relax.const(w32), out_dtype="int32"))
-    scale = relax.op.multiply(relax.op.reshape(m.visit_expr(sx), []),
-                              relax.const(sw_c.reshape(-1) if per_col else sw_c.reshape(())))
-    return relax.op.multiply(relax.op.astype(acc, "float32"), scale)
+    scale = sw_c.reshape(-1) if per_col else sw_c.reshape(())
+    return Match(RULE, var, info={"xq": xq, "sx": sx, "zx": zx, "w32": w32, "sw": scale})
+
+
+def _plan(m):
+    i = m.info
+
+    def build(em):
+        a = em.emit(relax.op.subtract(
+            relax.op.astype(i["xq"], "int32"),
+            relax.op.astype(relax.op.reshape(i["zx"], []), "int32")))
+        acc = em.emit(relax.op.matmul(a, relax.const(i["w32"]), out_dtype="int32"))
+        scale = relax.op.multiply(relax.op.reshape(i["sx"], []), relax.const(i["sw"]))
+        return relax.op.multiply(relax.op.astype(acc, "float32"), scale)
+    return build
