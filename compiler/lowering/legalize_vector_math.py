@@ -59,6 +59,29 @@ def _legalize_gelu(bb, call):
     return out
 
 
+ROW_CHUNK = 16
+"""Rows are reduced over a multiple of this many elements, then over the rest: a multiple
+of every CPU's fp32 vector (4 / 8 / 16 lanes), so cpu.row_reduction can keep vector
+partial sums over the first part of a row of any length (197 tokens, Whisper's 1500)."""
+
+
+def _row_reduce(reducer, combine, a, rows, n, name):
+    """``reducer`` over the last axis of ``a``: for a constant row whose length is not a
+    multiple of ``ROW_CHUNK``, over ``[0, n - n % ROW_CHUNK)`` (``name``) and over the
+    ``n % ROW_CHUNK`` remaining elements (``name_tail``), the two joined per row by
+    ``combine`` (``name_row``): the first part splits into whole vectors, the tail is a short
+    scalar loop.  (TE drops a reduction's ``init=``, so the tail cannot start from the head.)"""
+    tail = int(n) % ROW_CHUNK if isinstance(n, tirx.IntImm) else 0
+    main = int(n) - tail if tail and int(n) > ROW_CHUNK else n  # short rows: one reduction
+    k = te.reduce_axis((0, main), name="k")
+    head = te.compute(rows, lambda *r: reducer(a(*r, k), axis=k), name=name)
+    if main is n:
+        return head
+    j = te.reduce_axis((0, tail), name="j")
+    rest = te.compute(rows, lambda *r: reducer(a(*r, j + main), axis=j), name=name + "_tail")
+    return te.compute(rows, lambda *r: combine(head(*r), rest(*r)), name=name + "_row")
+
+
 def _softmax(bb, call):
     x = call.args[0]
     ndim = x.ty.ndim
@@ -67,12 +90,10 @@ def _softmax(bb, call):
 
     def te_softmax(a):
         *rows, n = a.shape
-        k = te.reduce_axis((0, n), name="k")
-        mx = te.compute(rows, lambda *r: te.max(a(*r, k), axis=k), name="T_softmax_maxelem")
+        mx = _row_reduce(te.max, tirx.max, a, rows, n, "T_softmax_maxelem")
         e = te.compute(a.shape, lambda *i: exp_nonpositive_f32(a(*i) - mx(*i[:-1])),
                        name="T_softmax_exp")
-        k2 = te.reduce_axis((0, n), name="k")
-        s = te.compute(rows, lambda *r: te.sum(e(*r, k2), axis=k2), name="T_softmax_expsum")
+        s = _row_reduce(te.sum, lambda u, v: u + v, e, rows, n, "T_softmax_expsum")
         # times the reciprocal (as onnxruntime): one division per row, hoisted out of the
         # row's loop, instead of one per element (vdivps: a quarter of vmulps' throughput)
         one = tirx.const(1.0, "float32")

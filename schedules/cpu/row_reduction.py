@@ -15,6 +15,8 @@ inlined.  The summation order changes (partial sums: more accurate than one seri
 
 from __future__ import annotations
 
+from tvm import tirx
+
 from ..base import MatchingCPURule
 from . import common
 
@@ -65,9 +67,20 @@ def _reduces_rows(block, nrow: int) -> bool:
         return False
     for r in block.reads:
         idx = common.region_vars(r)
-        if not (common.same_vars(idx, rows) or common.same_vars(idx, [*rows, k])):
+        if not (common.same_vars(idx, rows) or (common.same_vars(idx[:-1], rows)
+                                                and len(idx) == nrow + 1
+                                                and _is_k_plus_const(idx[-1], k))):
             return False
     return True
+
+
+def _is_k_plus_const(expr, k) -> bool:
+    """``k`` or ``k + c``: a row's tail read from a constant offset (a row of 197 reduced
+    over 192 elements, then the last 5; compiler/lowering/legalize_vector_math.py)."""
+    if expr.same_as(k):
+        return True
+    return (isinstance(expr, tirx.Add) and expr.a.same_as(k)
+            and isinstance(expr.b, tirx.IntImm))
 
 
 class RowReduction(MatchingCPURule):
