@@ -137,17 +137,30 @@ def _is_rf(block) -> bool:
 
 
 def _vectorize_inner(sch, blk, lanes):
+    """Vectorise a row's elementwise loop ``ROW_VECTORS`` (or fewer) vectors per iteration:
+    independent vectors overlap the latency of exp's polynomial chain (one vector per
+    iteration ran 12x128x128 softmax at 0.24 ms, four at 0.17-0.20 ms, znver3 time_evaluator).
+    A row that is no whole number of vectors (197 tokens) stays a plain loop, which LLVM
+    vectorises and interleaves with its own scalar tail: whole vectors then a scalar tail by
+    ``loop_partition`` ran slower (1.11-1.20 vs 0.89 ms, 12x197x197) and a predicated split
+    is scalarised lane by lane (2x slower)."""
     loops = sch.get_loops(blk)
     if len(loops) < 2:
         return
     ext = common.const_extent(sch, loops[-1])
     if ext is None or ext < 2:
         return
-    if ext % lanes == 0 and ext > lanes:
-        _, v = sch.split(loops[-1], [None, lanes])
-        sch.vectorize(v)
-    elif ext <= lanes:
+    if ext <= lanes:
         sch.vectorize(loops[-1])
-    # else (197 tokens): left a plain loop, which LLVM vectorises with its own scalar tail.
-    # Whole vectors then a scalar tail by loop_partition ran slower (12x197x197 softmax
-    # 1.11-1.20 vs 0.89 ms, time_evaluator, znver3); a predicated split scalarises (2x).
+        return
+    width = next((v * lanes for v in (ROW_VECTORS, 2, 1) if ext % (v * lanes) == 0), None)
+    if width is None:
+        return
+    if ext > width:
+        _, v = sch.split(loops[-1], [None, width])
+        sch.vectorize(v)
+    else:
+        sch.vectorize(loops[-1])
+
+
+ROW_VECTORS = 4
