@@ -10,12 +10,13 @@ TVM's own ``topi.fast_erf`` vectorises but is off by up to 3.7e-7 near |x| = 4 (
 * ``|x| < 0.921875``: ``erf(x) = x * P(x^2)``, P of degree 5 (relative error 1.6e-8);
 * above: ``erf(|x|) = 1 - exp(Q(|x|))`` with Q of degree 8 fitted to ``log(erfc(t))``
   on [0.921875, 3.92] (absolute error 9e-9), and exp by range reduction to
-  ``r in [-ln2/2, ln2/2]``, a degree-6 polynomial and ``2^n`` built in the exponent bits;
+  ``r in [-ln2/2, ln2/2]``, a degree-6 polynomial and ``2^(n+24)`` built in the exponent bits
+  times ``2^-24``;
   beyond 3.92, ``1 - erfc`` rounds to 1.0f anyway.
 
 Both branches are computed and one selected, so the loop body has no branch.  Softmax's
 exp only ever sees ``x - max(x) <= 0``: the same exp, subnormal results down to
-``exp(-103.97)`` (``2^n`` applied in two normal halves), ``-inf`` and anything below giving
+``exp(-103.97)`` (``2^(n+24)`` normal, then one rounding ``* 2^-24``), ``-inf`` and anything below giving
 0, NaN staying NaN.  The primitives live in ``passes/math_f32.py`` (the stable sigmoid
 pass uses the exp too).  Measured against float64 on
 [-12, 12]: erf within 1.2e-7, GELU within 5e-7 (as the float32 rounding of libm's),
