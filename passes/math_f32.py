@@ -76,7 +76,7 @@ def erf_f32(x):
 
 def exp_nonpositive_f32(x):
     """exp of a float32 PrimExpr known to be <= 0 (or -inf, NaN), vectorisable."""
-    lo = const(-103.98)  # exp(lo) is below half the smallest subnormal: 0
-    val = _exp_negative(tirx.max(x, lo))
-    val = tirx.Select(x < lo, const(0.0), val)
+    # exp(-103.98) = 0.496 * 2^-149 rounds to 0 in _exp_negative's one rounding: clamping
+    # -inf and anything below to it gives exactly 0 (no select on x < lo)
+    val = _exp_negative(tirx.max(x, const(-103.98)))
     return tirx.Select(tirx.isnan(x), x, val)  # NaN in, NaN out
