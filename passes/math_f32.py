@@ -77,6 +77,8 @@ def erf_f32(x):
 def exp_nonpositive_f32(x):
     """exp of a float32 PrimExpr known to be <= 0 (or -inf, NaN), vectorisable."""
     # exp(-103.98) = 0.496 * 2^-149 rounds to 0 in _exp_negative's one rounding: clamping
-    # -inf and anything below to it gives exactly 0 (no select on x < lo)
-    val = _exp_negative(tirx.max(x, const(-103.98)))
-    return tirx.Select(tirx.isnan(x), x, val)  # NaN in, NaN out
+    # -inf and anything below to it gives exactly 0.  The clamp is a select that keeps a
+    # NaN (NaN < lo is false): NaN then flows through the polynomial, NaN out, with no
+    # isnan select (x86: one vmaxps with NaN-keeping operand order)
+    lo = const(-103.98)
+    return _exp_negative(tirx.Select(x < lo, lo, x))
