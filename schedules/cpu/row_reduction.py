@@ -11,6 +11,9 @@ step, and a short write-back sums them.  rfactor runs before ``compute_at`` (it 
 reduction to be the first child of its loop).  Every block is then computed per row,
 rows in parallel, elementwise row blocks vectorised; per-row scalars (the mean) are
 inlined.  The summation order changes (partial sums: more accurate than one serial sum).
+Odd rows: onnxc's softmax reduces a row of 197 over 192 elements then the last 5
+(``legalize_vector_math``); the 192 split here, the tail (``k + 192`` reads) stays a short
+scalar loop.  Elementwise row loops of an odd length run whole vectors, then a scalar loop.
 """
 
 from __future__ import annotations
