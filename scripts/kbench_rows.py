@@ -1,7 +1,11 @@
-"""In-process single-thread kernel timing: onnxc session (bind_io) vs ORT, best/median of N."""
+"""In-process single-thread kernel timing: onnxc session (bind_io) vs ORT, best/median of N.
+
+Usage (from the repository root): ``N=100 python scripts/kbench_rows.py softmax_vit
+softmax_bert softmax_16x4096 layernorm_197x768`` (case names from scripts/kernel_grid.py)."""
 import os, sys, time, numpy as np
 os.environ.setdefault("TVM_NUM_THREADS", "1")
-sys.path.insert(0, "/work/wt-rows"); sys.path.insert(0, "/work/wt-rows/scripts")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT); sys.path.insert(0, os.path.join(_ROOT, "scripts"))
 import kernel_grid as kg, compiler, runtime, onnxruntime as ort
 from runtime.instruments import SessionOptions
 from runtime.session import _aligned_bytes
