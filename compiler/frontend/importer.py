@@ -26,11 +26,13 @@ def graph_inputs(model: onnx.ModelProto) -> list:
     return [vi for vi in model.graph.input if vi.name not in inits]
 
 
-def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None) -> list[dict]:
+def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None,
+                    symbolic: bool = False) -> list[dict]:
     """[{name, shape, dtype}] of the user-fed inputs.
 
     ``shapes`` ({name: [dims]}) fixes symbolic dimensions; a symbolic dimension left open
-    is refused with the input's name.
+    is refused with the input's name, unless ``symbolic``: then it stays its ``dim_param``
+    name (a str in ``shape``; an unnamed one is refused, it cannot be bound or ranged).
     """
     shapes = shapes or {}
     sig = []
@@ -41,6 +43,9 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None) -
             if vi.name in shapes:
                 dims = [int(x) for x in shapes[vi.name]]
                 break
+            if not d.HasField("dim_value") and symbolic and d.dim_param:
+                dims.append(d.dim_param)
+                continue
             if not d.HasField("dim_value"):
                 raise UnsupportedError(
                     f"{where}: input {vi.name!r} has a symbolic dimension "
@@ -98,13 +103,22 @@ def refuse_unsupported(model, where: str, target_arch: str | None = None) -> Non
 
 
 def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str | None = None,
-                shapes=None):
+                shapes=None, symbolic: bool = False):
     """Convert a validated model to a Relax IRModule whose ``main`` takes the graph inputs
     (in the model's order) and returns the graph outputs (a tuple when there are several).
+
+    ``symbolic``: a symbolic input dimension becomes a ``tirx.Var`` (int64) named after its
+    ``dim_param``, one Var per name shared by every input that uses it.
     """
+    from tvm import tirx
+
     refuse_unsupported(model, where, target_arch)
     model, elem_types = storage_model(model)  # narrow types as codes (narrow_import.py)
-    sig = input_signature(model, where, shapes)
+    sig = input_signature(model, where, shapes, symbolic)
+    dim_vars: dict = {}
+    for s in sig:
+        s["shape"] = [dim_vars.setdefault(d, tirx.Var(d, "int64")) if isinstance(d, str)
+                      else d for d in s["shape"]]
     importer = _Importer({s["name"]: s["shape"] for s in sig},
                          {s["name"]: s["dtype"] for s in sig})
     importer.where = where
