@@ -35,6 +35,7 @@ def _add_compile(sub):
                    help="write the IR after each pass as DIR/NNN_<pass>.txt")
     p.add_argument("--report", default=None, metavar="REPORT.json")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=MIN..MAX[:OPT]",
+                   type=_dim_arg,
                    help="range of a symbolic input dimension (dim_param): one artifact serves "
                         "every value in it, the arena is planned for MAX, OPT (default MAX) is "
                         "what the report's FLOPs assume; undeclared dims get 1..128")
@@ -161,15 +162,21 @@ def cmd_compile(args) -> int:
     return 0
 
 
-def _parse_dims(items) -> dict | None:
+def _dim_arg(text: str) -> tuple:
+    """argparse type of --dim: a malformed range is a bad argument (exit 2)."""
+    import argparse
+
     from compiler.lowering.symbolic import parse_dim_option
 
+    try:
+        return parse_dim_option(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _parse_dims(items) -> dict | None:
     dims = {}
-    for item in items:
-        try:
-            name, rng = parse_dim_option(item)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+    for name, rng in items:
         if name in dims:
             raise UsageError(f"--dim {name} given twice")
         dims[name] = rng

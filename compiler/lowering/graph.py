@@ -216,15 +216,23 @@ def _flops(func, binding: dict | None = None) -> int:
 
 
 def bind_dims(func, binding: dict):
-    """``func`` with its symbolic dims (the Vars named in ``binding``) replaced by values."""
-    vmap = {}
-    for buf in func.buffer_map.values():
-        for d in buf.shape:
-            for v in tvm.tirx.analysis.undefined_vars(d) if not isinstance(
-                    d, tvm.tirx.IntImm) else ():
-                if v.name in binding:
-                    vmap[v] = tvm.tirx.IntImm(v.dtype, binding[v.name])
-    return func.specialize(vmap) if vmap else func
+    """``func`` with its symbolic dims (the Vars named in ``binding``) replaced by values:
+    each buffer parameter of a symbolic shape specialised to a buffer of the bound one."""
+    from runtime.dims import ShapeExpr
+
+    from .symbolic import expr_text
+
+    pmap = {}
+    for p in func.params:
+        shape = getattr(p.ty, "shape", None) if hasattr(p.ty, "shape") else None
+        if not shape or all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            continue
+        texts = [expr_text(d, binding, "flops") for d in shape]
+        values = ShapeExpr(texts, binding)(binding)
+        pmap[p] = tvm.tirx.decl_buffer(
+            [d if isinstance(d, tvm.tirx.IntImm) else tvm.tirx.IntImm("int64", int(v))
+             for d, v in zip(shape, values)], p.ty.dtype)
+    return func.specialize(pmap) if pmap else func
 
 
 def flops_at(g: KernelGraph, binding: dict) -> None:

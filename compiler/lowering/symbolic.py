@@ -18,7 +18,7 @@ kernels.  Here:
 
 from __future__ import annotations
 
-from ..errors import CompileError, UnsupportedError
+from ..errors import UnsupportedError
 
 # Undeclared dims: 1..DEFAULT_MAX, optimised for DEFAULT_MAX.  It bounds the arena (planned
 # for the maxima): BERT-base at batch 128 x seq 128 plans ~1.3 GB; declare a range
@@ -47,11 +47,12 @@ def resolve_ranges(names: list, declared: dict | None, where: str = "model") -> 
     """[{name, min, max, opt, declared}] for the model's symbolic dims, in first-use order.
 
     ``declared``: {name: (min, max) or (min, max, opt)}.  A name the model does not have is
-    refused (a typo would otherwise silently keep the default)."""
+    refused (a typo would otherwise silently keep the default).  Bad ranges raise
+    ValueError (a bad argument, as ``input_shapes=`` does: never deferred to run time)."""
     declared = dict(declared or {})
     unknown = sorted(set(declared) - set(names))
     if unknown:
-        raise CompileError(f"{where}: dims={unknown} name no symbolic input dimension; the "
+        raise ValueError(f"{where}: dims={unknown} name no symbolic input dimension; the "
                            f"model's are {names or 'none (all input shapes are static)'}")
     out = []
     for name in names:
@@ -60,11 +61,11 @@ def resolve_ranges(names: list, declared: dict | None, where: str = "model") -> 
             if len(rng) == 2:
                 rng = (*rng, rng[1])
             if len(rng) != 3:
-                raise CompileError(f"{where}: dims[{name!r}] = {declared[name]}: expected "
+                raise ValueError(f"{where}: dims[{name!r}] = {declared[name]}: expected "
                                    "(min, max) or (min, max, opt)")
             lo, hi, opt = rng
             if not 1 <= lo <= opt <= hi:
-                raise CompileError(f"{where}: dims[{name!r}] = {declared[name]}: need "
+                raise ValueError(f"{where}: dims[{name!r}] = {declared[name]}: need "
                                    "1 <= min <= opt <= max")
             out.append({"name": name, "min": lo, "max": hi, "opt": opt, "declared": True})
         else:
