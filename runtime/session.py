@@ -205,8 +205,9 @@ class Session:
         self.dims = graph.get("dims") or []
         names = {d["name"] for d in self.dims}
         self._shapes = [ShapeExpr(t["shape"], names) for t in graph["tensors"]]
-        self._dim_args = [[ShapeExpr([e], names) for e in call.get("dim_args", ())]
-                          for call in graph["calls"]]
+        # integer kernel arguments computed from the dims: (position, expression)
+        self._scalars = [[(pos, ShapeExpr([e], names)) for pos, e in call.get("scalars", ())]
+                         for call in graph["calls"]]
         self._declared = [(i["name"], graph["tensors"][i["tensor"]]["shape"])
                           for i in graph["inputs"]]
         self._index_bounds: dict = {}
@@ -236,7 +237,7 @@ class Session:
     # -- the arena pool ------------------------------------------------------------------
     def _prepare(self, arena: "_Arena", binding: dict) -> "_Prepared":
         """Views at their planned offsets with the shapes of ``binding`` ({dim: value}),
-        and one argument tuple per call (dims that kernels take as ints appended)."""
+        and one argument tuple per call (with the ints kernels take, from the dims)."""
         import tvm
 
         key = tuple(sorted(binding.items()))
@@ -248,11 +249,12 @@ class Session:
                for t, shape in zip(self.graph["tensors"], self._shapes)]
         tvm_views = [tvm.runtime.from_dlpack(v) if v.size else None for v in nps]
         calls = []
-        for fn, call, extra in zip(self._fns, self.graph["calls"], self._dim_args):
-            args = tuple(tvm_views[i] if tvm_views[i] is not None else
-                         tvm.runtime.empty(nps[i].shape, nps[i].dtype.name)
-                         for i in call["args"])
-            calls.append((fn, args + tuple(int(e(binding)[0]) for e in extra)))
+        for fn, call, scalars in zip(self._fns, self.graph["calls"], self._scalars):
+            args = [tvm_views[i] if tvm_views[i] is not None else
+                    tvm.runtime.empty(nps[i].shape, nps[i].dtype.name) for i in call["args"]]
+            for pos, e in scalars:  # in increasing position
+                args.insert(pos, int(e(binding)[0]))
+            calls.append((fn, tuple(args)))
         prepared = _Prepared(nps, calls,
                              [(i["name"], nps[i["tensor"]]) for i in self.graph["inputs"]],
                              {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]})

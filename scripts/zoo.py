@@ -398,10 +398,10 @@ def transformer(seq: int = 16, hidden: int = 64, heads: int = 4, ffn: int = 256,
 
 
 def bert(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, layers: int = 12,
-         batch: int = 1, seed: int = 0) -> onnx.ModelProto:
+         batch: int = 1, seed: int = 0, mask: bool = False) -> onnx.ModelProto:
     """BERT-base-shaped encoder stack (12 x [768 hidden, 12 heads, 3072 FFN]), no embeddings."""
     return transformer(seq=seq, hidden=hidden, heads=heads, ffn=ffn, layers=layers, batch=batch,
-                       seed=seed, name="bert")
+                       seed=seed, name="bert", mask=mask)
 
 
 def resnet50(blocks: Sequence[int] = (3, 4, 6, 3), image: int = 224, num_classes: int = 1000,

@@ -177,16 +177,25 @@ def _binding(g: KernelGraph, b, tid_of, mod, where: str):
 
 def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
     gv, args = call.args[0], call.args[1]
-    # dims a kernel cannot read off its buffers' shapes (call_tir's tir_vars): passed as ints
-    dim_args = [expr_text(d, g.dim_names, f"{where}: kernel {gv.name_hint}")
-                for d in (call.args[2].values if len(call.args) > 2 else ())]
-    ins = [tid_of(a) for a in args.fields]
+    # integer arguments computed from the dims: scalars a legalization passes (a slice end
+    # of ``seq``) and the dims a kernel cannot read off its buffers (call_tir's tir_vars);
+    # [position in the kernel's arguments, expression text]
+    fields = list(args.fields) if isinstance(args, relax.Tuple) else [args]
+    scalars, ins = [], []
+    for pos, a in enumerate(fields):
+        if isinstance(getattr(a, "ty", None), tvm.ir.PrimType) and tvm.ir.is_prim_expr(a):
+            scalars.append([pos, expr_text(a, g.dim_names, f"{where}: kernel {gv.name_hint}")])
+        else:
+            ins.append(tid_of(a))
     sinfo = call.ty
     out_infos = list(sinfo.fields) if isinstance(sinfo, relax.TupleType) else [sinfo]
     outs = []
     for k, si in enumerate(out_infos):
         outs.append(g.add(_new_tensor(si, f"{name}.{k}" if len(out_infos) > 1 else name,
                                       "intermediate", where, g.dim_names)))
+    first = len(fields) + len(outs)
+    scalars += [[first + k, expr_text(d, g.dim_names, f"{where}: kernel {gv.name_hint}")]
+                for k, d in enumerate(call.args[2].values if len(call.args) > 2 else ())]
     symbol = gv.name_hint
     if symbol not in g.prim_funcs:
         g.prim_funcs[symbol] = mod[gv]
@@ -198,7 +207,7 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
     ops = sorted({op for _, op in covered})
     g.calls.append({"kernel": symbol, "args": ins + outs, "num_outputs": len(outs),
                     "nodes": [n for n, _ in covered], "ops": "+".join(ops) or symbol,
-                    "flops": g.flops[symbol], **({"dim_args": dim_args} if dim_args else {})})
+                    "flops": g.flops[symbol], **({"scalars": scalars} if scalars else {})})
     return tuple(outs) if isinstance(sinfo, relax.TupleType) else outs[0]
 
 
@@ -295,7 +304,9 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
         nin = len(call["args"]) - call["num_outputs"]
         ins, outs = call["args"][:nin], call["args"][nin:]
         if reuse and call["kernel"] not in inplace_cache:
-            inplace_cache[call["kernel"]] = inplace_candidates(g.prim_funcs[call["kernel"]], nin)
+            # scalar arguments shift the kernel's parameters: no in-place for those
+            inplace_cache[call["kernel"]] = [] if call.get("scalars") else \
+                inplace_candidates(g.prim_funcs[call["kernel"]], nin)
         taken = set()
         for o_idx, o in enumerate(outs):
             chosen = None
