@@ -11,6 +11,8 @@ step, and a short write-back sums them.  rfactor runs before ``compute_at`` (it 
 reduction to be the first child of its loop).  Every block is then computed per row,
 rows in parallel, elementwise row blocks vectorised; per-row scalars (the mean) are
 inlined.  The summation order changes (partial sums: more accurate than one serial sum).
+A symbolic row length (softmax over ``seq``) keeps scalar reductions, as an odd static one
+does; rows (any number, symbolic too) still run in parallel.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ class RowReduction(MatchingCPURule):
             k = sch.get_loops(blk)[-1]
             kext = common.const_extent(sch, k)
             if kext is None:
-                return None
+                continue  # symbolic row length: a scalar reduction, as odd rows
             width = next((v * lanes for v in range(self.vectors, 0, -1)
                           if kext % (v * lanes) == 0 and kext > v * lanes), None)
             if width is None:
