@@ -125,6 +125,92 @@ def test_packed_matmul_rule_fires_on_a_symbolic_row_count():
         assert "T.vectorized" in func.script() and "T.parallel" in func.script()
 
 
+def test_attention_kernels_keep_their_rules_with_symbolic_seq():
+    """Q K^T (seq x seq), P V (reducing over seq) and the softmax over seq are scheduled by
+    the rules a static build uses, not dlight or the fallback."""
+    from compiler.driver import schedule_kernels
+
+    _, rules, _ = schedule_kernels(_model())
+    by_kind = {k: v for k, v in rules.items()}
+    assert by_kind["softmax"] == "cpu.row_reduction"
+    matmuls = [v for k, v in by_kind.items() if "matmul" in k]
+    assert matmuls.count("cpu.matmul") == 2 and "fallback" not in matmuls
+    assert not any(v.startswith("dlight") for v in rules.values())
+
+
+def _torch_style_model():
+    """Shape arithmetic as PyTorch's exporter writes it: the sequence length read with
+    Shape -> Gather, position ids from Range over it, a head split reshaped to a Concat of
+    gathered dims, and an Expand to a computed shape."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def c(name, value):
+        return numpy_helper.from_array(np.asarray(value, np.int64), name)
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], name="gather_seq", axis=0),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], name="gather_batch", axis=0),
+        helper.make_node("Range", ["zero", "seq", "one"], ["pos"], name="range"),
+        helper.make_node("Cast", ["pos"], ["posf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["posf", "axes01"], ["pos2"], name="unsq"),  # [1,1,seq]
+        helper.make_node("Unsqueeze", ["batch", "axes0"], ["b1"], name="unsq_b"),
+        helper.make_node("Unsqueeze", ["seq", "axes0"], ["s1"], name="unsq_s"),
+        helper.make_node("Concat", ["b1", "s1", "two", "minus1"], ["split"], name="concat",
+                         axis=0),
+        helper.make_node("Reshape", ["x", "split"], ["heads"], name="reshape"),  # [b,s,2,4]
+        helper.make_node("Concat", ["b1", "s1", "s1"], ["sq"], name="concat_sq", axis=0),
+        helper.make_node("Expand", ["pos2", "sq"], ["grid"], name="expand"),  # [b, s, s]
+        helper.make_node("ReduceSum", ["grid", "axes2"], ["rowsum"], name="rowsum",
+                         keepdims=1),  # [b, s, 1]: sum of positions = s (s - 1) / 2
+        helper.make_node("ReduceSum", ["heads", "axes3"], ["hsum"], name="hsum", keepdims=0),
+        helper.make_node("Add", ["hsum", "rowsum"], ["y"], name="add"),  # [b, s, 2]
+    ]
+    g = helper.make_graph(
+        nodes, "torch_style",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 2])],
+        [c("zero", 0), c("one", 1), c("two", [2]), c("minus1", [-1]), c("axes0", [0]),
+         c("axes01", [0, 1]), c("axes2", [2]), c("axes3", [3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_exporter_shape_arithmetic_stays_symbolic():
+    m = _torch_style_model()
+    cm = compiler.compile(m, dims={"batch": (1, 3), "seq": (1, 40, 8)})
+    assert isinstance(cm, compiler.CompiledModel)  # not the per-shape fallback
+    assert [d["name"] for d in cm.report["dims"]] == ["batch", "seq"]
+    # the Range kernel reads seq as a scalar argument or off its output's shape
+    sess = cm.session()
+    for b, s in [(1, 1), (2, 5), (3, 40)]:
+        x = np.random.default_rng(s).standard_normal((b, s, 8)).astype(np.float32)
+        assert_close(sess.run(None, {"x": x}), ort_run(m, {"x": x}))
+
+
+@pytest.mark.slow  # ~50 s to compile on a loaded 2-core host
+def test_hf_bert_export_compiles_once_for_every_shape(tmp_path):
+    """transformers' exported BERT (masks built from Range / Flatten / Gather over the
+    dims) as one artifact: every shape, padded masks, against onnxruntime."""
+    import onnx
+
+    from tests.conftest import REPO
+
+    path = REPO / "tests" / "data" / "hf_bert_tiny.onnx"
+    cm = compiler.compile(str(path), dims={"batch": (1, 3, 1), "sequence": (1, 64, 16)})
+    assert isinstance(cm, compiler.CompiledModel)
+    cm.export(str(tmp_path / "bert.so"))
+    sess = runtime.load(str(tmp_path / "bert.so"))
+    model = onnx.load(str(path))
+    rng = np.random.default_rng(0)
+    for b, s in [(1, 1), (1, 7), (2, 16), (3, 64)]:
+        mask = np.ones((b, s), np.int64)
+        mask[:, s - s // 3:] = 0
+        feeds = {"input_ids": rng.integers(0, 100, (b, s)).astype(np.int64),
+                 "attention_mask": mask,
+                 "token_type_ids": rng.integers(0, 2, (b, s)).astype(np.int64)}
+        assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
 def test_undeclared_dims_get_the_default_and_the_report_says_so():
     from onnx import TensorProto, helper
 
