@@ -12,7 +12,8 @@ reduction to be the first child of its loop).  Every block is then computed per 
 rows in parallel, elementwise row blocks vectorised; per-row scalars (the mean) are
 inlined.  The summation order changes (partial sums: more accurate than one serial sum).
 A symbolic row length (softmax over ``seq``) keeps scalar reductions, as an odd static one
-does; rows (any number, symbolic too) still run in parallel.
+does (a split with a tail would need a guard rfactor does not keep); symbolic row loops are
+not fused, the innermost runs in parallel.
 """
 
 from __future__ import annotations
@@ -98,7 +99,12 @@ class RowReduction(MatchingCPURule):
             sch.rfactor(ki, nrow)
         last = common.blocks(sch)[-1]
         loops = sch.get_loops(last)
-        row = sch.fuse(*loops[:nrow]) if nrow > 1 else loops[0]
+        symbolic_rows = any(common.const_extent(sch, lp) is None for lp in loops[:nrow])
+        # symbolic rows stay unfused: a fused (batch * seq) index needs divisions by seq,
+        # and TVM then cannot shrink the per-row buffers to one row (it keeps them whole);
+        # the innermost row loop (seq) runs in parallel
+        row = loops[nrow - 1] if symbolic_rows or nrow == 1 else sch.fuse(*loops[:nrow])
+        depth = nrow if symbolic_rows else 1  # loops above a row's blocks
         for blk in reversed(common.blocks(sch)[:-1]):
             b = sch.get(blk)
             if len(b.iter_vars) == nrow and "R" not in common.iter_kinds(b):
@@ -111,7 +117,7 @@ class RowReduction(MatchingCPURule):
         for blk in common.blocks(sch):
             b = sch.get(blk)
             if _is_rf(b):  # compute_at put the partial-sum loop outside: move it inside
-                ki, ko = sch.get_loops(blk)[1], sch.get_loops(blk)[-1]
+                ki, ko = sch.get_loops(blk)[depth], sch.get_loops(blk)[-1]
                 sch.reorder(ko, ki)
                 sch.vectorize(ki)
             elif "R" not in common.iter_kinds(b):
