@@ -348,13 +348,14 @@ class Session:
         arena = self._acquire()  # an arena of the pool; waits when all are busy
         try:
             prepared = self._prepare(arena, binding)
+            if arena is self._first:  # what tools read after a run (onnxc debug, NaN checks)
+                self._np, self._calls = prepared.views, prepared.calls
             for name, view in prepared.inputs:
                 np.copyto(view, arrays[name], casting="no")
             if self._profiler is None and not self.options.check_nan:
                 for fn, args in prepared.calls:
                     fn(*args)
             else:  # max_arenas is 1: this is the first arena, which the instruments read
-                self._np, self._calls = prepared.views, prepared.calls
                 self._run_instrumented()
             outputs = prepared.outputs
             return [outputs[n].copy() if n not in self._narrow else

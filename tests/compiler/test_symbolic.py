@@ -41,19 +41,19 @@ def artifact(tmp_path_factory):
     cm = compiler.compile(_model(), dims=DIMS)
     path = tmp_path_factory.mktemp("sym") / "tsym.so"
     cm.export(str(path))
-    return cm, runtime.load(str(path))
+    return cm, runtime.load(str(path)), path
 
 
 @pytest.mark.parametrize("batch, seq", [(1, 1), (1, 7), (2, 16), (3, 33), (1, 77), (4, 77),
                                         (4, 1)])
 def test_one_artifact_matches_onnxruntime_at_every_shape(artifact, batch, seq):
-    _, sess = artifact
+    _, sess, _ = artifact
     feeds = _feeds(batch, seq, seed=batch * 100 + seq)
     assert_close(sess.run(None, feeds), ort_run(_model(), feeds))
 
 
 def test_signature_manifest_and_report_keep_the_dims(artifact):
-    cm, sess = artifact
+    cm, sess, _ = artifact
     assert [i.shape for i in sess.get_inputs()] == [["batch", "seq", 32], ["batch", "seq"]]
     assert sess.get_outputs()[0].shape == ["batch", "seq", 32]
     want = [{"name": "batch", "min": 1, "max": 4, "opt": 1, "declared": True},
@@ -65,7 +65,7 @@ def test_signature_manifest_and_report_keep_the_dims(artifact):
 def test_arena_is_planned_at_the_maxima_and_holds_every_smaller_binding(artifact):
     """Each buffer is sized at (batch, seq) = (4, 77); every tensor's size is monotone in
     the dims, so at any binding it fits the buffer its offset was planned for."""
-    cm, _ = artifact
+    cm, _, _ = artifact
     graph, plan = cm.meta["graph"], cm.memory_plan
     names = {"batch", "seq"}
     rng = np.random.default_rng(0)
@@ -89,13 +89,32 @@ def test_arena_is_planned_at_the_maxima_and_holds_every_smaller_binding(artifact
     (1, 0, r"input 'x': axis 1 is dim 'seq' = 0, outside the range 1\.\.77"),
 ])
 def test_feed_outside_the_range_is_refused(artifact, batch, seq, message):
-    _, sess = artifact
+    _, sess, _ = artifact
     with pytest.raises(DimError, match=message):
         sess.run(None, _feeds(batch, seq))
 
 
+def test_instruments_and_memplan_on_a_symbolic_artifact(artifact, tmp_path):
+    """Profiling and NaN checks run over the bound views; onnxc memplan prints the plan."""
+    from tests.compiler.test_cli import onnxc
+
+    path = artifact[2]
+    opts = runtime.SessionOptions(enable_profiling=True, check_nan=True,
+                                  profile_file_prefix=str(tmp_path / "trace"))
+    sess = runtime.load(str(path), opts)
+    feeds = _feeds(2, 9)
+    assert_close(sess.run(None, feeds), ort_run(_model(), feeds))
+    assert "kernel calls" in sess.profile_summary()
+    feeds["x"][1, 3, 5] = np.nan
+    with pytest.raises(runtime.NonFiniteError, match="input"):
+        sess.run(None, feeds)
+    r = onnxc("memplan", path)
+    assert r.returncode == 0, r.stderr
+    assert f"x,n25             {4 * 77 * 32 * 4}" in r.stdout  # x's buffer at (4, 77)
+
+
 def test_inputs_sharing_a_dim_must_agree(artifact):
-    _, sess = artifact
+    _, sess, _ = artifact
     feeds = _feeds(2, 8)
     feeds["attention_mask"] = np.ones((2, 9), np.int64)
     with pytest.raises(DimError, match=r"input 'attention_mask': axis 1 is dim 'seq' = 9, but "
