@@ -63,9 +63,12 @@ def check_memory(graph: dict, arena_bytes: int, params_bytes: int) -> None:
     if avail is None or need <= avail:
         return
     tensors = graph["tensors"]
+    dims = graph.get("dims") or []
+    at_max = {d["name"]: d["max"] for d in dims}  # the plan's sizes are the maxima's
 
     def desc(t):
-        n = int(np.prod(t["shape"], dtype=object)) * np.dtype(t["dtype"]).itemsize
+        shape = ShapeExpr(t["shape"], at_max)(at_max)
+        n = int(np.prod(shape, dtype=object)) * np.dtype(t["dtype"]).itemsize
         return f"{t['name']!r} {t['dtype']}{list(t['shape'])} ({n} bytes)", n
 
     inputs = [desc(tensors[i["tensor"]])[0] for i in graph["inputs"]]
@@ -73,8 +76,9 @@ def check_memory(graph: dict, arena_bytes: int, params_bytes: int) -> None:
     raise MemoryLimitError(
         f"the model needs {need} bytes ({arena_bytes} of planned arena + {params_bytes} of "
         f"params), more than the {avail} bytes available on this host; inputs: "
-        f"{', '.join(inputs) or 'none'}; largest tensor: {largest}. Feed smaller shapes "
-        "(batch, sequence length) or free memory")
+        f"{', '.join(inputs) or 'none'}; largest tensor: {largest}"
+        + (f" (symbolic dims at their maxima {at_max}: recompile with smaller --dim ranges)"
+           if at_max else "") + ". Feed smaller shapes (batch, sequence length) or free memory")
 
 # Prepared bindings (views + argument tuples) kept per arena, most recent first: a session
 # serving many shapes prepares each once (~µs per tensor), not on every run.
