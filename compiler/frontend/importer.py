@@ -317,6 +317,9 @@ class _Importer(_importer_base()):
             if x is not None and isinstance(x.ty, (relax.ShapeType, tvm.ir.PrimType)):
                 value = getattr(self, "_known", {}).get(names[i] if i < len(names) else None)
                 value = shape_arith.known_of(x) if value is None else value
+                if value is None and isinstance(x.ty, tvm.ir.PrimType):
+                    out.append(x)  # a scalar of TVM's own shape handling: as it was
+                    continue
                 if value is None:
                     raise UnsupportedError(f"{self.where}: {label}: input {i} is a shape that "
                                            "is not known at compile time")
