@@ -59,9 +59,8 @@ def symbolic(value: np.ndarray) -> bool:
 
 
 def known_of(expr):
-    """A Relax expression's known value: an int constant (small), a ShapeExpr or PrimValue;
-    else None."""
-    from tvm import relax, tirx
+    """A Relax expression's known value: a small int constant or a ShapeExpr; else None."""
+    from tvm import relax
     from tvm.ir.expr import GenericConst
 
     if isinstance(expr, GenericConst):
@@ -297,7 +296,7 @@ def output_dtype(node, inputs) -> str:
 def to_relax(bb, value: np.ndarray, dtype: str = "int64"):
     """A known value as Relax: a constant, a ShapeExpr (1-D), a PrimValue (0-D), or (other
     ranks) a kernel computing it."""
-    from tvm import relax, tirx
+    from tvm import relax
 
     if not symbolic(value):
         return relax.const(np.array(value.tolist(), dtype=dtype), dtype)
