@@ -17,6 +17,7 @@ Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 
@@ -299,7 +300,7 @@ class Session:
 
     def _view(self, t: dict, shape, arena) -> np.ndarray:
         dtype = np.dtype(t["dtype"])
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~10 us a call here
         if t["storage"] == "arena":
             start = self.plan.offsets[t["index"]]
             base = arena
