@@ -24,6 +24,7 @@ import schedules
 import targets
 
 from . import __version__
+from .lowering import parallel_build
 from .lowering.artifact import write_artifact
 from .errors import CompileError
 from .frontend.fold_onnx import fold_constants as fold_onnx_constants
@@ -121,7 +122,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
-    proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings)
+    proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings, dims)
     ranges = resolve_ranges(graph.dim_names, dims, where)
     if ranges and tinfo.is_cuda:
         raise CompileError(f"{where}: symbolic dims {graph.dim_names} on a CUDA target: the "
@@ -129,13 +130,21 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     at_opt = {d["name"]: d["opt"] for d in ranges}
     if ranges:
         flops_at(graph, at_opt)
-    kernels_mod, rules = stage("schedule", _schedule, graph.prim_funcs, tinfo, database)
     if tinfo.is_cuda or ranges:  # unscheduled GPU kernels do not build; checked variants
         # of symbolic kernels would need their temporaries' shapes bound: none for now
         graph.checked = {}
         for call in graph.calls:
             call.pop("checked", None)
-    kernels = stage("build", _build, kernels_mod, tinfo, where)
+    # groups of kernels are scheduled and built in worker processes while this one does
+    # its own group (compiler/lowering/parallel_build.py): "schedule" and "build" time it
+    # (forked outside any stage: a child holding the stage's log pipe would keep it open)
+    with _start_build(graph.prim_funcs, tinfo, database) as workers:
+        kernels_mod, rules = stage("schedule", _schedule_module, workers.local, tinfo,
+                                   database)
+        kernels, more_rules, build_groups = stage("build", _build, workers, kernels_mod,
+                                                  tinfo, where)
+    rules.update(more_rules)
+    stage.cpu_seconds["build_workers"] = workers.worker_cpu  # the children, not a stage
     if graph.checked:
         stage("build_checked", _build_checked, kernels, graph.checked, tinfo, where)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
@@ -148,6 +157,9 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     report = {
         "kernels": len(graph_meta["calls"]),
         "onnx_nodes_folded": onnx_folded,
+        # outputs that are constants: computed at compile time, by no kernel
+        "constant_outputs": [o["name"] for o in graph_meta["outputs"]
+                             if graph_meta["tensors"][o["tensor"]]["storage"] == "param"],
         "distinct_kernels": len(graph.prim_funcs),
         "checked_kernels": len(graph.checked),  # fused kernels with a checked variant
         "passes": [r.to_dict() for r in ctx.reports],
@@ -157,6 +169,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
                    "inplace_outputs": sum(len(c.get("inplace", [])) for c in graph_meta["calls"])},
         "compile_seconds": round(time.perf_counter() - t0, 3),
         "stages": stage.seconds,
+        "stages_cpu": stage.cpu_seconds,
+        "build_groups": build_groups,  # kernels built per worker process
         "target": tinfo.to_dict(),
         "layout": {**layout_report, **_layout_outcome(ctx)},
         "schedules": _count(rules.values()),
@@ -223,11 +237,11 @@ class _Stages:
     the stage instead of a bare traceback."""
 
     def __init__(self, where: str):
-        self.where, self.seconds = where, {}
+        self.where, self.seconds, self.cpu_seconds = where, {}, {}
 
     def __call__(self, name, fn, *args):
         stage_log.debug("stage %s", name)
-        s = time.perf_counter()
+        s, c = time.perf_counter(), time.process_time()
         try:
             with routed():
                 result = fn(*args)
@@ -238,6 +252,9 @@ class _Stages:
             raise CompileError(f"{self.where}: {name} failed ({type(e).__name__}): "
                                f"{lines[-1] if lines else 'no message'}") from e
         self.seconds[name] = round(time.perf_counter() - s, 3)
+        # this process's CPU time (its threads, not the build workers): on a loaded host
+        # the wall seconds above measure the load as much as the stage
+        self.cpu_seconds[name] = round(time.process_time() - c, 3)
         return result
 
 
@@ -249,18 +266,22 @@ def model_label(model) -> str:
     return text(getattr(getattr(model, "graph", None), "name", "")) or "model"
 
 
-def _front(model, ctx, stage: _Stages, warnings: list | None = None):
+def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     """load -> fold ONNX shape arithmetic -> import -> graph passes -> lower -> extract.
 
     Returns (checked proto, ONNX nodes folded, KernelGraph with unscheduled kernels); the
-    loader's warnings go to ``warnings`` (else to the log).
+    loader's warnings go to ``warnings`` (else to the log).  An input's ``-1`` dim (named by
+    the loader) stays symbolic only when ``dims`` gives it a range, else it is refused and
+    the model compiles per shape (``frontend/lenient.py`` says why).
     """
-    proto = stage("load", load_model, model, warnings)
+    lenient_dims: list = []
+    proto = stage("load", load_model, model, warnings, lenient_dims)
+    per_shape = {d for d in lenient_dims if d not in (dims or {})}
     proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto)
     ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
-    signature = input_signature(proto, stage.where, symbolic=True)
+    signature = input_signature(proto, stage.where, symbolic=True, per_shape=per_shape)
     output_names = [o.name for o in proto.graph.output]
-    mod = stage("import", import_onnx, proto, stage.where, None, None, True)
+    mod = stage("import", import_onnx, proto, stage.where, None, None, True, per_shape)
     mod = stage("graph_passes", ctx.run, graph_passes(), mod)
     layouts = binding_layouts(mod)  # before lowering: conv / transform attrs say it
     mod, groups, members, fused = stage("lower", _lower, mod, ctx)
@@ -292,11 +313,19 @@ def _lower(mod, ctx):
     return mod, groups, members, fused
 
 
-def _schedule(prim_funcs: dict, tinfo, database=None):
+def _kernel_module(prim_funcs: dict):
     import tvm
 
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name)
-                        for name, f in prim_funcs.items()})
+    return tvm.IRModule({name: f.with_attr("global_symbol", name)
+                         for name, f in prim_funcs.items()})
+
+
+def _schedule(prim_funcs: dict, tinfo, database=None):
+    return _schedule_module(_kernel_module(prim_funcs), tinfo, database)
+
+
+def _schedule_module(mod, tinfo, database=None):
+    """(scheduled module, {kernel: rule}) for the kernels of ``mod``."""
     if tinfo.is_cuda:  # GPU kernels: dlight GPU rules (schedules/cuda), no tuning records yet
         from schedules.cuda import apply_schedules as apply_gpu_schedules
 
@@ -304,11 +333,20 @@ def _schedule(prim_funcs: dict, tinfo, database=None):
     return schedules.apply_schedules(mod, tinfo, database)
 
 
-def _build(mod, tinfo, where: str):
-    import tvm
+def _start_build(prim_funcs: dict, tinfo, database):
+    """The parallel build plan: kernels for a CPU target built here (no cross toolchain)
+    are split over worker processes, each scheduling its share; others stay in one piece."""
+    mod = _kernel_module(prim_funcs)
+    if not (tinfo.is_cpu and tinfo.toolchain is None):
+        return parallel_build.Plan(mod, tinfo.tvm_target())
+    return parallel_build.start(mod, tinfo.tvm_target(),
+                                prepare=lambda group: _schedule_module(group, tinfo, database))
 
+
+def _build(plan, mod, tinfo, where: str):
+    """(built kernels, {kernel: rule} of the workers' kernels, kernels per build group)."""
     try:
-        return tvm.compile(mod, target=tinfo.tvm_target())
+        return plan.finish(mod)
     except Exception as e:
         lines = str(e).strip().splitlines()
         raise CompileError(f"{where}: building kernels for {tinfo.name} failed: "
@@ -418,7 +456,7 @@ def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_
     pass_config, _ = _choose_layout(layout, tinfo, pass_config, disabled_passes)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
-    _, _, graph = _front(model, ctx, _Stages(model_label(model)))
+    _, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=_build_only.get("dims"))
     return tinfo, ctx, graph
 
 

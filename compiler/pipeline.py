@@ -46,8 +46,6 @@ def graph_passes() -> list:
         passes.StableLogSumExp(),
         # softplus via log1p: no overflow, no loss of tiny values
         passes.StableSoftplus(),
-        # sigmoid's exp(-x) overflows (fp16 sigmoid(-12) = 0)
-        passes.StableSigmoid(),
         # decomposed LayerNorm (opset < 17 exports): nine ops => one fused kernel
         passes.FuseLayerNorm(),
         # Erf/tanh GELU chains => one op
@@ -68,6 +66,10 @@ def graph_passes() -> list:
         # of each conv chain; after fold_batchnorm (which expects OIHW weights), before
         # pack_conv_weights (which takes the convs left NCHW: stems, odd channel counts)
         passes.ConvertLayout(),
+        # sigmoid's exp(-x) overflows (fp16 sigmoid(-12) = 0); after convert_layout, which
+        # moves relax.sigmoid into NCHW[b]c with the convs but stops at the kernel this
+        # emits (EfficientNet-B0: two layout transforms around every swish)
+        passes.StableSigmoid(),
         # spatial convs' constant weights OIHW -> OIHW[b]o once, here: the x86 conv kernel
         # vectorises over b output channels whatever the output width; after every pass
         # that changes conv weights (fold_batchnorm)

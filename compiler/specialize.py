@@ -1,10 +1,11 @@
 """Dynamic shapes: specialise on the concrete input shapes (and shape-determining values).
 
 Our runtime runs static graphs: every tensor has a planned offset.  A model with symbolic
-input dimensions, or whose small inputs determine shapes or axes (``Reshape``'s shape,
-``ReduceSum``'s axes, ``Resize``'s sizes given as graph inputs; and, of any dtype, the
-inputs ``_shape_value_inputs`` traces to a shape-determining slot: Range's float bounds,
-OneHot's depth, an If's or Compress's bool condition, a Loop's trip count...), is compiled
+input dimensions, or whose small inputs determine shapes or axes (the inputs, of any dtype,
+that ``_shape_value_inputs`` traces to a shape-determining slot: ``Reshape``'s shape,
+``ReduceSum``'s axes, ``Resize``'s sizes, Range's float bounds, OneHot's depth, an If's or
+Compress's bool condition, a Loop's trip count...; no other input is ever bound, so
+kernels, not onnx.reference at compile time, compute on the data), is compiled
 when it is run: the session compiles one variant per distinct key, as XLA and
 torch.compile do, and keeps the most recent ``max_variants`` (LRU).  The key holds every
 input's shape and dtype, plus the values of those small inputs only when the shapes alone
@@ -99,15 +100,25 @@ def _shape_float_inputs(model) -> set:
             for k, name in enumerate(node.input) if (node.op_type, k) in _SHAPE_FLOAT_SLOTS}
 
 
-# Inputs (any dtype) whose values fix output shapes or which branch / how often control
-# flow runs: op_type -> input indices (None: every input, the ops whose output shape
-# depends on the data itself; Pad's constant_value because TVM's converter bakes it into
-# the kernel).  Graph inputs these read, directly or through the nodes that compute them,
-# are "shape-determining": bound like the small integer inputs.
+# Input slots whose values the importer needs as constants: they fix output shapes, axes
+# or counts, or which branch / how often control flow runs: op_type -> input indices (None:
+# every input, the ops whose output shape depends on the data itself; Pad's constant_value
+# because TVM's converter bakes it into the kernel).  Graph inputs these read, directly or
+# through the nodes that compute them, are "shape-determining": the only inputs bound as
+# values.  Any other input stays an input, computed on by kernels (an integer CumSum's
+# data is not bound, so a kernel computes it rather than onnx.reference at compile time).
+_REDUCE_AXES = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
 _SHAPE_VALUE_SLOTS = {
     "Range": (0, 1, 2), "OneHot": (1,), "TopK": (1,), "Pad": (1, 2, 3), "Compress": (1,),
     "If": (0,), "Loop": (0, 1), "NonZero": None, "Unique": None, "NonMaxSuppression": None,
     "Dropout": (1, 2),  # ratio, training_mode: deterministic (identity) or random (refused)
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,),
+    "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,),
+    "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2),
+    "MaxUnpool": (2,), "AffineGrid": (1,), "Trilu": (1,), "CumSum": (1,), "CumProd": (1,),
+    "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,), "MelWeightMatrix": None,
+    "DFT": (1, 2), "STFT": (1, 3), **{op: (1,) for op in _REDUCE_AXES},
 }
 
 
@@ -128,7 +139,15 @@ def _shape_value_inputs(model) -> set:
                     slots(g)
 
     slots(model.graph)
-    producer = {o: n for n in model.graph.node for o in n.output if o}
+
+    def producers(graph):  # subgraphs included: a branch computes a slot from outer values
+        for n in graph.node:
+            yield from ((o, n) for o in n.output if o)
+            for a in n.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    yield from producers(g)
+
+    producer = dict(producers(model.graph))
     seen, todo = set(), list(wanted)
     while todo:
         name = todo.pop()
@@ -138,13 +157,18 @@ def _shape_value_inputs(model) -> set:
         node = producer.get(name)
         if node is not None and node.op_type not in ("Shape", "Size"):  # those read shapes only
             todo.extend(i for i in node.input if i)
+            for a in node.attribute:  # an If's outputs: what its branches read and return
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    todo.extend(o.name for o in g.output)
+                    todo.extend(i for n in g.node for i in n.input if i)
     fed = {vi.name for vi in graph_inputs(model)}
     return _shape_float_inputs(model) | (seen & fed)
 
 
-def _is_value_input(dims, dtype, name, shape_floats) -> bool:
+def _is_value_input(dims, name, shape_values) -> bool:
+    """A small input that reaches a shape-determining slot (``_shape_value_inputs``)."""
     small = all(isinstance(d, int) for d in dims) and int(np.prod(dims)) <= MAX_VALUE_ELEMENTS
-    return small and (np.issubdtype(np.dtype(dtype), np.integer) or name in shape_floats)
+    return small and name in shape_values
 
 
 def _tensor_inputs(model) -> bool:
@@ -155,12 +179,12 @@ def _tensor_inputs(model) -> bool:
 
 
 def _has_symbolic_or_value_inputs(model) -> bool:
-    floats = _shape_value_inputs(model)
+    shape_values = _shape_value_inputs(model)
     for vi in graph_inputs(model):
-        dims, dtype = _declared(vi)
+        dims, _ = _declared(vi)
         if any(not isinstance(d, int) for d in dims):
             return True
-        if _is_value_input(dims, dtype, vi.name, floats):
+        if _is_value_input(dims, vi.name, shape_values):
             return True
     return False
 
@@ -174,26 +198,33 @@ def compile_in_process(model, target="host", *, input_shapes=None, input_values=
     needs the shapes or values it will be fed (symbolic dimensions, shape-determining
     inputs) and ``input_shapes`` / ``input_values`` do not fix them.
     """
+    notes: list = []  # what the -1 dimensions of a specialised model were read as
     if input_shapes or input_values:
-        proto = _load(model)
+        proto = _load(model, notes)
         model = specialize_model(proto, input_shapes, input_values)
     try:
-        return driver.compile_static(model, target, **kwargs)
+        cm = driver.compile_static(model, target, **kwargs)
+        cm.report["warnings"] = notes + cm.report["warnings"]
+        return cm
     except (ModelError, TypeError, ValueError):
         raise
     except CompileError as e:
-        proto = _load(model)
+        notes = []
+        proto = _load(model, notes)
         where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "model"
         refuse_unsupported(proto, where)  # unsupported operators are never deferred
         if not _tensor_inputs(proto) or not _has_symbolic_or_value_inputs(proto):
             raise  # nothing a concrete shape or value could fix
-        return DynamicModel(proto, target, kwargs, max_variants, reason=str(e))
+        return DynamicModel(proto, target, kwargs, max_variants, reason=str(e), warnings=notes)
 
 
-def _load(model) -> onnx.ModelProto:
+def _load(model, warnings: list | None = None) -> onnx.ModelProto:
     """``model`` (a path or a ModelProto) parsed, its identifiers checked to be UTF-8
     (``loader.check_text``: a ModelError naming the field) before specialisation reads
-    its input names; free text stays as it is for ``load_model`` to decode and report."""
+    its input names; free text stays as it is for ``load_model`` to decode and report,
+    and a ``-1`` dimension reads as ``load_model`` reads it (``lenient.read_declarations``;
+    its warning appended to ``warnings``)."""
+    from .frontend.lenient import Leniency, read_declarations
     from .frontend.loader import check_text, read_model
 
     where = "model"
@@ -201,21 +232,27 @@ def _load(model) -> onnx.ModelProto:
         where = os.fspath(model)
         model = read_model(where)
     check_text(model, where)
+    leniency = Leniency()
+    model = read_declarations(model, leniency)  # -1 input dimensions: symbolic, as load_model
+    if warnings is not None and leniency.notes:
+        warnings.append(leniency.warning(where))
     return model
 
 
 class DynamicModel:
     """A model compiled per input key when it runs (see the module docstring)."""
 
-    def __init__(self, proto, target, kwargs: dict, max_variants: int, reason: str):
+    def __init__(self, proto, target, kwargs: dict, max_variants: int, reason: str,
+                 warnings: list | None = None):
         if max_variants < 1:
             raise ValueError(f"max_variants must be >= 1, got {max_variants}")
         self.proto, self.target, self.kwargs = proto, target, kwargs
         self.max_variants, self.reason = max_variants, reason
         self.inputs = [(vi.name, *_declared(vi)) for vi in graph_inputs(proto)]
+        self.shape_values = _shape_value_inputs(proto)  # the inputs that may be bound
         self.report = {"dynamic": True, "why": reason.splitlines()[0],
                        "inputs": [{"name": n, "shape": s, "dtype": d} for n, s, d in self.inputs],
-                       "max_variants": max_variants}
+                       "max_variants": max_variants, "warnings": list(warnings or [])}
 
     def export(self, path):
         raise CompileError(
@@ -237,6 +274,7 @@ class SpecializingSession:
         self._lock = threading.Lock()
         self.compiles = 0
         self.evictions = 0
+        self.reports: list = []  # the compile report of every variant compiled, in order
 
     def get_inputs(self):
         return [_node_arg(vi) for vi in graph_inputs(self.model.proto)]
@@ -270,10 +308,9 @@ class SpecializingSession:
         return sess.run(output_names, {k: v for k, v in input_feed.items() if k not in bound})
 
     def _value_inputs(self, feed) -> list:
-        floats = _shape_value_inputs(self.model.proto)
-        return [n for n, _, d in self.model.inputs
-                if feed[n].size <= MAX_VALUE_ELEMENTS and (
-                    np.issubdtype(np.dtype(d), np.integer) or n in floats)]
+        """The fed inputs to bind: small ones that reach a shape-determining slot."""
+        return [n for n, _, _ in self.model.inputs
+                if feed[n].size <= MAX_VALUE_ELEMENTS and n in self.model.shape_values]
 
     def _variant(self, shape_key, feed):
         needs_values = self._needs_values.get(shape_key)
@@ -309,4 +346,6 @@ class SpecializingSession:
         proto = specialize_model(self.model.proto, shapes, values)
         # every input dim is fixed now: the symbolic dims' ranges have nothing to apply to
         kwargs = {k: v for k, v in self.model.kwargs.items() if k != "dims"}
-        return driver.compile_static(proto, self.model.target, **kwargs)
+        cm = driver.compile_static(proto, self.model.target, **kwargs)
+        self.reports.append(cm.report)
+        return cm

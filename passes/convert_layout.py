@@ -35,6 +35,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassConfigError, PassReport
 from .dataflow import nodes_of, rebind, tag
+from .relax_util import apply_index_map
 
 LAYOUTS = ("NCHW", "NCHWc", "NHWC")
 
@@ -211,34 +212,6 @@ def _converted_convs(mod) -> list:
                     and (v.attrs.out_layout or v.attrs.data_layout) != "NCHW"):
                 out.append(b.var)
     return out
-
-
-def apply_index_map(index_map, src: np.ndarray) -> np.ndarray:
-    """``layout_transform`` of a numpy array: ``dst[f(i)] = src[i]`` for the index map ``f``
-    (floordiv/floormod/+/*/- of the source indices; no padding), vectorised over all
-    source indices."""
-    grids = np.indices(src.shape, dtype=np.int64, sparse=True)
-    env = {v: g for v, g in zip(index_map.initial_indices, grids)}
-    dst_idx = [np.broadcast_to(_eval(e, env), src.shape) for e in index_map.final_indices]
-    dst_shape = [int(i.max()) + 1 if i.size else 0 for i in dst_idx]
-    if int(np.prod(dst_shape)) != src.size:
-        raise ValueError(f"index map {index_map} pads or drops elements of {src.shape}")
-    dst = np.empty(dst_shape, dtype=src.dtype)
-    dst[tuple(dst_idx)] = src
-    return dst
-
-
-def _eval(e, env):
-    if isinstance(e, tirx.Var):
-        return env[e]
-    if isinstance(e, tirx.IntImm):
-        return int(e.value)
-    ops = {tirx.FloorDiv: np.floor_divide, tirx.FloorMod: np.mod, tirx.Add: np.add,
-           tirx.Sub: np.subtract, tirx.Mul: np.multiply}
-    for cls, fn in ops.items():
-        if isinstance(e, cls):
-            return fn(_eval(e.a, env), _eval(e.b, env))
-    raise ValueError(f"unsupported index expression {e}")
 
 
 @mutator

@@ -12,6 +12,7 @@ from tvm import te, tirx
 
 from .context import GraphPass, PassReport
 from .dataflow import Dataflow, Match, is_float, rewrite_matches
+from .math_f32 import exp_nonpositive_f32
 
 
 class StableSigmoid(GraphPass):
@@ -48,15 +49,22 @@ def _match(df: Dataflow, root):
 
 
 def stable_sigmoid_te(x: te.Tensor) -> te.Tensor:
-    """TE compute of the overflow-free sigmoid (fp16 evaluated in fp32)."""
+    """TE compute of the overflow-free sigmoid (fp16 evaluated in fp32).
+
+    ``(x >= 0 ? 1 : e) / (1 + e)`` with ``e = exp(-|x|)``: one exp and one division.  In
+    float32 the exp is ``math_f32.exp_nonpositive_f32`` (vectorisable arithmetic; TVM's
+    ``T.exp`` is one scalar libm call per lane: a swish over EfficientNet-B0's activations
+    ran at 0.13 GFLOP/s).  NaN stays NaN, +-inf give 1 and 0, -0.0 gives 0.5."""
     wide = "float32" if x.dtype == "float16" else x.dtype
 
     def f(*i):
-        v = x(*i).astype(wide)
-        e = tirx.exp(-tirx.abs(v))
+        v = tirx.Var("v", wide)
+        e = tirx.Var("e", wide)
+        neg = -tirx.abs(v)
         one = tirx.const(1, wide)
-        return tirx.Select(v >= tirx.const(0, wide), one / (one + e), e / (one + e)).astype(
-            x.dtype)
+        body = tirx.Select(v >= tirx.const(0, wide), one, e) / (one + e)
+        exp = exp_nonpositive_f32(neg) if wide == "float32" else tirx.exp(neg)
+        return tirx.Let(v, x(*i).astype(wide), tirx.Let(e, exp, body)).astype(x.dtype)
 
     return te.compute(x.shape, f, name="sigmoid_stable")
 

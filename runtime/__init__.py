@@ -15,6 +15,11 @@ architecture or TVM, or needs CPU features this host lacks.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import threading
+
 from . import parallel
 from .artifact import FORMAT_VERSION, ArtifactError, read_artifact
 from .cpu_features import host_arch, missing_features
@@ -75,14 +80,43 @@ def load(path: str, options: SessionOptions | None = None) -> Session:
 
     import tvm
 
+    lib_path, alias_dir = _library_path(path)
     try:
-        kernels = tvm.runtime.load_module(path)
+        kernels = tvm.runtime.load_module(lib_path)
+        if meta["manifest"].get("target", {}).get("arch") != "cuda":
+            parallel.install(lib_path)  # dynamic chunks, not TVM's fixed split (runtime/parallel.py)
     except Exception as e:  # dlopen failure: say what, not where in TVM
         raise ArtifactError(f"{path}: the kernel library cannot be loaded: "
                             f"{str(e).strip().splitlines()[-1]}") from None
-    if meta["manifest"].get("target", {}).get("arch") != "cuda":
-        parallel.install(path)  # dynamic chunks instead of TVM's fixed split (runtime/parallel.py)
+    finally:
+        if alias_dir:  # the loaded library stays mapped; its name is no longer needed
+            shutil.rmtree(alias_dir, ignore_errors=True)
     return make_session(meta, params, kernels, options)
+
+
+# dlopen returns the library already loaded under the same name, even when the file there
+# has been replaced since (a model recompiled to the same path in one process): the new
+# graph then calls kernels of the old library.  A replaced file is loaded under a fresh name.
+_LOADED: dict = {}  # real path -> identity of the file loaded from it
+_LOADED_LOCK = threading.Lock()
+
+
+def _library_path(path: str) -> tuple[str, str | None]:
+    """(name to dlopen ``path`` by, temporary directory to remove after loading or None)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _LOADED_LOCK:
+        previous = _LOADED.setdefault(real, key)
+        if previous == key:
+            return path, None
+    alias_dir = tempfile.mkdtemp(prefix="onnxc-reload-")
+    alias = os.path.join(alias_dir, os.path.basename(real))
+    try:
+        os.link(real, alias)
+    except OSError:  # another filesystem, or links not allowed: a copy
+        shutil.copyfile(real, alias)
+    return alias, alias_dir
 
 
 def make_session(meta: dict, params, kernels, options: SessionOptions | None = None):

@@ -22,7 +22,9 @@ Left on TVM's pool, with the reason recorded in :data:`status`:
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
+import struct
 
 ENV_SWITCH = "ONNXC_PARALLEL"  # "tvm" keeps TVM's pool
 ENV_CHUNKS = "ONNXC_PARALLEL_CHUNKS"
@@ -55,11 +57,8 @@ def install(path: str) -> str:
         slot = ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelLaunch")
     except (OSError, ValueError):
         return _record(path, "tvm (no parallel kernels)")
-    try:
-        ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelBarrier")
+    if "__TVMBackendParallelBarrier" in _relocated_symbols(path):
         return _record(path, "tvm (a kernel synchronises inside a parallel loop)")
-    except ValueError:
-        pass
     if _pool is None:
         try:
             launch = ctypes.cast(lib.onnxc_parallel_launch, ctypes.c_void_p).value
@@ -72,6 +71,44 @@ def install(path: str) -> str:
         _pool = (lib, launch, configure)
     slot.value = _pool[1]
     return _record(path, "onnxc")
+
+
+def _relocated_symbols(path: str) -> set:
+    """Names the library's dynamic relocations refer to (ELF64 little-endian; empty for
+    anything else).  A kernel that calls TVMBackendParallelBarrier loads the pointer
+    ``__TVMBackendParallelBarrier`` through the GOT, so a relocation names it; the symbol's
+    mere definition proves nothing (LLVM keeps the unused declaration at -O0, as in the
+    NaN-check variants)."""
+    try:
+        with open(path, "rb") as f:  # mapped, not read: the params make artifacts large
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # ValueError: an empty file
+        return set()
+    with data:
+        return _rela_names(data) if data[:6] == b"\x7fELF\x02\x01" else set()
+
+
+def _rela_names(data) -> set:
+    """The symbol names of every SHT_RELA section's entries in ELF64 ``data``."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + k * shentsize)
+                for k in range(shnum)]
+    names: set = set()
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 4 or not entsize:  # SHT_RELA
+            continue
+        symtab = sections[link]
+        strtab = sections[symtab[6]]
+        for k in range(size // entsize):
+            info, = struct.unpack_from("<Q", data, offset + k * entsize + 8)
+            sym = info >> 32
+            if not sym:
+                continue
+            st_name, = struct.unpack_from("<I", data, symtab[4] + sym * symtab[9])
+            start = strtab[4] + st_name
+            names.add(data[start:data.find(b"\0", start)].decode("ascii", "replace"))
+    return names
 
 
 def configure(threads: int) -> int:

@@ -46,6 +46,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from .flops import estimate as estimate_flops
 from .database import (TuningDatabase, canonical_target, private_copy, task_key,
                        trace_to_json, workload_hash)
 
@@ -156,7 +157,7 @@ def make_tasks(prim_funcs: dict, counts: dict, target, flops: dict | None = None
         n_flops = (flops or {}).get(name)
         by_key[key] = Task(key=key, kernel=name, kernels=[name], func=_strip(func),
                            weight=counts.get(name, 0),
-                           flops=int(n_flops if n_flops is not None else _flops(func)),
+                           flops=int(n_flops if n_flops is not None else estimate_flops(func)),
                            default_rule=rule, default_func=_strip(default_func),
                            default_trace=_replayable(sch, func))
     return [t for t in by_key.values() if t.weight > 0]
@@ -172,16 +173,6 @@ def _main(func):
     import tvm
 
     return tvm.IRModule({"main": private_copy(func)})
-
-
-def _flops(func) -> int:
-    import tvm
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    try:
-        return int(estimate_tir_flops(tvm.IRModule({"main": func})))
-    except Exception:  # best effort: progress then shows latency only
-        return 0
 
 
 def _replayable(sch, func):

@@ -7,7 +7,8 @@ timeout (``isolate=True, timeout=T``), export the ``.so``, and time onnxc agains
 onnxruntime with ``compiler.tools.bench.measure`` (alternating worker processes, one engine per
 process, medians over rounds x runs).  Prints one row per model: compile seconds, kernel
 calls, GFLOP per run (TVM's estimate over the kernel calls), onnxc and onnxruntime median
-ms, their ratio, whether outputs match (allclose rtol 1e-4 atol 1e-5) and the max abs
+ms, their ratio, whether outputs match (``compiler.tools.bench.outputs_match``: rtol 1e-4, atol
+1e-5 or 1e-5 x the output's largest magnitude) and the max abs
 difference, and the share of the model's FLOPs in kernels only the fallback scheduled
 (the report's ``kernel_table``); then the geomean ratio.  A model that fails (compile error, crash, timeout, worker error) is one row naming
 the error type and its first line; the table always completes.

@@ -14,7 +14,10 @@ counts as a ``timeout``.
 Outcomes of a case:
 
 * ``pass``        every output matches (shape, dtype, values at rtol 1e-3 / atol 1e-5;
-                  NaN positions must agree; integers, bools and strings exactly);
+                  NaN positions must agree; integers, bools and strings exactly); the
+                  record's ``computed_by`` says ``folding`` when every output was a
+                  constant computed at compile time (no kernel ran on the data), and the
+                  summary counts those passes separately;
 * ``mismatch``    it compiled and ran, but an output is wrong (values, shape or dtype):
                   a silently wrong result, the worst outcome;
 * ``unsupported`` an exception that says the model uses something not supported
@@ -278,7 +281,8 @@ def _run_engine(engine: str, task: dict) -> dict:
         if engine == "onnxc":
             import compiler
 
-            sess = compiler.compile(model, target="host").session()
+            compiled = compiler.compile(model, target="host")
+            sess = compiled.session()
         else:
             import onnxruntime as ort
 
@@ -296,11 +300,26 @@ def _run_engine(engine: str, task: dict) -> dict:
                 return {"outcome": "mismatch", "stage": "compare", "message": detail,
                         "seconds": round(time.perf_counter() - t0, 3)}
             stage = "run"
-        return {"outcome": "pass", "seconds": round(time.perf_counter() - t0, 3)}
+        rec = {"outcome": "pass", "seconds": round(time.perf_counter() - t0, 3)}
+        if engine == "onnxc":
+            rec["computed_by"] = computed_by(compiled, sess, len(model.graph.output))
+        return rec
     except Exception as e:  # noqa: BLE001 - every failure is a result here
         rec = describe_error(e, task.get("graph_name", ""))
         rec.update(stage=stage, seconds=round(time.perf_counter() - t0, 3))
         return rec
+
+
+def computed_by(compiled, sess, n_outputs: int) -> str:
+    """``"kernels"``, or ``"folding"`` when every output of every compiled variant was a
+    constant: computed at compile time (onnx.reference folding the graph, a converter's
+    numpy), by no kernel of ours.  A pass of that kind says nothing about our kernels."""
+    reports = getattr(sess, "reports", None)  # a specialising session: one per variant
+    if reports is None:
+        reports = [compiled.report]
+    if reports and all(len(r.get("constant_outputs", ())) == n_outputs for r in reports):
+        return "folding"
+    return "kernels"
 
 
 def _injected_fault(name: str) -> None:
@@ -541,6 +560,9 @@ def summarize(records: list, key=None) -> dict:
     out = {k: counts[k] for k in TENSOR_OUTCOMES + OTHER_OUTCOMES}
     if counts["not_run"]:
         out["not_run"] = counts["not_run"]
+    if not key:  # passes whose outputs no kernel computed (see ``computed_by``)
+        out["pass_by_folding"] = sum(1 for r in records if r["outcome"] == "pass"
+                                     and r.get("computed_by") == "folding")
     out["tensor_cases"] = tensor
     out["total_cases"] = len(records)
     out["pass_rate"] = round(counts["pass"] / tensor, 4) if tensor else 0.0
@@ -563,6 +585,10 @@ def _print_counts(title: str, s: dict) -> None:
     print(f"  pass rate {s['pass']}/{s['tensor_cases']} = {100 * s['pass_rate']:.1f}%   "
           f"(not counted: skipped_non_tensor {s['skipped_non_tensor']}, "
           f"training {s['training']}; {s['total_cases']} cases in all)")
+    if "pass_by_folding" in s:
+        print(f"  of the passes, {s['pass_by_folding']} computed by no kernel (every output "
+              "a constant folded at compile time); by kernels "
+              f"{s['pass'] - s['pass_by_folding']}")
 
 
 def report(records: list, compare_ort: bool, list_mismatches: bool, top: int = 40) -> dict:

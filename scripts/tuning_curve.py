@@ -17,9 +17,9 @@ Two steps:
 
 A checkpoint at t minutes keeps every database line whose ``provenance.time`` falls within
 the first t minutes of that model's tuning (job time, summed over its jobs); the last line
-of a task wins, as in ``compile --tuning-db``.  The final checkpoint (the sum of the budgets)
-includes each job's in-model check (which can demote a tuned kernel); earlier ones only
-include what had been saved by then.  Tuning time counts everything the job does: task
+of a task wins, as in ``compile --tuning-db``.  A demotion by a job's in-model check (a
+kernel that won in isolation but was slower inside the model) applies from its own time on
+(``_record_time``), so a checkpoint before it still has the tuned kernel.  Tuning time counts everything the job does: task
 extraction, measuring the defaults, the search and the final default-vs-tuned measurements.
 """
 
@@ -71,9 +71,20 @@ def cmd_tune(args) -> int:
     return 0
 
 
-def _record_time(rec: dict) -> float:
-    t = rec["provenance"]["time"]
-    return dt.datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+def _record_time(rec: dict, jobs: list) -> float:
+    """When the record was made: ``provenance.time``.  A demotion (the in-model check's
+    record) written before demotions carried their own time has its tuned record's time:
+    it was made by the in-model check at the end of a job, so it is placed at the end of
+    the first job that ended after that time (not at the tuned record's time: a late
+    demotion would then apply to earlier checkpoints)."""
+    prov = rec["provenance"]
+    t = dt.datetime.fromisoformat(prov["time"].replace("Z", "+00:00")).timestamp()
+    legacy_demotion = str(rec.get("stop", "")).startswith("demoted") and "tuned_time" not in prov
+    if legacy_demotion:
+        ends = sorted(j["end"] for j in jobs if j["end"] >= t)
+        if ends:
+            return ends[0]
+    return t
 
 
 def _db_at(name: str, jobs: list, minutes: float, out_dir: str) -> tuple[str, int]:
@@ -94,7 +105,7 @@ def _db_at(name: str, jobs: list, minutes: float, out_dir: str) -> tuple[str, in
         for line in open(src):
             try:
                 rec = json.loads(line)
-                t = _record_time(rec)
+                t = _record_time(rec, mine)
             except (ValueError, KeyError, TypeError):
                 continue
             at = next((off + t - s for s, e, off in windows if s - 1 <= t <= e + 1), None)

@@ -18,7 +18,7 @@ from onnx import helper
 from ..errors import CompileError, ModelError, UnsupportedError
 from .narrow_import import narrow_converter, storage_model
 from ..lowering.provenance import node_of_binding, rename_bindings
-from .registry import REGISTRY, ConvertContext
+from .registry import REGISTRY, ConvertContext, node_opset
 
 def graph_inputs(model: onnx.ModelProto) -> list:
     """The graph inputs that are not initializers (what the user feeds)."""
@@ -27,12 +27,13 @@ def graph_inputs(model: onnx.ModelProto) -> list:
 
 
 def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None,
-                    symbolic: bool = False) -> list[dict]:
+                    symbolic: bool = False, per_shape=()) -> list[dict]:
     """[{name, shape, dtype}] of the user-fed inputs.
 
     ``shapes`` ({name: [dims]}) fixes symbolic dimensions; a symbolic dimension left open
     is refused with the input's name, unless ``symbolic``: then it stays its ``dim_param``
-    name (a str in ``shape``; an unnamed one is refused, it cannot be bound or ranged).
+    name (a str in ``shape``; an unnamed one is refused, it cannot be bound or ranged, and
+    so is a name in ``per_shape``: the loader's name for a ``-1`` dim without a range).
     """
     shapes = shapes or {}
     sig = []
@@ -43,6 +44,12 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None,
             if vi.name in shapes:
                 dims = [int(x) for x in shapes[vi.name]]
                 break
+            if not d.HasField("dim_value") and d.dim_param in per_shape:
+                raise UnsupportedError(
+                    f"{where}: input {vi.name!r} declares dimension -1 at axis {i} (read as "
+                    f"{d.dim_param!r}): compiled per shape; give it a range "
+                    f"(dims={{{d.dim_param!r}: (min, max)}}, --dim {d.dim_param}=MIN..MAX) to "
+                    "keep it symbolic, or its shape (input_shapes=)")
             if not d.HasField("dim_value") and symbolic and d.dim_param:
                 dims.append(d.dim_param)
                 continue
@@ -103,18 +110,19 @@ def refuse_unsupported(model, where: str, target_arch: str | None = None) -> Non
 
 
 def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str | None = None,
-                shapes=None, symbolic: bool = False):
+                shapes=None, symbolic: bool = False, per_shape=()):
     """Convert a validated model to a Relax IRModule whose ``main`` takes the graph inputs
     (in the model's order) and returns the graph outputs (a tuple when there are several).
 
     ``symbolic``: a symbolic input dimension becomes a ``tirx.Var`` (int64) named after its
-    ``dim_param``, one Var per name shared by every input that uses it.
+    ``dim_param``, one Var per name shared by every input that uses it, except the
+    ``per_shape`` names (refused: see :func:`input_signature`).
     """
     from tvm import tirx
 
     refuse_unsupported(model, where, target_arch)
     model, elem_types = storage_model(model)  # narrow types as codes (narrow_import.py)
-    sig = input_signature(model, where, shapes, symbolic)
+    sig = input_signature(model, where, shapes, symbolic, per_shape)
     dim_vars: dict = {}
     for s in sig:
         s["shape"] = [dim_vars.setdefault(d, tirx.Var(d, "int64")) if isinstance(d, str)
@@ -222,7 +230,7 @@ class _Importer(_importer_base()):
                 inputs.append(self._nodes[name] if name else None)
             attr["tvm_custom"] = {"name": node.name, "num_outputs": len(node.output)}
             domain = node.domain or "ai.onnx"
-            opset = self.domain_opsets.get(domain, 1)
+            opset = node_opset(domain, node.op_type, self.domain_opsets.get(domain, 1))
             entry = REGISTRY.lookup(domain, node.op_type, opset)
             label = f"node {node.name or '#' + str(idx)!r} ({node.op_type}, domain {domain}, " \
                     f"opset {opset})"

@@ -23,6 +23,7 @@ import onnx
 from onnx import TensorProto, shape_inference
 
 from ..errors import ModelError, UnsupportedError
+from . import lenient
 from .narrow_types import FORMATS as NARROW_FORMATS
 
 # The default ONNX domain's opsets this importer handles: TVM 0.27's converters pick the
@@ -38,7 +39,8 @@ SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                    TensorProto.UINT64, TensorProto.BOOL, *NARROW_FORMATS}
 
 
-def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
+def load_model(model, warnings: list | None = None,
+               lenient_dims: list | None = None) -> onnx.ModelProto:
     """Return a checked, shape-inferred copy of ``model`` (a path or a ModelProto).
 
     Strings that are not UTF-8 follow :func:`check_text`: an identifier (a name, an op
@@ -46,6 +48,8 @@ def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
     (``doc_string``, ``producer_name``, ``producer_version``, metadata_props values) is
     decoded with backslash escapes, with a warning appended to ``warnings`` (logged on
     the ``onnxc`` logger when ``warnings`` is None).  Every later stage sees ``str`` only.
+    The names given to the inputs' ``-1`` dims (``lenient.Leniency.dims``) are appended to
+    ``lenient_dims``.
     """
     where = "model"
     if isinstance(model, (str, os.PathLike)):
@@ -60,27 +64,42 @@ def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
         logging.getLogger("onnxc").warning("%s", w)
     if len(model.graph.node) == 0:
         raise ModelError(f"{where}: the graph has no nodes")
-    model, lenient = _with_contrib_opset(model, where)
+    model, contrib_warnings = _with_contrib_opset(model, where)
     if warnings is not None:
-        warnings.extend(lenient)
-    for w in lenient if warnings is None else ():
+        warnings.extend(contrib_warnings)
+    for w in contrib_warnings if warnings is None else ():
         logging.getLogger("onnxc").warning("%s", w)
     _check_opsets(model, where)
+    model, leniency = lenient.prepare(model, where)  # what onnxruntime runs as it reads it
     for vi in model.graph.input:  # before shape inference: onnx's data propagation runs
         _check_size(vi, where)     # for ever on a 2^62-element input feeding Range (fuzzer)
+    if leniency.shapeless:  # the checker wants every output declared: inference declares them
+        lenient.declare_outputs(model, _inferred(model, where), leniency, where)
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(lenient.for_checker(model, leniency))
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{where}: invalid ONNX model: {_first_line(e)}") from None
-    try:
-        inferred = _infer_shapes(model)
-    except Exception as e:  # onnx raises InferenceError/ValidationError/RuntimeError
-        raise ModelError(f"{where}: shape inference failed: {_first_line(e)}") from None
+    inferred = lenient.restore(_inferred(model, where), leniency)
+    note = leniency.warning(where)
+    if lenient_dims is not None:
+        lenient_dims.extend(leniency.dims)
+    if note and warnings is not None:
+        warnings.append(note)
+    elif note:
+        logging.getLogger("onnxc").warning("%s", note)
     _check_inputs(inferred, where)
     _check_types(inferred, where)
     _check_attributes(inferred.graph, where)
     _check_tensors(inferred, where)
     return inferred
+
+
+def _inferred(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """Strict shape inference (``_infer_shapes``), a failure as a ModelError."""
+    try:
+        return _infer_shapes(model)
+    except Exception as e:  # onnx raises InferenceError/ValidationError/RuntimeError
+        raise ModelError(f"{where}: shape inference failed: {_first_line(e)}") from None
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -37,7 +37,7 @@ MOVE_OPS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose
 # Elu, ...) or whose float32 kernel is not correctly rounded (Exp): those are refused.
 FLOAT_OPS = {"OneHot", "Neg", "Abs", "Relu", "Max", "Min", "Sign", "Add", "Sub", "Mul",
              "Div", "Sqrt", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
-             "IsNaN", "IsInf", "ArgMax", "ArgMin", "MatMul", "Einsum"}
+             "IsNaN", "IsInf", "ArgMax", "ArgMin", "MatMul", "Einsum", "Unique"}
 
 
 def storage_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:

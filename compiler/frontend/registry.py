@@ -37,6 +37,38 @@ def _norm_domain(domain: str) -> str:  # "" and "ai.onnx" are the same domain
     return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
 
 
+def first_version(op_type: str, opset: int) -> int | None:
+    """The first opset of default-domain ``op_type`` when it has no definition at
+    ``opset`` but a later one (LayerNormalization, since 17, in an opset-14 model), else
+    None.  Such a node can mean only that first version; onnxruntime runs it."""
+    import onnx
+
+    try:
+        onnx.defs.get_schema(op_type, opset)
+        return None
+    except onnx.defs.SchemaError:
+        pass
+    try:
+        newest = onnx.defs.get_schema(op_type, onnx.defs.onnx_opset_version())
+    except onnx.defs.SchemaError:
+        return None  # not an ONNX op at all: the checker names it
+    for version in range(opset + 1, newest.since_version + 1):
+        try:
+            return onnx.defs.get_schema(op_type, version).since_version
+        except onnx.defs.SchemaError:
+            continue
+    return None
+
+
+def node_opset(domain: str, op_type: str, opset: int) -> int:
+    """The opset a node is read at: its domain's opset in the model, or for a default-domain
+    op first defined after it, that first version (``first_version``; the loader has
+    accepted it with a warning, ``compiler/frontend/lenient.py``)."""
+    if _norm_domain(domain) != DEFAULT_DOMAIN or opset is None:
+        return opset
+    return first_version(op_type, opset) or opset
+
+
 @dataclass(frozen=True)
 class ConvertContext:
     """What a converter may need beyond its inputs and attributes."""
@@ -138,7 +170,7 @@ class OperatorRegistry:
         problems = []
         for name, node in _nodes_with_subgraphs(model.graph):
             domain = _norm_domain(node.domain)
-            opset = opsets.get(domain)
+            opset = node_opset(domain, node.op_type, opsets.get(domain))
             versions = self.versions(domain, node.op_type)
             entry = self.lookup(domain, node.op_type, opset) if opset is not None else None
             why = ""

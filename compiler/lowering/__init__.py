@@ -6,8 +6,8 @@ extracts the kernel calls and plans storage (``inplace``: outputs reusing a dyin
 ``artifact`` writes the ``.so``.
 """
 
-from . import (legalize_conv_nchwc, legalize_nan, legalize_reductions, legalize_topk,
-               legalize_vector_math)
+from . import (legalize_conv_nchwc, legalize_hyperbolic, legalize_nan, legalize_pool,
+               legalize_reductions, legalize_topk, legalize_vector_math)
 
 _installed = False
 
@@ -16,9 +16,12 @@ def install() -> dict:
     """Install every onnxc legalization; returns the customize map for ``LegalizeOps``.
 
     On TVM's ops (``FLegalize``, once per process; later calls do nothing): blocked
-    conv2d (``legalize_conv_nchwc``, which TVM cannot lower), float max/min with a +-inf
-    identity (``legalize_reductions``), topk as a TE kernel (``legalize_topk``) and relu,
-    clip, float maximum/minimum that keep NaN as onnxruntime does (``legalize_nan``).  They
+    conv2d (``legalize_conv_nchwc``, which TVM cannot lower), float max/min/argmax/argmin
+    with ONNX's identity and onnxruntime's NaN fold (``legalize_reductions``), max pooling
+    that skips NaN (``legalize_pool``), topk as a TE kernel (``legalize_topk``) and relu,
+    prelu, clip, float maximum/minimum that keep NaN as onnxruntime does, tanh / atanh that
+    keep the sign of zero (``legalize_nan``) and sinh/cosh with exp
+    (``legalize_hyperbolic``: LLVM cannot build TVM's intrinsics).  They
     sit on the ops because constant folding legalizes with the registered functions too,
     and must agree with the lowering.
 
@@ -31,7 +34,9 @@ def install() -> dict:
     if not _installed:  # TVM refuses a second registration at the same level
         legalize_conv_nchwc.install()
         legalize_reductions.install()
+        legalize_pool.install()
         legalize_topk.install()
         legalize_nan.install()
+        legalize_hyperbolic.install()
         _installed = True
     return dict(legalize_vector_math.LEGALIZE_MAP)

@@ -19,6 +19,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from runtime.artifact import PARAM_ALIGN  # the loader maps params in place: keep them aligned
 from runtime.dims import ShapeExpr
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
+from schedules import flops
 
 from ..errors import UnsupportedError
 from .provenance import nodes_of_binding
@@ -199,7 +200,7 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
     symbol = gv.name_hint
     if symbol not in g.prim_funcs:
         g.prim_funcs[symbol] = mod[gv]
-        g.flops[symbol] = _flops(mod[gv])
+        g.flops[symbol] = flops.estimate(mod[gv])
     idx = g.groups.get(name)
     if idx is None:
         idx = nodes_of_binding(name)
@@ -212,16 +213,14 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
 
 
 def _flops(func, binding: dict | None = None) -> int:
-    """TVM's estimate of a kernel's arithmetic (multiply-adds count 2); 0 if it has none.
-    Symbolic extents are bound from ``binding`` ({dim name: value}) first."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-
+    """``schedules.flops.estimate`` of ``func`` with its symbolic extents bound from
+    ``binding`` ({dim name: value}) first; 0 if it has none or cannot be read."""
     try:
         if binding:
             func = bind_dims(func, binding)
-        return int(estimate_tir_flops(tvm.IRModule({"main": func})))
-    except Exception:  # estimation is best effort: a kernel it cannot read reports 0
+    except Exception:  # estimation is best effort: a kernel it cannot bind reports 0
         return 0
+    return flops.estimate(func)
 
 
 def bind_dims(func, binding: dict):

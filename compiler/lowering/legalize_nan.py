@@ -1,4 +1,4 @@
-"""Relu, clip and float maximum/minimum with onnxruntime's NaN semantics.
+"""Relu, PRelu, clip, tanh, atanh and float maximum/minimum with onnxruntime's NaN semantics.
 
 TVM 0.27 lowers ``relax.nn.relu`` to ``max(x, 0)``, ``relax.clip`` to
 ``max(min(x, hi), lo)`` and ``relax.maximum`` / ``relax.minimum`` to TIR ``Max`` / ``Min``,
@@ -8,9 +8,14 @@ it sits in (``relu(NaN) = 0``, ``clip(NaN, 0, 6) = 0``, ``Max(1, NaN) = NaN`` bu
 test_nan_semantics.py``) keeps NaN in all of them:
 
 * ``relu(x) => x < 0 ? 0 : x``                 (NaN -> NaN, -0.0 -> -0.0)
+* ``prelu(x, s) => x < 0 ? x * s : x``          (+-0.0 kept; TVM's ``x > 0 ? x : x * s``
+  turns 0.0 times a negative slope into -0.0)
 * ``clip(x, lo, hi) => x < lo ? lo : (hi < x ? hi : x)``   (NaN -> NaN)
 * ``maximum(a, b) => (a < b or isnan(b)) ? b : a``  (NaN in either operand -> NaN)
 * ``minimum(a, b) => (b < a or isnan(b)) ? b : a``
+
+* ``tanh(x), atanh(x) => x == 0 ? x : f(x)``  (-0.0 -> -0.0; TVM's tanh and
+  ``atanh = log((1 + x) / (1 - x)) / 2`` give +0.0)
 
 ``maximum(x, lo)`` is also ORT's ``Clip`` lower side exactly, zero signs included (our
 Clip converter emits maximum/minimum so the layout pass sees through it; it removes NaN
@@ -22,12 +27,12 @@ call: it vectorises.  Integer dtypes keep TVM's legalization.  Registered on the
 
 from __future__ import annotations
 
-import tvm
-from tvm import te, tirx
+from tvm import te, tirx, topi
 from tvm.relax.transform.legalize_ops.common import (_is_relax_expr,
                                                       _try_convert_to_scalar_const)
 
-_ATTR = "FLegalize"
+from .override import install_legalization
+
 _MARK = "__onnxc_nan_semantics__"
 
 
@@ -41,6 +46,17 @@ def _relu(x: te.Tensor) -> te.Tensor:
                       name="relu", tag="elemwise")
 
 
+def _prelu(x: te.Tensor, slope: te.Tensor, axis: int) -> te.Tensor:
+    zero = tirx.const(0, x.dtype)
+    per_channel = not (isinstance(slope.shape[0], tirx.IntImm) and int(slope.shape[0]) == 1)
+
+    def body(*i):
+        s = slope[i[axis]] if per_channel else slope[0]
+        return tirx.Select(x(*i) < zero, x(*i) * s, x(*i))
+
+    return te.compute(x.shape, body, name="prelu", tag="elemwise")
+
+
 def _clip(x: te.Tensor, lo, hi) -> te.Tensor:
     lo, hi = tirx.Cast(x.dtype, lo), tirx.Cast(x.dtype, hi)
 
@@ -49,6 +65,16 @@ def _clip(x: te.Tensor, lo, hi) -> te.Tensor:
         return tirx.Select(v < lo, lo, tirx.Select(hi < v, hi, v))
 
     return te.compute(x.shape, body, name="clip", tag="elemwise")
+
+
+def _signed_zero(f):
+    """``x == 0 ? x : f(x)`` around TVM's compute ``f`` of an odd function."""
+    def compute(x: te.Tensor) -> te.Tensor:
+        y = f(x)
+        zero = tirx.const(0, x.dtype)
+        return te.compute(x.shape, lambda *i: tirx.Select(x(*i) == zero, x(*i), y(*i)),
+                          name=f"{y.op.name}_signed_zero", tag="elemwise")
+    return compute
 
 
 def _broadcast_shape(sa, sb):
@@ -103,13 +129,7 @@ def _nan_binary(kind: str):
 
 
 def _install(op_name: str, make):
-    op = tvm.ir.Op.get(op_name)
-    default = op.get_attr(_ATTR)
-    if getattr(default, _MARK, False):
-        return  # already installed (module reloaded)
-    legalize = make(default)
-    setattr(legalize, _MARK, True)
-    tvm.ir.register_op_attr(op_name, _ATTR, legalize, level=11)
+    install_legalization(op_name, make, _MARK)
 
 
 def _relu_legalize(default):
@@ -118,6 +138,29 @@ def _relu_legalize(default):
             return default(bb, call)
         return bb.call_te(_relu, call.args[0], primfunc_name_hint="relu")
     return legalize
+
+
+def _prelu_legalize(default):
+    def legalize(bb, call):
+        if not _is_float(str(call.args[0].ty.dtype)):
+            return default(bb, call)
+        axis = int(call.attrs.axis)
+        axis = axis + len(call.args[0].ty.shape) if axis < 0 else axis
+        return bb.call_te(_prelu, call.args[0], call.args[1], axis, primfunc_name_hint="prelu")
+    return legalize
+
+
+def _odd_legalize(name: str, f):
+    compute = _signed_zero(f)
+
+    def make(default):
+        def legalize(bb, call):
+            if not _is_float(str(call.args[0].ty.dtype)):
+                return default(bb, call)
+            return bb.call_te(compute, call.args[0], primfunc_name_hint=name)
+        return legalize
+
+    return make
 
 
 def _clip_legalize(default):
@@ -147,8 +190,12 @@ def _binary_legalize(kind: str):
 
 
 def install() -> None:
-    """Register the NaN-keeping legalizations of relu, clip, maximum and minimum (once)."""
+    """Register the NaN / signed-zero keeping legalizations of relu, prelu, tanh, atanh,
+    clip, maximum and minimum (once)."""
     _install("relax.nn.relu", _relu_legalize)
+    _install("relax.nn.prelu", _prelu_legalize)
+    _install("relax.tanh", _odd_legalize("tir_tanh", topi.tanh))
+    _install("relax.atanh", _odd_legalize("tir_atanh", topi.atanh))
     _install("relax.clip", _clip_legalize)
     _install("relax.maximum", _binary_legalize("maximum"))
     _install("relax.minimum", _binary_legalize("minimum"))

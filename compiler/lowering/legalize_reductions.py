@@ -1,4 +1,4 @@
-"""Float max/min reductions with -inf/+inf as their identity.
+"""Float max/min (and argmax/argmin) reductions with ONNX's identity and onnxruntime's NaN rule.
 
 TVM 0.27 legalizes ``relax.max`` / ``relax.min`` with ``topi.max`` / ``topi.min``, whose
 reducer starts from the lowest / highest *finite* value of the dtype: the max of a row that
@@ -8,17 +8,32 @@ rows are fully masked with ``Equal(ReduceMax(bias), -inf)``, which then never ho
 masked rows came out NaN instead of 0.  ``ReduceMax`` over an all ``-inf`` slice was wrong
 the same way.
 
-This module replaces the legalization of both ops, for float dtypes, by a TE reduction
-whose identity is -inf (max) / +inf (min); integer dtypes and empty reductions keep TVM's.
-It is registered on the ops themselves (``FLegalize``), so that constant folding (which
-legalizes with the registered functions) and the lowering agree; ``compiler.lowering.install``
-installs it.
+TVM's reducer also drops or keeps a NaN by its position in the loop order (issue #17).
+This module replaces the legalization of both ops, for float dtypes, by onnxruntime's fold
+(``compiler/lowering/nan_reducers.py``):
+
+* ``max(x) => fold(acc = -inf; acc = (v > acc or isnan(v)) ? v : acc)`` over
+  ``v = (k > 0 and isnan(x[k])) ? -inf : x[k]``  (min alike)
+
+(``k > 0``: any reduced index past the slice's first element): a leading NaN wins and
+stays, any other NaN is skipped, an all ``-inf`` slice gives ``-inf`` (TVM's reducer starts
+from the lowest finite value).  One reduction block, correct in any loop order (a second
+block selecting the leading NaN changed dlight's schedule of attention's masked-row kernel
+into one LLVM rejects).  ``relax.argmax`` / ``relax.argmin`` get the matching fold
+(``arg_compute``: a leading NaN is index 0, other NaN are skipped, the first index among
+equal values); the ArgMax / ArgMin converters call ``arg_compute`` directly for
+``select_last_index``.  Integer dtypes and empty reductions
+keep TVM's.  Registered on the ops themselves (``FLegalize``), so that constant folding
+(which legalizes with the registered functions) and the lowering agree;
+``compiler.lowering.install`` installs it.
 """
 
 from __future__ import annotations
 
 import tvm
 from tvm import te, tirx
+
+from .nan_reducers import arg_reducer, lead_nan_input, lead_nan_reducer
 
 _ATTR = "FLegalize"
 
@@ -37,18 +52,15 @@ def _te_reduce(kind: str):
     def compute(x, axis, keepdims):
         ndim = len(x.shape)
         axes = _axes(axis, ndim)
-        inf = float("inf") if kind == "min" else float("-inf")
-        combine = tirx.min if kind == "min" else tirx.max
-        reducer = te.comm_reducer(lambda a, b: combine(a, b),
-                                  lambda t: tirx.const(inf, t), name=f"{kind}_inf")
+        reducer = lead_nan_reducer(kind)
         rvars = [te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in axes]
         if keepdims:
             out_shape = [1 if i in axes else x.shape[i] for i in range(ndim)]
         else:
             out_shape = [x.shape[i] for i in range(ndim) if i not in axes]
 
-        def body(*idx):
-            it, rit, full = iter(idx), iter(rvars), []
+        def full_index(idx, reduced):
+            it, rit, full = iter(idx), iter(reduced), []
             for i in range(ndim):
                 if i in axes:
                     full.append(next(rit))
@@ -56,11 +68,36 @@ def _te_reduce(kind: str):
                         next(it)
                 else:
                     full.append(next(it))
-            return reducer(x[tuple(full)], axis=rvars)
+            return tuple(full)
 
-        return te.compute(out_shape, body, name=f"{kind}_red", tag="comm_reduce")
+        return te.compute(
+            out_shape,
+            lambda *idx: reducer(lead_nan_input(kind, x[full_index(idx, rvars)], rvars),
+                                 axis=rvars),
+            name=f"{kind}_red", tag="comm_reduce")
 
     return compute
+
+
+def arg_compute(x, axis: int, keepdims: bool, kind: str, last: bool = False):
+    """int64 ``arg{kind}`` of float ``x`` along ``axis`` with onnxruntime's NaN fold (see
+    ``nan_reducers.arg_reducer``)."""
+    ndim = len(x.shape)
+    axis = axis + ndim if axis < 0 else axis
+    reducer = arg_reducer(kind, last)
+    k = te.reduce_axis((0, x.shape[axis]), name="k")
+    out_shape = [1 if i == axis else x.shape[i] for i in range(ndim) if keepdims or i != axis]
+
+    def body(*idx):
+        full = list(idx)
+        if keepdims:
+            full[axis] = k
+        else:
+            full.insert(axis, k)
+        return reducer((k.var.astype("int64"), x[tuple(full)]), axis=k)
+
+    index, _ = te.compute(out_shape, body, name=f"arg{kind}_red")
+    return index
 
 
 def _is_float(dtype: str) -> bool:
@@ -91,7 +128,27 @@ def _install_one(op_name: str, kind: str) -> None:
 
 
 
+def _install_arg(op_name: str, kind: str) -> None:
+    op = tvm.ir.Op.get(op_name)
+    default = op.get_attr(_ATTR)
+    if getattr(default, "__onnxc_inf_identity__", False):
+        return
+
+    def legalize(bb, call):
+        dtype = str(call.args[0].ty.dtype)
+        if not _is_float(dtype) or _has_zero_dim(call) or call.attrs.axis is None:
+            return default(bb, call)
+        return bb.call_te(arg_compute, call.args[0], int(call.attrs.axis),
+                          bool(call.attrs.keepdims), kind, primfunc_name_hint=f"arg{kind}")
+
+    legalize.__onnxc_inf_identity__ = True
+    tvm.ir.register_op_attr(op_name, _ATTR, legalize, level=11)
+
+
 def install() -> None:
-    """Register the +-inf-identity legalization on ``relax.max`` and ``relax.min`` (once)."""
+    """Register the NaN-fold legalizations of ``relax.max`` / ``min`` / ``argmax`` /
+    ``argmin`` (once)."""
     _install_one("relax.max", "max")
     _install_one("relax.min", "min")
+    _install_arg("relax.argmax", "max")
+    _install_arg("relax.argmin", "min")

@@ -86,6 +86,24 @@ def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads
     return {"times": times}
 
 
+def outputs_match(ours: np.ndarray, ref: np.ndarray, rtol: float = 1e-4,
+                  atol: float = 1e-5, scale_tol: float = 1e-5) -> bool:
+    """``|ours - ref| <= max(atol, scale_tol * max|ref|) + rtol * |ref|`` element-wise, NaN
+    equal to NaN.  The absolute part grows with the output's magnitude because a long fp32
+    sum's rounding error does (ResNet-50's logits of up to ~1000 differ by ~1e-3 between
+    onnxruntime and torch, and between any two summation orders), while an element near 0
+    by cancellation keeps the plain relative test from meaning anything."""
+    if ours.shape != ref.shape:
+        return False
+    if ours.dtype.kind not in "fc" and ref.dtype.kind not in "fc":
+        return bool(np.array_equal(ours, ref))
+    a, b = ours.astype(np.float64), ref.astype(np.float64)
+    finite = np.isfinite(b)
+    scale = float(np.abs(b[finite]).max()) if finite.any() else 0.0
+    return bool(np.allclose(a, b, rtol=rtol, atol=max(atol, scale_tol * scale),
+                            equal_nan=True))
+
+
 def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, warmup: int = 3,
             threads: int | None = None, compare: bool = True) -> dict:
     """Alternate onnxc and onnxruntime worker processes; return medians and output diffs."""
@@ -112,8 +130,7 @@ def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, war
                 x, y = a[k].astype(np.float64), b[k].astype(np.float64)
                 diffs.append(float(np.max(np.abs(x - y))) if x.size else 0.0)
             result["max_abs_diff"] = diffs
-            result["allclose"] = all(np.allclose(a[k], b[k], rtol=1e-4, atol=1e-5)
-                                     for k in a.files)
+            result["allclose"] = all(outputs_match(a[k], b[k]) for k in a.files)
             result["ratio"] = result["onnxc"]["median_ms"] / result["onnxruntime"]["median_ms"]
             a_outs = [a[k] for k in a.files]
         else:

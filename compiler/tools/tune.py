@@ -129,8 +129,9 @@ def check_in_model(model, target, database: TuningDatabase, tasks: list, *,
                    compile_kwargs: dict | None = None, margin: float = 0.03, rounds: int = 5,
                    min_runs: int = 20, progress=None) -> dict:
     """Profile the model untuned and tuned in this process, alternately, and demote every
-    tuned kernel that is slower inside the model than our default by more than ``margin``:
-    a record keeping the default is appended (the last record of a task wins).  If the
+    tuned kernel that is slower inside the model than our default by more than ``margin``
+    (3%): a record keeping the default is appended (the last record of a task wins), with
+    its own ``provenance.time`` (the tuned record's is kept as ``tuned_time``).  If the
     tuned model is then still slower as a whole, every tuned kernel of it is demoted.
 
     The tuning measurement times each kernel alone; inside the model its neighbours'
@@ -182,7 +183,11 @@ def check_in_model(model, target, database: TuningDatabase, tasks: list, *,
             rec.update(winner="default", trace=None, stop=f"demoted: {why}",
                        latency_us=dict(rec["latency_us"],
                                        in_model_default=None if b is None else round(b * 1e6, 3),
-                                       in_model_tuned=None if t is None else round(t * 1e6, 3)))
+                                       in_model_tuned=None if t is None else round(t * 1e6, 3)),
+                       # the demotion's own time (scripts/tuning_curve.py applies a record
+                       # at its time); the tuned record's is kept beside it
+                       provenance=dict(rec.get("provenance", {}), time=_now(),
+                                       tuned_time=rec.get("provenance", {}).get("time")))
             database.append(rec)
             out["demoted"].append(rec["kernel"])
             if progress is not None:
@@ -193,6 +198,12 @@ def check_in_model(model, target, database: TuningDatabase, tasks: list, *,
         progress.message(f"model check: untuned {out['untuned_ms']:.3f} ms, tuned "
                          f"{out['tuned_ms']:.3f} ms per run (kernel time, this process)")
     return out
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _profile_alternately(models: list, rounds: int, min_runs: int) -> list:

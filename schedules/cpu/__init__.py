@@ -18,12 +18,17 @@ from .conv2d_nhwc import Conv2dNHWC
 from .conv2d_packed import Conv2dPacked
 from .conv_transpose import ConvTranspose
 from .depthwise import DepthwiseConv2dNCHW
+from .elementwise import Elementwise
 from .fallback import Fallback
+from .inner_reduction import InnerReduction
 from .matmul import Matmul
 from .matmul_packed import MatmulPacked
 from .pool import Pool2dNCHW, Pool2dNCHWc
+from .pool_strided import PoolStrided
 from .row_reduction import RowReduction
 from .tiled_reduction import TiledReduction
+from .transpose import TransposeTiled
+from .upsample import UpsampleNearest
 
 __all__ = ["RULES", "Fallback"]
 
@@ -34,6 +39,7 @@ RULES = [
     ConvTranspose(),  # transposed convs pack_conv_transpose wrote per output phase
     DepthwiseConv2dNCHW(),  # before conv2d_nchw, which would take it as a 1-channel GEMM
     Conv2dNCHW(),
+    PoolStrided(),  # 1-D / 2-D / 3-D windows of stride > 1: before pool2d_nchw's vectors
     Pool2dNCHW(),
     Pool2dNCHWc(),
     MatmulPacked(),  # matmuls whose weights pack_matmul_weights pre-packed [N/nr, K, nr]
@@ -42,6 +48,14 @@ RULES = [
     # any other reduction vectorisable over its innermost output dim: grouped and
     # transposed convs, pooling 1-D/3-D, reductions over a non-last axis; register tile
     TiledReduction(),
+    # reductions over the innermost contiguous axis (reduce-all, ReduceSum(-1), RMS norm's
+    # mean(x^2)): vector partial sums
+    InnerReduction(),
+    TransposeTiled(),  # out[.., x, c] = in[.., c, .., x] (NCHW -> NHWC): lanes x lanes tiles
+    UpsampleNearest(),  # out[.., x] = in[.., x // s] (Resize nearest x2): no per-lane loads
+    # no reduction at all (after the two spatial rules above): elementwise chains,
+    # layout transforms, pads
+    Elementwise(),
     Dlight("dlight.gemv", GEMV()),
     Dlight("dlight.reduction", Reduction()),
     Fallback(),  # anything else: inlined, parallel outer loops, vectorised inner loop

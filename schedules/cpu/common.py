@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tvm import tirx
+from tvm.sym.pattern import detect_linear_equation
 
 import targets
 
@@ -50,6 +51,21 @@ def reg_rows(n: int, vectors_per_row: int, budget: int = 24, cap: int = 16) -> i
     return best
 
 
+def uses_var(expr, var) -> bool:
+    """``expr`` reads the variable ``var``."""
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def unit_stride(expr, var) -> bool:
+    """``expr`` is ``var`` + terms free of ``var``, or free of ``var`` altogether: lanes of
+    ``var`` read consecutive elements (strided reads, ``2 x + r``, would be gathers: a
+    stride-2 pool ran 1.8x slower vectorised than the fallback's scalar loop)."""
+    if not uses_var(expr, var):
+        return True
+    coef = detect_linear_equation(expr, [var])
+    return len(coef) == 2 and isinstance(coef[0], tirx.IntImm) and int(coef[0]) == 1
+
+
 def blocks(sch):
     """The blocks under the root block, in order."""
     return sch.get_child_blocks(sch.get_sblock("root"))
@@ -66,6 +82,15 @@ def iter_kinds(block):
         else:
             return None
     return out
+
+
+def inline_producers(sch, block_rv):
+    """Inline every other block of a one-output kernel into ``block_rv`` (pads too);
+    returns the block again (inlining replaces its handle), or None when a producer
+    could not be inlined (not a plain kernel of the caller's shape)."""
+    name = sch.get(block_rv).name_hint
+    before, _, _ = inline_around(sch, block_rv, keep_pads=False)
+    return None if before else sch.get_sblock(name)
 
 
 def inline_around(sch, main_rv, keep_pads=True):

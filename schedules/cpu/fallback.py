@@ -34,40 +34,46 @@ class Fallback(ScheduleRule):
         infos = normalize_prim_func(sch)
         if infos is None:
             return None
-        lanes, cores = common.lanes_fp32(target), common.cores(target)
-        kept = []
-        for info in reversed(infos):
-            if info is not infos[-1] and info.is_injective():
-                try:
-                    sch.compute_inline(info.block_rv)
-                    continue
-                except Exception:  # e.g. read by a reduction at a non-inlinable index
-                    pass
-            kept.append(info)
-        for info in kept:
-            loops = sch.get_loops(info.block_rv)
-            kinds = info.dom_kind()
-            if len(loops) != len(kinds):  # not in one-loop-per-iter form: leave it
+        return schedule_loops(sch, infos, target)
+
+
+def schedule_loops(sch, infos, target):
+    """The fallback's schedule of ``sch`` (blocks ``infos`` from normalize_prim_func);
+    also what ``cpu.elementwise`` applies to kernels without a reduction."""
+    lanes, cores = common.lanes_fp32(target), common.cores(target)
+    kept = []
+    for info in reversed(infos):
+        if info is not infos[-1] and info.is_injective():
+            try:
+                sch.compute_inline(info.block_rv)
                 continue
-            n_lead = len(kinds) - len(kinds.lstrip("S"))
-            if n_lead == len(kinds) and n_lead and not _lane_dependent_select(sch, info):
+            except Exception:  # e.g. read by a reduction at a non-inlinable index
+                pass
+        kept.append(info)
+    for info in kept:
+        loops = sch.get_loops(info.block_rv)
+        kinds = info.dom_kind()
+        if len(loops) != len(kinds):  # not in one-loop-per-iter form: leave it
+            continue
+        n_lead = len(kinds) - len(kinds.lstrip("S"))
+        if n_lead == len(kinds) and n_lead and not _lane_dependent_select(sch, info):
+            ext = common.const_extent(sch, loops[-1])
+            # odd widths (56, 28, 7): fuse the last two spatial loops when their product
+            # is whole vectors (56x56 = 196 x 16), instead of leaving the loop scalar
+            if (ext is not None and ext % lanes and n_lead >= 2
+                    and (common.const_extent(sch, loops[-2]) or 1) * ext % lanes == 0):
+                loops = [*loops[:-2], sch.fuse(loops[-2], loops[-1])]
+                n_lead -= 1
                 ext = common.const_extent(sch, loops[-1])
-                # odd widths (56, 28, 7): fuse the last two spatial loops when their product
-                # is whole vectors (56x56 = 196 x 16), instead of leaving the loop scalar
-                if (ext is not None and ext % lanes and n_lead >= 2
-                        and (common.const_extent(sch, loops[-2]) or 1) * ext % lanes == 0):
-                    loops = [*loops[:-2], sch.fuse(loops[-2], loops[-1])]
-                    n_lead -= 1
-                    ext = common.const_extent(sch, loops[-1])
-                if ext is not None and ext % lanes == 0 and ext >= lanes:
-                    _, vec = sch.split(loops[-1], [None, lanes])
-                    sch.vectorize(vec)
-                    loops = sch.get_loops(info.block_rv)[:-1]
-                    n_lead = len(loops)
-            if n_lead and cores > 1:
-                fused = sch.fuse(*loops[:n_lead]) if n_lead > 1 else loops[0]
-                ext = common.const_extent(sch, fused)
-                if ext is None or ext >= 2:
-                    sch.parallel(fused)
-        return sch
+            if ext is not None and ext % lanes == 0 and ext >= lanes:
+                _, vec = sch.split(loops[-1], [None, lanes])
+                sch.vectorize(vec)
+                loops = sch.get_loops(info.block_rv)[:-1]
+                n_lead = len(loops)
+        if n_lead and cores > 1:
+            fused = sch.fuse(*loops[:n_lead]) if n_lead > 1 else loops[0]
+            ext = common.const_extent(sch, fused)
+            if ext is None or ext >= 2:
+                sch.parallel(fused)
+    return sch
 

@@ -19,24 +19,8 @@ kernels went to dlight's reduction rule or the fallback, which keep one scalar a
 
 from __future__ import annotations
 
-from tvm import tirx
-from tvm.sym.pattern import detect_linear_equation
-
 from ..base import MatchingCPURule
 from . import common
-
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
-
-
-def _unit_stride(expr, var) -> bool:
-    """``expr`` is ``var`` + terms free of ``var`` (strided reads, ``2 x + r``, would be
-    gathers: a stride-2 pool ran 1.8x slower vectorised than the fallback's scalar loop)."""
-    if not _uses(expr, var):
-        return True
-    coef = detect_linear_equation(expr, [var])
-    return len(coef) == 2 and isinstance(coef[0], tirx.IntImm) and int(coef[0]) == 1
 
 
 def match_tiled_reduction(sch):
@@ -59,7 +43,7 @@ def match_tiled_reduction(sch):
     x = ivs[ns - 1]
     for r in o[1]:
         idx = common.region_vars(r)
-        if any(_uses(e, x) for e in idx[:-1]) or not _unit_stride(idx[-1], x):
+        if any(common.uses_var(e, x) for e in idx[:-1]) or not common.unit_stride(idx[-1], x):
             return None
     return rv, ns
 

@@ -176,3 +176,33 @@ def test_bool_condition_of_if_is_bound_only_when_needed():
         feeds = {"x": x, "c": np.array(c)}
         assert_close(sess.run(None, feeds), ort_run(differ, feeds))
     assert sess.compiles == 3
+
+
+def _integer_cumsum_of_reshape():
+    """y = CumSum(Reshape(x, shape)): ``shape`` fixes a shape, ``x`` (a small integer input)
+    does not."""
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+         helper.make_node("CumSum", ["r", "axis"], ["y"], name="cumsum")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT32, [6]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["a", "b"])],
+        [numpy_helper.from_array(np.array(1, np.int64), "axis")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_only_shape_determining_inputs_are_bound():
+    # Before: every small integer input was bound, so x became a constant and
+    # onnx.reference computed the CumSum at compile time, once per value of x.
+    from compiler.specialize import _shape_value_inputs
+
+    m = _integer_cumsum_of_reshape()
+    assert _shape_value_inputs(m) == {"shape"}
+    sess = compiler.compile(m).session()
+    rng = np.random.default_rng(0)
+    for shape in ([2, 3], [2, 3], [3, 2]):
+        feeds = {"x": rng.integers(-9, 9, 6).astype(np.int32), "shape": np.array(shape)}
+        assert_close(sess.run(None, feeds), ort_run(m, feeds))
+    assert len(sess.reports) == 2  # one variant per shape value, not per x
+    for r in sess.reports:  # the CumSum kernel ran on x
+        assert r["constant_outputs"] == [] and r["kernels"] >= 1

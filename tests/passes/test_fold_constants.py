@@ -54,3 +54,91 @@ def test_does_not_fire_when_weight_is_an_input():
     x = np.ones((2, 3), np.float32)
     (y,) = cm.session().run(None, {"x": x, "b": b})
     np.testing.assert_allclose(y, x @ b.T, rtol=1e-5)
+
+
+# -- the fast evaluator against TVM's FoldConstant --------------------------------------------
+
+
+def _relax_module(dataflow: bool = True):
+    """main(x): constants reshaped, transposed, concatenated, laid out in blocks, added and
+    measured (shape_to_tensor(shape_of(W))), each result used with x."""
+    import tvm
+    from tvm import relax
+
+    rng = np.random.default_rng(0)
+    c = [relax.const(rng.standard_normal(s).astype(np.float32)) for s in
+         [(2, 8), (8, 2), (16,), (16,), (4, 4)]]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16,), "float32"))
+    with bb.function("main", [x]):
+        with (bb.dataflow() if dataflow else _nothing()):
+            a = bb.emit(relax.op.reshape(c[0], (16,)))                  # numpy
+            b = bb.emit(relax.op.reshape(relax.op.permute_dims(c[1]), (16,)))
+            t = bb.emit(relax.op.add(c[2], c[3]))                         # TVM, alone
+            blk = bb.emit(relax.op.layout_transform(
+                c[4], index_map=lambda i, j: (i // 2, j, i % 2)))       # numpy
+            n = bb.emit(relax.op.reshape(blk, (16,)))
+            cat = bb.emit(relax.op.concat([a, b], axis=0))
+            shp = bb.emit(relax.op.shape_to_tensor(relax.op.shape_of(c[4])))
+            y = bb.emit(relax.op.add(x, a))                               # x: not folded
+            y = bb.emit(relax.op.add(y, b))
+            y = bb.emit(relax.op.add(y, t))
+            y = bb.emit(relax.op.add(y, n))
+            y = bb.emit(relax.op.add(y, relax.op.strided_slice(cat, [0], [0], [16])))
+            y = bb.emit(relax.op.add(y, relax.op.astype(relax.op.sum(shp), "float32")))
+            out = bb.emit_output(y) if dataflow else y
+        bb.emit_func_output(out)
+    return bb.get(), tvm
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _fold(mod, evaluator):
+    from passes.context import PassReport
+    from passes.fold_constants import FoldConstants
+
+    report = PassReport("fold_constants")
+    return FoldConstants().rewrite(mod, report, {"evaluator": evaluator}), report
+
+
+def test_fast_evaluator_gives_tvms_module():
+    mod, tvm = _relax_module()
+    fast, report = _fold(mod, "fast")
+    slow, _ = _fold(mod, "tvm")
+    tvm.ir.assert_structural_equal(fast, slow, map_free_vars=True)
+    # reshape x3 (one after permute_dims), permute_dims, add, layout_transform, concat,
+    # shape_to_tensor, then the strided_slice / sum / astype / add chain on constants
+    assert report.rewrites["op(const) => const"] >= 8
+    assert {"relax.reshape", "relax.layout_transform", "relax.concat", "relax.add",
+            "relax.shape_to_tensor"} <= set(report.nodes)
+    from passes.relax_util import op_counts
+
+    left = op_counts(fast)
+    assert left["relax.add"] == 6  # the adds on x
+    assert not {"relax.reshape", "relax.permute_dims", "relax.layout_transform",
+                "relax.concat", "relax.shape_of", "relax.shape_to_tensor"} & set(left)
+
+
+def test_nothing_folds_outside_dataflow_blocks():
+    """FoldConstant folds only inside dataflow blocks; so does the fast evaluator."""
+    mod, tvm = _relax_module(dataflow=False)
+    fast, report = _fold(mod, "fast")
+    slow, _ = _fold(mod, "tvm")
+    tvm.ir.assert_structural_equal(fast, slow, map_free_vars=True)
+    assert not report.rewrites
+
+
+def test_unknown_evaluator_is_refused():
+    import pytest
+
+    from passes import PassConfigError
+
+    mod, _ = _relax_module()
+    with pytest.raises(PassConfigError, match="evaluator"):
+        _fold(mod, "numpy")

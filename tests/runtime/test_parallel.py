@@ -146,3 +146,31 @@ def test_library_without_the_launcher_stays_on_tvm_pool(tmp_path):
         print(runtime.parallel.install({lib!r}))
     """)
     assert out.strip() == "tvm (artifact built without onnxc's launcher)"
+
+
+def test_recompiled_artifact_at_the_same_path_loads_the_new_kernels(tmp_path):
+    # dlopen hands back the library already loaded under a name; runtime.load must not run
+    # a new graph against the old file's kernels
+    path = str(tmp_path / "same.so")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for op, want in (("Relu", np.maximum(x, 0)), ("Sigmoid", 1 / (1 + np.exp(-x))),
+                     ("Relu", np.maximum(x, 0))):
+        g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        compiler.compile(model, target="host").export(path)
+        got = runtime.load(path).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_barrier_check_reads_relocations_not_definitions(artifact, tmp_path):
+    # the NaN-check variants are built at -O0, which keeps an unused
+    # __TVMBackendParallelBarrier definition: only a relocation means a kernel calls it
+    path, _, _ = artifact
+    names = runtime.parallel._relocated_symbols(path)
+    assert "__TVMBackendParallelLaunch" in names
+    assert "__TVMBackendParallelBarrier" not in names
+    not_elf = tmp_path / "x.so"
+    not_elf.write_bytes(b"not an ELF file")
+    assert runtime.parallel._relocated_symbols(str(not_elf)) == set()

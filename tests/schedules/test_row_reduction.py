@@ -50,7 +50,7 @@ def test_rejects_matmul_and_non_last_axis_reductions():
     assert RowReduction().apply(red, TARGET) is None  # ends in a reduction: no row epilogue
 
 
-@pytest.mark.parametrize("shape", [(2, 12, 16, 128), (3, 10), (4, 96)])
+@pytest.mark.parametrize("shape", [(2, 12, 16, 128), (3, 10), (4, 96), (3, 197), (2, 41)])
 def test_numerics_softmax(shape):
     rng = np.random.default_rng(0)
     model = onnx_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1, name="sm")],
@@ -61,7 +61,7 @@ def test_numerics_softmax(shape):
     check_against_ort(model, {"x": x}, "cpu.row_reduction")
 
 
-@pytest.mark.parametrize("shape", [(1, 128, 768), (5, 48), (7, 20)])
+@pytest.mark.parametrize("shape", [(1, 128, 768), (5, 48), (7, 20), (3, 197)])
 def test_numerics_layer_norm(shape):
     rng = np.random.default_rng(1)
     n = shape[-1]

@@ -1,5 +1,5 @@
 """onnxc's converters for small default-domain ops TVM 0.27 lacks or gets wrong: activations
-(Celu, Elu with float16, Swish, SwiGLU), Clip and Max/Min (maximum/minimum ops, NaN as
+(Celu, Elu with float16, Swish, SwiGLU), Clip, Max/Min and Hardmax (NaN as
 onnxruntime), LpNormalization, CenterCropPad, ReverseSequence,
 TensorScatter, Det and Col2Im.
 
@@ -18,7 +18,7 @@ import numpy as np
 from tvm import relax
 
 from .common import (register, refuse, static_shape, scalar, dtype_of, constant_value,
-                     constant_values, fold_result, float_only)
+                     constant_values, fold_result, float_only, is_float, normalize_axis)
 from ..registry import tvm_converter
 
 
@@ -57,6 +57,41 @@ def elu(bb, inputs, attrs, ctx):
     neg = relax.op.multiply(scalar(alpha, dtype),
                             relax.op.subtract(relax.op.exp(x), scalar(1, dtype)))
     return relax.op.where(relax.op.less(x, scalar(0, dtype)), neg, x)
+
+
+@register("Selu", since=6, override=True)
+def selu(bb, inputs, attrs, ctx):
+    """Selu as onnxruntime computes it: gamma * x if x > 0 else gamma * (alpha * exp(x) -
+    alpha), so Selu(-0.0) is +0.0 (TVM's relu sum gives -0.0)."""
+    x = inputs[0]
+    float_only(ctx, x)
+    dtype = dtype_of(x)
+    alpha = float(attrs.get("alpha", 1.67326319217681884765625))
+    gamma = float(attrs.get("gamma", 1.05070102214813232421875))
+    neg = relax.op.multiply(scalar(gamma, dtype), relax.op.subtract(
+        relax.op.multiply(scalar(alpha, dtype), relax.op.exp(x)), scalar(alpha, dtype)))
+    return relax.op.where(relax.op.greater(x, scalar(0, dtype)),
+                          relax.op.multiply(scalar(gamma, dtype), x), neg)
+
+
+@register("ThresholdedRelu", since=10, override=True)
+def thresholded_relu(bb, inputs, attrs, ctx):
+    """ThresholdedRelu: x if x > alpha else 0 (a select: TVM's ``(x > alpha) * x`` gives
+    0 * NaN = NaN and 0 * -inf = NaN where onnxruntime gives 0)."""
+    x = inputs[0]
+    float_only(ctx, x)
+    dtype = dtype_of(x)
+    alpha = float(attrs.get("alpha", 1.0))
+    return relax.op.where(relax.op.greater(x, scalar(alpha, dtype)), x, scalar(0, dtype))
+
+
+@register("Sign", since=9, override=True)
+def sign(bb, inputs, attrs, ctx):
+    """Sign; NaN stays NaN on floats, as onnxruntime (TVM's sign gives 0)."""
+    x = inputs[0]
+    if not is_float(dtype_of(x)):
+        return relax.op.sign(x)
+    return relax.op.where(relax.op.isnan(x), x, relax.op.sign(x))
 
 
 def _swish(x, alpha: float):
@@ -223,6 +258,23 @@ def _pairwise(bb, inputs, op):
     return out
 
 
+@register("Hardmax", override=True)
+def hardmax(bb, inputs, attrs, ctx):
+    """Hardmax: TVM's one-hot of argmax (the argmax legalization keeps onnxruntime's NaN
+    fold), and a row whose leading element is NaN all zeros, as onnxruntime gives (its
+    row maximum is NaN, which no element equals)."""
+    x = inputs[0]
+    out = bb.normalize(tvm_converter("Hardmax")(bb, inputs, attrs, ctx))
+    values = getattr(getattr(x.ty, "shape", None), "values", None)
+    if not is_float(dtype_of(x)) or values is None:
+        return out
+    rank = len(values)
+    axis = normalize_axis(ctx, int(attrs.get("axis", 1 if ctx.opset < 13 else -1)), rank)
+    axes = list(range(axis, rank)) if ctx.opset < 13 else [axis]  # < 13: a flattened row
+    lead = bb.normalize(relax.op.strided_slice(x, axes, [0] * len(axes), [1] * len(axes)))
+    return relax.op.where(relax.op.isnan(lead), relax.op.zeros_like(out), out)
+
+
 @register("IsInf", override=True)
 def is_inf(bb, inputs, attrs, ctx):
     """IsInf honouring detect_positive / detect_negative."""
@@ -282,15 +334,16 @@ def mod(bb, inputs, attrs, ctx):
 
 @register("Pow", since=7, override=True)
 def pow_(bb, inputs, attrs, ctx):
-    """Pow with a base and an exponent of different types (opset 12+ allows it): the
-    result has the base's type.  As the reference (``np.power(a, b).astype(a.dtype)``),
-    both are widened (float64, or int64 for two integer types), raised, and cast back
-    (truncating toward zero for an integer base).  Same types: TVM's."""
+    """Pow with a base and an exponent of different types (opset 12+ allows it), or of
+    integer types: the result has the base's type.  Both are widened to float64, raised,
+    and cast back (truncating toward zero for an integer base), as onnxruntime computes
+    integer Pow (``std::pow`` on doubles); exact while the result is below 2^53.  (TVM's
+    ``power`` takes floats only: an integer Pow failed to build.)  Same float types: TVM's."""
     a, b = inputs
     at, bt = str(a.ty.dtype), str(b.ty.dtype)
-    if at == bt:
+    if at == bt and at.startswith("float"):
         return tvm_converter("Pow")(bb, inputs, attrs, ctx)
-    wide = "int64" if not (at.startswith("float") or bt.startswith("float")) else "float64"
+    wide = "float64"
     out = relax.op.power(relax.op.astype(a, wide), relax.op.astype(b, wide))
     return relax.op.astype(bb.normalize(out), at)
 

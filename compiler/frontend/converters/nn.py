@@ -425,6 +425,29 @@ def average_pool(bb, inputs, attrs, ctx):
     return tvm_converter("AveragePool")(bb, inputs, attrs, ctx)
 
 
+def _global_max(x):
+    """Max over the spatial dims of a statically shaped NC... tensor as one max_pool window
+    (a float pool skips NaN as onnxruntime's pools do, ``compiler/lowering/legalize_pool.py``;
+    ``relax.max`` follows ReduceMax's NaN rule instead)."""
+    spatial = static_shape(x)[2:]
+    k = len(spatial)
+    pool = {1: relax.op.nn.max_pool1d, 2: relax.op.nn.max_pool2d,
+            3: relax.op.nn.max_pool3d}.get(k)
+    if pool is None or not is_float(dtype_of(x)):
+        return relax.op.max(x, axis=list(range(2, 2 + k)), keepdims=True)
+    return pool(x, pool_size=spatial, strides=[1] * k, padding=[0] * (2 * k))
+
+
+@register("GlobalMaxPool", override=True)
+def global_max_pool(bb, inputs, attrs, ctx):
+    """GlobalMaxPool: one max_pool window over the spatial dims when they are static (NaN
+    skipped as onnxruntime's pool does), else TVM's (a ``relax.max``)."""
+    try:
+        return _global_max(inputs[0])
+    except UnsupportedError:  # symbolic spatial dims
+        return tvm_converter("GlobalMaxPool")(bb, inputs, attrs, ctx)
+
+
 @register("MaxPool", since=8, override=True)
 def max_pool(bb, inputs, attrs, ctx):
     """MaxPool; with the Indices output requested, one TE argmax reduction gives both the
@@ -437,8 +460,7 @@ def max_pool(bb, inputs, attrs, ctx):
     node = ctx.node
     if len(node.output) < 2 or not node.output[1]:
         if _whole_window(inputs[0], attrs):  # one window over the whole input
-            return relax.op.max(inputs[0], axis=list(range(2, len(static_shape(inputs[0])))),
-                                keepdims=True)
+            return _global_max(inputs[0])
         return tvm_converter("MaxPool")(bb, inputs, attrs, ctx)
     x = inputs[0]
     shape = static_shape(x)
@@ -593,6 +615,35 @@ def layer_norm(bb, inputs, attrs, ctx):
     var = relax.op.mean(relax.op.multiply(centered, centered), axis=axes, keepdims=True)
     inv = relax.op.rsqrt(relax.op.add(var, relax.const(eps, xs.ty.dtype)))
     return relax.Tuple([y, mean, bb.emit(inv)])
+
+
+@register("Conv", override=True)
+def conv(bb, inputs, attrs, ctx):
+    """Conv with auto_pad SAME_UPPER / SAME_LOWER as explicit ``pads`` (static spatial
+    input), else TVM's converter as is.  TVM's converter turns SAME into a separate
+    ``nn.pad`` of the activation before an unpadded conv: one more kernel and a padded copy
+    per conv, which also ends NCHWc layout chains (EfficientNet-B0's SAME depthwise convs:
+    a pad and two layout transforms around each).  The pads are the spec's: ceil(n / s)
+    outputs, the odd pixel at the end (UPPER) or the start (LOWER)."""
+    auto_pad = attr_text(attrs.get("auto_pad"), "NOTSET")
+    values = getattr(getattr(inputs[0].ty, "shape", None), "values", None)
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER") or values is None or not all(
+            hasattr(v, "value") for v in values[2:]):
+        return tvm_converter("Conv")(bb, inputs, attrs, ctx)
+    spatial = [int(v.value) for v in values[2:]]
+    k = len(spatial)
+    kernel = [int(v) for v in attrs.get("kernel_shape", static_dims(inputs[1], ctx)[2:])]
+    strides = [int(v) for v in attrs.get("strides", [1] * k)]
+    dil = [int(v) for v in attrs.get("dilations", [1] * k)]
+    begin, end = [], []
+    for n, kk, s, d in zip(spatial, kernel, strides, dil):
+        total = max((-(-n // s) - 1) * s + (kk - 1) * d + 1 - n, 0)
+        lo = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        begin.append(lo)
+        end.append(total - lo)
+    explicit = {a: v for a, v in attrs.items() if a != "auto_pad"}
+    explicit["pads"] = begin + end
+    return tvm_converter("Conv")(bb, inputs, explicit, ctx)
 
 
 @register("ConvTranspose", override=True)

@@ -1,6 +1,9 @@
 """Reductions with ONNX's identity on empty inputs: ReduceSum of nothing is 0, ReduceMax
 of nothing is -inf (TVM's converters fail on zero-size axes).  Float max/min with a
 +-inf identity is the legalization ``compiler/lowering/legalize_reductions.py``.
+ArgMax / ArgMin on floats: onnxruntime's NaN fold, ``select_last_index`` included, as one
+TE reduction (TVM's converter flips the axis for ``select_last_index``, which would move
+the leading element the NaN rule looks at).
 """
 
 from __future__ import annotations
@@ -8,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from .common import register, tensor_const, constant_value
+from .common import (register, tensor_const, constant_value, dtype_of, is_float,
+                     normalize_axis)
+from ...lowering.legalize_reductions import arg_compute
 from ...errors import UnsupportedError
 from ..registry import tvm_converter
 
@@ -81,3 +86,26 @@ def _reduce_with_identity(op):
 for _op in ("ReduceMin", "ReduceMax", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1",
             "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"):
     _reduce_with_identity(_op)
+
+
+def _arg_extreme(op: str, kind: str):
+    @register(op, override=True)
+    def convert(bb, inputs, attrs, ctx):
+        x = inputs[0]
+        values = getattr(getattr(x.ty, "shape", None), "values", None)
+        if not is_float(dtype_of(x)) or values is None:
+            return tvm_converter(op)(bb, inputs, attrs, ctx)
+        axis = normalize_axis(ctx, int(attrs.get("axis", 0)), len(values))
+        if any(getattr(v, "value", 1) == 0 for v in values):
+            return tvm_converter(op)(bb, inputs, attrs, ctx)
+        return bb.emit_te(arg_compute, x, axis, bool(attrs.get("keepdims", 1)), kind,
+                          bool(attrs.get("select_last_index", 0)),
+                          primfunc_name_hint=op.lower())
+
+    convert.__doc__ = (f"{op} on floats: onnxruntime's fold (a leading NaN wins, later NaN "
+                       "are skipped), select_last_index included; other dtypes TVM's")
+    return convert
+
+
+for _op, _kind in (("ArgMax", "max"), ("ArgMin", "min")):
+    _arg_extreme(_op, _kind)

@@ -9,7 +9,10 @@ as the reference computes it, and the graph only gathers and weighs:
 
     y = sum_k take(x, index[:, k], axis) * weight[:, k]      (one axis at a time)
 
-Nearest mode (one weight 1 per output) is a plain ``take`` and exact for every dtype.
+Nearest mode (one weight 1 per output) is a plain ``take`` and exact for every dtype; an
+integer upsampling whose outputs pick ``i // r`` is a ``repeat`` instead (same values, an
+affine index the CPU rule ``upsample_nearest`` vectorises; a gather through the index
+table ran 0.6 ms for FPN's [256, 32, 32] x2 against 0.12 ms).
 Where the scales, sizes or roi are not constants the converter registered before this
 one (TVM's, behind the guards above) handles the node; the session's
 specialisation binds them as values when that fails (``compiler/specialize.py``).
@@ -192,8 +195,16 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
                        np.all(weight.sum(axis=1) == 1))
         if one_hot:
             picked = index[np.arange(n_out), weight.argmax(axis=1)]
-            y = bb.emit(relax.op.take(y, relax.const(picked.astype(np.int64), "int64"),
-                                      axis=a))
+            rep = n_out // n_in
+            if rep >= 2 and n_out == rep * n_in and np.array_equal(
+                    picked, np.arange(n_out) // rep):
+                # an integer nearest upsampling (FPN / U-Net x2): each input repeated
+                # ``rep`` times, an affine index (i // rep) that cpu.upsample_nearest
+                # schedules, not a gather through an index table
+                y = bb.emit(relax.op.repeat(y, rep, axis=a))
+            else:
+                y = bb.emit(relax.op.take(y, relax.const(picked.astype(np.int64), "int64"),
+                                          axis=a))
         else:
             if not is_float:
                 refuse(ctx, f"mode={mode} on a {dtype} input (the reference rounds the "
@@ -378,7 +389,9 @@ def resize(bb, inputs, attrs, ctx):
     if roi is not None:
         if roi.size != 2 * len(axes):
             refuse(ctx, f"roi of {roi.size} values for {len(axes)} axes")
-        pairs = [(float(roi[i]), float(roi[len(axes) + i])) for i in range(len(axes))]
+        # kept in roi's own type: ``lo * (n_in - 1)`` rounds there, in the reference and
+        # in onnxruntime (0.1f * 5 is 0.5, a tie for nearest; 0.1 * 5 in float64 is not)
+        pairs = [(roi[i], roi[len(axes) + i]) for i in range(len(axes))]
     elif coord == "tf_crop_and_resize":
         refuse(ctx, "coordinate_transformation_mode=tf_crop_and_resize without roi")
     return resize_exact(bb, ctx, x, axes, out_sizes, factors, mode=mode, coord=coord,

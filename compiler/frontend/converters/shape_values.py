@@ -170,6 +170,48 @@ def _evaluated_or_refused(op: str):
     return convert
 
 
+def unique(x: np.ndarray, axis: int | None = None, sort: bool = True) -> list[np.ndarray]:
+    """ONNX Unique-11's four outputs (y, indices, inverse_indices, counts) of ``x``.
+
+    Written here rather than taken from onnx.reference, whose ``sorted=0`` is wrong
+    (onnx 1.20: it gathers the first occurrences from ``x`` along axis 0 whatever the
+    axis, and without an axis indexes the unflattened ``x``; onnxruntime is right).
+    ``sort=False`` orders the unique values (slices along ``axis``) by first occurrence.
+    """
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True,
+                                          return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not sort:
+        order = np.argsort(first, kind="stable")     # sorted position -> by first occurrence
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        y, first, counts, inverse = np.take(y, order, axis=axis), first[order], \
+            counts[order], rank[inverse]
+    return [y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)]
+
+
+@register("Unique", since=11, override=True)
+def unique_op(bb, inputs, attrs, ctx):
+    """Unique of a constant input (its output shape depends on its data), computed at
+    import by :func:`unique`; a graph input is bound as a value by the session."""
+    x = constant_value(inputs[0])
+    if x is None:
+        _need_constant(ctx, 0, "the output shape")
+    axis = attrs.get("axis")
+    if axis is not None:
+        axis = int(axis)
+        if not -x.ndim <= axis < max(x.ndim, 1):
+            raise UnsupportedError(f"{_where(ctx)}: axis {axis} is out of range for input "
+                                   f"{ctx.node.input[0]!r} of rank {x.ndim}")
+        axis %= max(x.ndim, 1)
+    if x.dtype.kind == "f" and np.isnan(x).any():
+        raise UnsupportedError(f"{_where(ctx)}: input {ctx.node.input[0]!r} holds NaN, which "
+                               "ONNX Unique leaves undefined (is NaN equal to NaN?)")
+    outs = [_const(r) for r in unique(x, axis, bool(attrs.get("sorted", 1)))]
+    return relax.Tuple(outs[:max(1, len(ctx.node.output))])
+
+
 register("NonZero", since=9, override=True)(_evaluated_or_refused("NonZero"))
-register("Unique", since=11, override=True)(_evaluated_or_refused("Unique"))
 register("NonMaxSuppression", since=10, override=True)(_evaluated_or_refused("NonMaxSuppression"))

@@ -158,7 +158,14 @@ def range_(bb, inputs, attrs, ctx):
         if delta == 0:
             raise UnsupportedError(f"node {ctx.node.name!r} (Range): delta is 0")
         # ONNX: max(ceil((limit - start) / delta), 0) elements start + i * delta
-        count = max(int(np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))), 0)
+        with np.errstate(all="ignore"):
+            span = np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))
+        if not np.isfinite(span):  # onnxruntime refuses it too (float32; float16 gives [])
+            raise UnsupportedError(
+                f"node {ctx.node.name!r} (Range): the number of elements, ceil((limit - "
+                f"start) / delta) with start={start}, limit={limit}, delta={delta}, is not "
+                "finite")
+        count = max(int(span), 0)
         out = fold_result((start + np.arange(count, dtype=dtype) * delta).astype(dtype))
         if out is not None:
             return out
@@ -315,3 +322,18 @@ def tensor_scatter(bb, inputs, attrs, ctx):
     idx = bb.emit(relax.op.broadcast_to(src, gshape))
     gathered = bb.emit(relax.op.gather_elements(update, idx, axis=axis))
     return relax.op.where(relax.op.broadcast_to(valid, gshape), gathered, past)
+
+
+@register("EyeLike", since=9, override=True)
+def eye_like(bb, inputs, attrs, ctx):
+    """EyeLike with the ``dtype`` attribute (TVM's converter refuses any dtype but the
+    input's): ones on diagonal ``k`` of a tensor shaped like the input, in ``dtype``."""
+    from onnx import helper
+
+    x = inputs[0]
+    dtype = str(x.ty.dtype) if "dtype" not in attrs else \
+        np.dtype(helper.tensor_dtype_to_np_dtype(int(attrs["dtype"]))).name
+    # eye_like in the input's dtype, then cast: TVM's legalization of eye_like writes the
+    # input's dtype whatever dtype the call says
+    eye = bb.normalize(relax.op.eye_like(x, int(attrs.get("k", 0))))
+    return eye if dtype == str(x.ty.dtype) else relax.op.astype(eye, dtype)

@@ -13,12 +13,10 @@ import compiler
 from tests.schedules.util import onnx_model
 
 
-def _conv_pool(pool_only=False):
+def _conv_pool():
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3], strides=[2],
                               pads=[1, 1], name="pool")]
-    if pool_only:
-        return onnx_model(nodes, [("x", (1, 16, 64))], [("p", (1, 16, 32))])
     nodes.append(helper.make_node("Conv", ["p", "w"], ["y"], kernel_shape=[3], pads=[1, 1],
                                   name="conv"))
     w = rng.standard_normal((32, 16, 3)).astype("float32")
@@ -38,15 +36,22 @@ def test_kernel_table_rows():
     assert cm.report["warnings"] == []        # the pool's FLOPs are < 5% of the model's
 
 
-def test_fallback_heavy_model_warns(tmp_path):
-    m = _conv_pool(pool_only=True)
+def test_fallback_heavy_model_warns(tmp_path, monkeypatch, capsys):
+    # every kernel on the generic fallback (the rule list cut to it): the conv holds the
+    # model's FLOPs.  Real models reach this through kernels no rule takes; which those are
+    # changes as rules are added, so the test makes one instead of naming one
+    import schedules
+    from compiler import cli
+    from schedules.cpu import Fallback
+
+    monkeypatch.setattr(schedules, "RULES", [Fallback()])
+    m = _conv_pool()
     cm = compiler.compile(m)
     (w,) = cm.report["warnings"]
-    assert "100% of the FLOPs" in w and "pool" in w and "onnxc tune" in w
-    path = tmp_path / "pool.onnx"
+    assert "% of the FLOPs" in w and "conv" in w and "onnxc tune" in w
+    path = tmp_path / "model.onnx"
     onnx.save(m, path)
-    r = subprocess.run([sys.executable, "-m", "compiler.cli", "compile", str(path), "-o",
-                        str(tmp_path / "pool.so")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    # --no-isolate: the rule list is patched in this process, not in a spawned child
+    assert cli.main(["compile", str(path), "-o", str(tmp_path / "model.so"), "--no-isolate"]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert len(lines) == 1 and "onnxc tune" in lines[0]

@@ -3,16 +3,17 @@ and the Clip / Max / Min converters (compiler/frontend/converters/math.py).
 
 Single-op models are fed NaN, +-Inf, -0.0, denormals and ordinary values and compared
 element-wise with onnxruntime: NaN positions equal, values close elsewhere, the sign of
-zero where onnxruntime is consistent (Relu, Clip, LeakyRelu, PRelu, Elu).
+zero where onnxruntime is consistent (Relu, Clip, LeakyRelu, PRelu, Elu, Selu,
+ThresholdedRelu, Sign, Tanh, Atanh).
 
 What onnxruntime 1.32 was measured to do (the reference where the spec is silent):
 Relu / LeakyRelu / PRelu / HardSigmoid / HardSwish / Softplus / Elu / Selu / Celu keep NaN;
 Clip keeps a NaN x, treats a NaN bound as no bound, and an absent bound as the finite
 extreme (Clip(inf) with no max = 3.4028235e38, as the spec's default says); Max / Min
-propagate a NaN from either operand.  ReduceMax/Min, ArgMax/Min and MaxPool give a NaN
-*position-dependent* result (Eigen / MLAS keep a NaN only where it is the first element a
-SIMD lane visits, or the last for MLAS pooling): no order-free semantics to copy, so those
-are compared on NaN-free inputs and the NaN gap is recorded as an xfail.
+propagate a NaN from either operand.  ReduceMax/Min and ArgMax/Min fold as ``std::max``
+(a leading NaN wins, a later one is skipped: tests/compiler/lowering/
+test_legalize_reductions.py); MaxPool keeps a NaN by its position in the window (tests/
+compiler/lowering/test_legalize_pool.py).  Here those are compared on NaN-free inputs.
 """
 
 from __future__ import annotations
@@ -95,7 +96,16 @@ CASES = [
     ("hard_swish", "HardSwish", {"x": SPECIAL}, None, None, {}, False),
     ("softplus", "Softplus", {"x": SPECIAL}, None, None, {}, False),
     ("elu", "Elu", {"x": SPECIAL}, None, None, {}, True),
-    ("selu", "Selu", {"x": SPECIAL}, None, None, {}, False),
+    ("selu", "Selu", {"x": SPECIAL}, None, None, {}, True),
+    ("prelu_negative_channel_slopes", "PRelu", {"x": SPECIAL.reshape(1, 4, 2, 2)},
+     {"s": np.float32([-0.5, 0.25, -2.0, 1.0]).reshape(4, 1, 1)}, None, {}, True),
+    ("prelu_fed_last_axis_slopes", "PRelu", {"x": X4, "s": np.float32([-0.5, 0.5, -1, 2])},
+     None, None, {}, True),
+    ("thresholded_relu", "ThresholdedRelu", {"x": SPECIAL}, None, None, {"alpha": 0.1}, True),
+    ("sign", "Sign", {"x": SPECIAL}, None, None, {}, True),
+    ("tanh", "Tanh", {"x": SPECIAL}, None, None, {}, True),
+    ("atanh", "Atanh", {"x": SPECIAL}, None, None, {}, True),
+    ("hardmax", "Hardmax", {"x": X4}, None, None, {"axis": 1}, False),
     ("celu", "Celu", {"x": SPECIAL}, None, None, {}, False),
     # order-dependent in onnxruntime with NaN: Inf, -0.0 and denormals only
     ("maxpool", "MaxPool", {"x": NO_NAN.reshape(1, 1, 4, 4)}, None, None,
@@ -126,9 +136,9 @@ def test_clip_opset6_attributes():
     _check(_model("Clip", feeds, opset=6, min=-1.0), feeds, zero_sign=True)
 
 
-@pytest.mark.xfail(strict=True, reason="ReduceMax keeps TVM's reduction order: onnxruntime "
-                   "keeps a NaN that is the first element of a row, onnxc drops it")
 def test_reduce_max_leading_nan_row():
+    """A NaN leading a row is the row's ReduceMax, as onnxruntime's fold gives (this was
+    the xfail recording issue #17's gap)."""
     feeds = {"x": X4}
     _check(_model("ReduceMax", feeds, axes=[1], keepdims=0), feeds)
 

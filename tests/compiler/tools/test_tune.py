@@ -156,6 +156,41 @@ def test_cli_errors(tmp_path, capsys):
     assert "tuning database" in capsys.readouterr().err
 
 
+def test_in_model_check_demotes_a_kernel_that_won_in_isolation(tmp_path):
+    """The "never slower" checks below hold by construction (a record is "tuned" only when
+    it won in isolation); here the in-model check must overrule such a win.  The record
+    claims tuned 5 us < default 10 us, but its trace is the unscheduled kernel (no
+    parallel loops, no vectors), far slower inside the model than our default."""
+    import datetime
+
+    import tvm
+    from tvm import s_tir
+
+    from compiler.tools.tune import check_in_model
+
+    model = matmul_model(192)
+    tasks = extract_tasks(model, HOST)
+    (mm,) = [t for t in tasks if "matmul" in t.kernel]
+    naive = trace_to_json(s_tir.Schedule(tvm.IRModule({"main": mm.func})).trace)
+    db = TuningDatabase(tmp_path, create=True)
+    won = _record(mm, "tuned", naive, default=10.0, tuned=5.0)
+    won["provenance"]["time"] = "2026-01-01T00:00:00+00:00"
+    db.append(won)
+    before = compiler.compile(model, HOST, tuning_db=db).report
+    assert before["tuning"]["tuned_schedule"] == 1  # the record applies: it did win
+    out = check_in_model(model, HOST, db, tasks)
+    assert out["demoted"] == [mm.kernel]
+    rec = db.records(HOST)[mm.key]
+    assert rec["winner"] == "default" and rec["stop"] == "demoted: slower inside the model"
+    assert rec["latency_us"]["in_model_tuned"] > rec["latency_us"]["in_model_default"] * 1.03
+    # the demotion carries its own time; the tuned record's is kept beside it
+    assert rec["provenance"]["tuned_time"] == "2026-01-01T00:00:00+00:00"
+    made = datetime.datetime.fromisoformat(rec["provenance"]["time"])
+    assert abs((datetime.datetime.now(datetime.timezone.utc) - made).total_seconds()) < 600
+    after = compiler.compile(model, HOST, tuning_db=db).report
+    assert after["tuning"]["tuned_schedule"] == 0 and after["tuning"]["default_kept"] == 1
+
+
 # -- slow: real searches -------------------------------------------------------------------
 
 

@@ -191,6 +191,26 @@ def test_conv_transpose_output_shape(attrs):
     check_against_reference(model, {"x": x})
 
 
+@pytest.mark.parametrize("auto_pad,kernel,strides,size,group", [
+    ("SAME_UPPER", [3, 3], [1, 1], [9, 10], 4),      # EfficientNet's depthwise SAME
+    ("SAME_UPPER", [5, 5], [2, 2], [9, 10], 1),      # odd total padding: extra at the end
+    ("SAME_LOWER", [4, 2], [2, 3], [9, 10], 1),      # even kernel, extra at the start
+    ("SAME_UPPER", [3], [2], [11], 2),               # conv1d
+])
+def test_conv_auto_pad_same_is_explicit_padding(auto_pad, kernel, strides, size, group):
+    c = 4
+    x = RNG.standard_normal([1, c] + size).astype(np.float32)
+    w = RNG.standard_normal([8, c // group] + kernel).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=auto_pad, kernel_shape=kernel,
+                            strides=strides, group=group)
+    model = onnx_model(node, [value_info("x", F, [1, c] + size)], [untyped_output("y")], 17,
+                       [initializer("w", w)])
+    check_against_reference(model, {"x": x})
+    # no separate pad of the activation (TVM's converter emits nn.pad): the conv pads
+    kernels = [r["kernel"] for r in compiler.compile(model).report["kernel_table"]]
+    assert not any("pad" in k for k in kernels) and any("conv" in k for k in kernels), kernels
+
+
 def test_batch_norm_training_mode_outputs():
     x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],

@@ -95,6 +95,23 @@ def test_resize_roi_as_graph_input_is_bound_by_the_session():
     check_against_reference(model, {"x": _X44, "roi": roi})
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("opset", [11, 13, 19])
+def test_tf_crop_and_resize_matches_onnxruntime(mode, opset):
+    # a roi reaching past the input on both sides: those samples are extrapolation_value
+    from tests.conftest import assert_close, ort_run
+
+    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    scales = [] if opset == 11 else None  # Resize-11's scales is not optional: empty
+    model, _ = typed(_resize(x, sizes=[1, 2, 4, 7], roi=[0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3],
+                             scales=scales, mode=mode, extrapolation_value=-3.5, opset=opset,
+                             coordinate_transformation_mode="tf_crop_and_resize"), {"x": x})
+    got = compiler.compile(model).session().run(None, {"x": x})
+    want = ort_run(model, {"x": x})
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (got[0] == np.float32(-3.5)).any()  # some samples lie outside the input
+
+
 def test_upsample_opset9_nearest():
     x = RNG.standard_normal((1, 1, 2, 3)).astype(np.float32)
     node = helper.make_node("Upsample", ["x", "scales"], ["y"], mode="nearest")

@@ -111,12 +111,71 @@ def test_unsqueeze_with_rank0_axes():
 
 
 def test_nonzero_binds_a_small_input_and_refuses_a_large_one():
-    m = _model(helper.make_node("NonZero", ["c"], ["y"], name="nz"),
-               [_vi("c", B, [2, 3])], [_vi("y", I64, [2, "n"])], opset=13)
+    # NonZero's indices pick elements of x, a graph input: the GatherND kernel computes
+    # the output (the bound condition only fixes which); checked against onnxruntime
+    from tests.conftest import ort_run
+
+    nodes = [helper.make_node("NonZero", ["c"], ["nz"], name="nz"),
+             helper.make_node("Transpose", ["nz"], ["idx"]),
+             helper.make_node("GatherND", ["x", "idx"], ["y"])]
+    g = helper.make_graph(nodes, "g", [_vi("c", B, [2, 3]), _vi("x", F, [2, 3])],
+                          [_vi("y", F, ["n"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     sess = compiler.compile(m).session()
-    c = np.array([[1, 0, 1], [0, 0, 1]], bool)
-    assert_close(sess.run(None, {"c": c}), ReferenceEvaluator(m).run(None, {"c": c}))
+    for c in (np.array([[1, 0, 1], [0, 0, 1]], bool), np.array([[0, 1, 1], [1, 1, 0]], bool)):
+        feeds = {"c": c, "x": np.arange(6, dtype=np.float32).reshape(2, 3) * 1.5 - 2}
+        assert_close(sess.run(None, feeds), ort_run(m, feeds))
+    assert sess.compiles == 3  # shapes alone (fails), then one variant per condition
+    assert all(r["kernels"] >= 1 and r["constant_outputs"] == [] for r in sess.reports)
     big = _model(helper.make_node("NonZero", ["c"], ["y"], name="nz"),
                  [_vi("c", B, [16, 16])], [_vi("y", I64, [2, "n"])], opset=13)
     with pytest.raises(compiler.UnsupportedError, match=r"g: node 'nz'.*input 'c'.*not known"):
         compiler.compile(big)  # 256 elements: too many to bind, so not deferred
+
+
+# Unique-11: rows 0 and 2 repeat, columns 1 and 2 are distinct; values repeat within rows
+_UNIQUE_X = np.array([[2, 1, 1], [3, 4, 3], [2, 1, 1], [0, 4, 3]], np.float32)
+
+
+def _unique(shape, n_outputs=4, **attrs):
+    names = ["y", "idx", "inv", "cnt"][:n_outputs]
+    types = [F, I64, I64, I64][:n_outputs]
+    return _model(helper.make_node("Unique", ["x"], names, name="uq", **attrs),
+                  [_vi("x", F, list(shape))],
+                  [_vi(n, t, d) for n, t, d in zip(names, types, [
+                      ["u"] if "axis" not in attrs else [f"d{k}" for k in range(len(shape))],
+                      ["u"], ["n"], ["u"]])], opset=11)
+
+
+@pytest.mark.parametrize("sort", [0, 1])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_unique_matches_onnxruntime(sort, axis):
+    from tests.conftest import ort_run
+
+    attrs = {"sorted": sort} if axis is None else {"sorted": sort, "axis": axis}
+    m = _unique(_UNIQUE_X.shape, **attrs)
+    feeds = {"x": _UNIQUE_X}
+    got = compiler.compile(m).session().run(None, feeds)
+    want = ort_run(m, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+    if sort:  # onnx.reference agrees where it is right (sorted=0 it is not: onnx 1.20)
+        assert_close(got, ReferenceEvaluator(m).run(None, feeds))
+
+
+def test_unique_one_output_of_a_constant():
+    m = _model(helper.make_node("Unique", ["c"], ["y"], name="uq", sorted=0),
+               [], [_vi("y", I64, ["u"])],
+               [numpy_helper.from_array(np.array([5, 1, 5, 7, 1, 0], np.int64), "c")], opset=11)
+    cm = compiler.compile(m)
+    np.testing.assert_array_equal(cm.session().run(None, {})[0], [5, 1, 7, 0])
+
+
+def test_unique_refuses_nan_and_large_inputs_by_name():
+    x = _UNIQUE_X.copy()
+    x[1, 1] = np.nan
+    with pytest.raises(compiler.UnsupportedError, match=r"node 'uq'.*holds NaN"):
+        compiler.compile(_unique(x.shape)).session().run(None, {"x": x})
+    with pytest.raises(compiler.UnsupportedError, match=r"node 'uq'.*input 'x'.*not known"):
+        compiler.compile(_unique([16, 16]))  # 256 elements: too many to bind

@@ -1,5 +1,6 @@
 """onnxc's converters in compiler/frontend/converters/signal.py (windows, MelWeightMatrix, DFT,
-STFT) against onnx.reference on small models."""
+STFT) on small models: DFT/STFT against onnx.reference; windows and the mel matrix (whose
+values are constants) consumed by a kernel on a graph input, against onnxruntime."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper, TensorProto
 
+import compiler
 from compiler.errors import UnsupportedError
 from tests.compiler.frontend.converters.reference import (F, check_against_reference, initializer,
                                                           onnx_model, value_info)
@@ -20,24 +22,66 @@ def _f(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
+def _consumed(nodes, feeds: dict, consts: dict, out_shape):
+    """A model whose output ``y`` a kernel computes from graph input ``x`` and the signal
+    op's constant result (``nodes``); its inputs ``feeds`` (graph inputs) and ``consts``
+    (initializers)."""
+    vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                         list(a.shape)) for n, a in feeds.items()]
+    inits = [initializer(n, a) for n, a in consts.items()]
+    dtype = helper.np_dtype_to_tensor_dtype(feeds["x"].dtype)
+    g = helper.make_graph(nodes, "g", vis, [helper.make_tensor_value_info("y", dtype,
+                                                                          out_shape)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _check_kernel_against_onnxruntime(model, feeds, rtol=1e-5, atol=1e-6):
+    """onnxc against onnxruntime (not onnx.reference, which folding may have used), and
+    proof that a kernel, not compile-time folding, computed the output."""
+    from tests.conftest import ort_run
+
+    cm = compiler.compile(model)
+    sess = cm.session()
+    got = sess.run(None, feeds)
+    np.testing.assert_allclose(got[0], ort_run(model, feeds)[0], rtol=rtol, atol=atol)
+    reports = getattr(sess, "reports", None) or [cm.report]
+    for r in reports:
+        assert r["constant_outputs"] == [] and r["kernels"] >= 1
+        assert r["onnx_nodes_folded"] == 0  # the signal op was our converter's, not folded
+    return got
+
+
 @pytest.mark.parametrize("op", ["BlackmanWindow", "HammingWindow", "HannWindow"])
 @pytest.mark.parametrize("periodic", [0, 1])
-def test_windows(op, periodic):
-    check(op, {"size": np.array(9, np.int32)}, consts=("size",), opset=17, periodic=periodic)
+def test_windows_weigh_a_signal(op, periodic):
+    x = _f(3, 9)
+    model = _consumed([helper.make_node(op, ["size"], ["w"], periodic=periodic),
+                       helper.make_node("Mul", ["x", "w"], ["y"])],
+                      {"x": x}, {"size": np.array(9, np.int32)}, [3, 9])
+    _check_kernel_against_onnxruntime(model, {"x": x})
 
 
 def test_window_size_as_graph_input_and_double_output():
-    check("HannWindow", {"size": np.array(6, np.int64)}, opset=17,
-          output_datatype=TensorProto.DOUBLE)
+    # the size is bound as a value (it fixes the shape); x stays an input for the kernel
+    x = RNG.standard_normal((2, 6))
+    model = _consumed([helper.make_node("HannWindow", ["size"], ["w"],
+                                        output_datatype=TensorProto.DOUBLE),
+                       helper.make_node("Mul", ["x", "w"], ["y"])],
+                      {"x": x, "size": np.array(6, np.int64)}, {}, [2, 6])
+    _check_kernel_against_onnxruntime(model, {"x": x, "size": np.array(6, np.int64)})
 
 
-def test_mel_weight_matrix():
+@pytest.mark.parametrize("as_inputs", [False, True])
+def test_mel_weight_matrix_maps_a_spectrogram(as_inputs):
     vals = {"bins": np.array(6, np.int32), "dft": np.array(32, np.int32),
             "rate": np.array(8000, np.int32), "low": np.array(100.0, np.float32),
             "high": np.array(3500.0, np.float32)}
-    check("MelWeightMatrix", vals, consts=tuple(vals), opset=17)
-    # all as graph inputs: bound to their values when run
-    check("MelWeightMatrix", vals, opset=17)
+    spec = np.abs(_f(4, 17))  # |STFT| frames x (dft / 2 + 1) bins
+    nodes = [helper.make_node("MelWeightMatrix", list(vals), ["mel"]),
+             helper.make_node("MatMul", ["x", "mel"], ["y"])]
+    feeds = {"x": spec, **(vals if as_inputs else {})}
+    model = _consumed(nodes, feeds, {} if as_inputs else vals, [4, 6])
+    _check_kernel_against_onnxruntime(model, feeds)
 
 
 @pytest.mark.parametrize("last,attrs,length", [

@@ -54,3 +54,45 @@ def test_tensor_scatter(mode, idx, upd):
 
 def test_tensor_scatter_axis_and_no_indices():
     check("TensorScatter", {"past": randn(2, 6, 3), "update": randn(2, 2, 3)}, opset=24, axis=1)
+
+
+def _single_node_vs_onnxruntime(node, inputs: dict, out_dtype, out_shape, opset=17):
+    """onnxc against onnxruntime on a one-node model whose inputs are graph inputs."""
+    import compiler
+    from tests.conftest import assert_close, ort_run
+
+    vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                         list(a.shape)) for n, a in inputs.items()]
+    g = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info(
+        node.output[0], helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype)), out_shape)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    got = compiler.compile(m).session().run(None, inputs)
+    assert_close(got, ort_run(m, inputs), rtol=0, atol=0)
+    return got
+
+
+@pytest.mark.parametrize("dtype, k", [(np.float64, 0), (np.float32, 2), (np.int64, -1)])
+def test_eye_like_with_a_dtype_attribute(dtype, k):
+    # TVM's converter refused a dtype other than the input's
+    x = np.zeros((3, 5), np.int32)
+    node = helper.make_node("EyeLike", ["x"], ["y"], k=k,
+                            dtype=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    (y,) = _single_node_vs_onnxruntime(node, {"x": x}, dtype, [3, 5])
+    assert y.dtype == dtype and y.sum() == np.eye(3, 5, k).sum()
+
+
+@pytest.mark.parametrize("start", [np.nan, -np.inf])
+def test_range_with_a_non_finite_length_is_refused_naming_the_node(start):
+    """Range's length ceil((limit - start) / delta) must be finite (onnxruntime refuses it
+    as well): a clear error naming the node, not Python's int(nan)."""
+    import compiler
+
+    node = helper.make_node("Range", ["s", "l", "d"], ["y"], name="rng")
+    model = onnx_model(node, [value_info("s", F, [])],
+                       [helper.make_tensor_value_info("y", F, ["n"])], 13,
+                       [initializer("l", np.array(5, np.float32)),
+                        initializer("d", np.array(1, np.float32))])
+    sess = compiler.compile(model, target="host").session()
+    np.testing.assert_array_equal(sess.run(None, {"s": np.array(2, np.float32)})[0], [2, 3, 4])
+    with pytest.raises(compiler.UnsupportedError, match=r"'rng' \(Range\).*not finite"):
+        sess.run(None, {"s": np.array(start, np.float32)})

@@ -1,0 +1,190 @@
+"""What onnxruntime runs but ``onnx.checker`` or strict shape inference refuse: read as
+onnxruntime reads it, with one warning naming everything that was read leniently.
+
+Three things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
+``tests/compiler/frontend/test_lenient.py``):
+
+* a ``-1`` dimension in a declared shape (onnx's checker reads it literally and strict
+  inference then sees ``2`` vs ``-1``): onnxruntime reads it as unknown.  A graph input's
+  ``-1`` becomes the symbolic dimension ``<input>_dim<axis>``.  The name is ours, not the
+  exporter's, so nothing says two such dims are equal or what range they have: the model
+  compiles per shape (``compiler/specialize.py``) unless ``dims=`` / ``--dim`` gives the
+  name a range, which keeps it symbolic (``Leniency.dims`` lists them); an output's or a
+  ``value_info``'s is dropped to an unknown dimension that shape inference fills;
+* a graph output declared without a type or without a shape (the checker's "Field
+  'shape' of 'type' is required"): its declaration is taken from shape inference;
+* a default-domain op used below its first version (``LayerNormalization``, since 17, in
+  an opset-14 model: onnxruntime registers it for opsets 1..16).  The op has no other
+  definition at the model's opset, so its first version is the only meaning it can have:
+  it is read at that version (``registry.node_opset``).  Checker and inference see such a
+  node as a call in a private domain (shape inference: of a model-local function whose
+  body is the op at its first version); :func:`restore` puts the node back afterwards.  Nodes inside subgraphs are not
+  rewritten (they stay refused by the checker).
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+from .registry import first_version
+
+# The private domain of the local functions that stand for late ops during checking.
+LATE_DOMAIN = "onnxc.late_op"
+
+
+class Leniency:
+    """What :func:`prepare` read leniently: ``notes`` (one phrase each), the graph nodes
+    it wrapped as local-function calls (index -> original node) and the outputs declared
+    without a shape."""
+
+    def __init__(self):
+        self.notes: list[str] = []
+        self.dims: list[str] = []  # the symbolic dims named here for an input's -1
+        self.wrapped: dict[int, onnx.NodeProto] = {}
+        self.shapeless: list[str] = []
+
+    def warning(self, where: str) -> str | None:
+        """The one warning naming what was accepted, or None."""
+        if not self.notes:
+            return None
+        return (f"{where}: accepted as onnxruntime does, not as the ONNX checker would: "
+                + "; ".join(self.notes))
+
+
+def read_declarations(model: onnx.ModelProto, leniency: Leniency | None = None
+                      ) -> onnx.ModelProto:
+    """``model``, or a copy whose ``-1`` dimensions read as onnxruntime reads them (graph
+    inputs: symbolic ``<input>_dim<axis>``; outputs and value_info: unknown).  Notes go to
+    ``leniency``.  Other negative dimensions are left for the loader to refuse."""
+    def minus_one(vi):
+        return vi.type.HasField("tensor_type") and any(
+            d.HasField("dim_value") and d.dim_value == -1 for d in vi.type.tensor_type.shape.dim)
+
+    g = model.graph
+    if not any(minus_one(vi) for vi in list(g.input) + list(g.output) + list(g.value_info)):
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    inits = {t.name for t in fixed.graph.initializer}
+    for kind, vis in (("input", fixed.graph.input), ("output", fixed.graph.output),
+                      ("value_info", fixed.graph.value_info)):
+        for vi in vis:
+            if not minus_one(vi):
+                continue
+            axes = []
+            for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+                if d.HasField("dim_value") and d.dim_value == -1:
+                    d.Clear()
+                    if kind == "input" and vi.name not in inits:
+                        d.dim_param = f"{vi.name}_dim{axis}"
+                        if leniency is not None:
+                            leniency.dims.append(d.dim_param)
+                    axes.append(axis)
+            if leniency is not None:
+                read = "symbolic " + ", ".join(f"'{vi.name}_dim{a}'" for a in axes) \
+                    if kind == "input" and vi.name not in inits else "unknown"
+                leniency.notes.append(f"{kind} {vi.name!r} declares dimension -1 at axis "
+                                      f"{', '.join(map(str, axes))} (read as {read})")
+    return fixed
+
+
+def prepare(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, Leniency]:
+    """(a copy of ``model`` that the checker and strict shape inference accept, what was
+    read leniently).  The copy's late ops are local-function calls: pass the inferred
+    model to :func:`restore`.  ``model`` itself is returned when nothing is lenient."""
+    leniency = Leniency()
+    model = read_declarations(model, leniency)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    late = [] if opset is None else [
+        (k, n, since) for k, n in enumerate(model.graph.node)
+        if n.domain in ("", "ai.onnx") and (since := first_version(n.op_type, opset))]
+    leniency.shapeless = [vi.name for vi in model.graph.output  # (sequences etc. left alone)
+                          if vi.type.WhichOneof("value") is None
+                          or (vi.type.HasField("tensor_type")
+                              and not vi.type.tensor_type.HasField("shape"))]
+    if not late and not leniency.shapeless:
+        return model, leniency
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for k, node, since in late:
+        leniency.wrapped[k] = node
+        call = fixed.graph.node[k]
+        fname = f"{node.op_type}_v{since}_n{k}"
+        body = onnx.NodeProto()
+        body.CopyFrom(node)
+        body.name = ""
+        formal_in = [f"i{j}" for j in range(len(node.input))]
+        formal_out = [f"o{j}" for j in range(len(node.output))]
+        body.input[:] = [f if a else "" for f, a in zip(formal_in, node.input)]
+        body.output[:] = [f if a else "" for f, a in zip(formal_out, node.output)]
+        fixed.functions.append(helper.make_function(
+            LATE_DOMAIN, fname, formal_in, formal_out, [body], [helper.make_opsetid("", since)]))
+        call.op_type, call.domain = fname, LATE_DOMAIN
+        del call.attribute[:]
+        leniency.notes.append(f"node {node.name or f'#{k}'!r} ({node.op_type}) is defined "
+                              f"from opset {since} on, the model imports opset {opset} (read "
+                              f"as {node.op_type}-{since}, its only definition)")
+    if late:
+        fixed.opset_import.append(helper.make_opsetid(LATE_DOMAIN, 1))
+    for name in leniency.shapeless:
+        leniency.notes.append(f"output {name!r} is declared without a "
+                              f"{'shape' if _has_type(fixed, name) else 'type'} (taken "
+                              "from shape inference)")
+    return fixed, leniency
+
+
+def _has_type(model, name: str) -> bool:
+    vi = next(vi for vi in model.graph.output if vi.name == name)
+    return vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type != 0
+
+
+def declare_outputs(model: onnx.ModelProto, inferred: onnx.ModelProto, leniency: Leniency,
+                    where: str) -> None:
+    """Give ``model``'s shapeless outputs the types shape inference found (``inferred``);
+    raise ``ModelError`` naming an output whose element type or rank it could not find."""
+    from ..errors import ModelError
+
+    found = {vi.name: vi for vi in inferred.graph.output}
+    for vi in model.graph.output:
+        if vi.name not in leniency.shapeless:
+            continue
+        got = found.get(vi.name)
+        tt = got.type.tensor_type if got is not None and got.type.HasField("tensor_type") \
+            else None
+        if tt is None or not tt.elem_type or not tt.HasField("shape"):
+            raise ModelError(f"{where}: output {vi.name!r} is declared without a shape and "
+                             "shape inference cannot find its element type and rank; declare "
+                             "them in the model (dimensions may be symbolic)")
+        vi.type.CopyFrom(got.type)
+
+
+def for_checker(model: onnx.ModelProto, leniency: Leniency) -> onnx.ModelProto:
+    """``model`` as ``onnx.checker`` is to see it: without the local functions of late ops
+    (the checker refuses a function importing another opset than the model; a call of an
+    op in a domain it has no schema for it leaves alone, and shape inference checks the
+    function's body)."""
+    if not leniency.wrapped:
+        return model
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = [f for f in m.functions if f.domain != LATE_DOMAIN]
+    del m.functions[:]
+    m.functions.extend(keep)
+    return m
+
+
+def restore(inferred: onnx.ModelProto, leniency: Leniency) -> onnx.ModelProto:
+    """``inferred`` with the local-function calls :func:`prepare` made put back as the
+    original nodes (and those functions and their domain dropped)."""
+    if not leniency.wrapped:
+        return inferred
+    for k, node in leniency.wrapped.items():
+        inferred.graph.node[k].CopyFrom(node)
+    keep = [f for f in inferred.functions if f.domain != LATE_DOMAIN]
+    del inferred.functions[:]
+    inferred.functions.extend(keep)
+    ops = [o for o in inferred.opset_import if o.domain != LATE_DOMAIN]
+    del inferred.opset_import[:]
+    inferred.opset_import.extend(ops)
+    return inferred

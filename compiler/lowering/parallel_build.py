@@ -1,0 +1,243 @@
+"""Schedule and build the kernels split over worker processes, so they use every core.
+
+``tvm.compile`` of the scheduled kernel module runs TVM's TIR lowering passes and LLVM's
+optimiser on one core (19 s of CPU for DenseNet-121's 134 kernels, with 7 s of
+scheduling before it: more than every other stage together), and LLVM emits the machine
+code later, at export or on the first call (26 s more).  The kernels are independent
+PrimFuncs (none calls another), so the module splits into groups that are scheduled and
+built separately, each by the same rules and pipeline for the same target:
+
+* the groups balance an estimate of each kernel's cost (the size of its IR, largest
+  first onto the least loaded group: LPT scheduling, a heuristic);
+* group 0 is scheduled and built here; every other group in a forked child, which also
+  emits its machine code and writes it as an object file (so it gets the smaller share:
+  its kernels cost twice as much there);
+* each object is imported into group 0's module as a static library, which holds the
+  object's bytes: ``export_library`` links them all into the one ``.so``, and the
+  in-memory session's ``Executable.jit()`` links the same (``tvm.runtime.executable``).
+
+A forked child rather than a spawned one: spawning pays TVM's import (2 s of CPU) per
+build; the fork inherits it, and the child only schedules and compiles (it never launches
+kernels, so the parent's thread pools are not needed there).  A child that fails names
+its error; one killed by a signal is an error naming the signal.
+
+``ONNXC_BUILD_WORKERS`` (default: the CPU count, at most 2) sets the number of groups;
+``ONNXC_BUILD_WORKERS=1`` schedules and builds the whole module here in one piece (the
+kill switch).  Modules of fewer than :data:`MIN_KERNELS` kernels always build in one piece.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import tempfile
+
+ENV_WORKERS = "ONNXC_BUILD_WORKERS"
+MAX_WORKERS = 2  # the build machines have 2 cores; more groups would only contend
+MIN_KERNELS = 8  # below this a fork costs more than it saves
+# a child's load relative to group 0's: it also emits its machine code (26 s for DenseNet's
+# 134 kernels against 7 + 19 s of scheduling and building), which the parent defers to
+# export / the first call
+_CHILD_SHARE = 0.5
+
+
+def build_workers() -> int:
+    """How many groups to build in parallel (``ONNXC_BUILD_WORKERS``, else the CPU count up
+    to :data:`MAX_WORKERS`)."""
+    value = os.environ.get(ENV_WORKERS, "").strip()
+    if value:
+        try:
+            return max(int(value), 1)
+        except ValueError:
+            raise ValueError(f"{ENV_WORKERS}={value!r} is not a whole number") from None
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+def partition(mod, groups: int) -> list:
+    """Split ``mod``'s PrimFuncs into at most ``groups`` lists of global vars with balanced
+    cost (LPT on the serialised IR size; group 0, built by the parent, takes the larger
+    share).  Deterministic: ties break by kernel name."""
+    import tvm
+
+    items = sorted(((len(tvm.ir.save_json(f)), gv.name_hint, gv)
+                    for gv, f in mod.functions.items()), key=lambda t: (-t[0], t[1]))
+    loads = [0.0] * groups
+    out: list = [[] for _ in range(groups)]
+    for size, _, gv in items:
+        k = min(range(groups), key=lambda g: (loads[g] / (1.0 if g == 0 else _CHILD_SHARE), g))
+        loads[k] += size
+        out[k].append(gv)
+    return [g for g in out if g]
+
+
+class Plan:
+    """Groups 1.. of a module being prepared (scheduled) and built in forked children.
+
+    ``local`` is group 0, for this process to prepare; :meth:`finish` builds it, waits
+    for the children and returns everything as one executable.  Use it as a context
+    manager: leaving the block by an exception kills the children.
+    """
+
+    def __init__(self, local, target, children=(), tmp=None, groups=()):
+        self.local, self.target = local, target
+        self._children, self._tmp = list(children), tmp
+        self.groups = list(groups) or [len(local.functions)]
+        self.worker_cpu = 0.0  # CPU seconds the children used, once finished
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.abort()
+        return False
+
+    def finish(self, prepared_local):
+        """``(executable, info from the children's prepare, kernels per group)``."""
+        import tvm
+
+        try:
+            executable = tvm.compile(prepared_local, target=self.target)
+            before = _children_cpu()
+            failures = [msg for msg in (_wait(pid, obj) for pid, obj in self._children) if msg]
+            self.worker_cpu = round(_children_cpu() - before, 3)
+            self._children = []
+            if failures:
+                raise RuntimeError(failures[0])
+            info: dict = {}
+            for k in range(1, len(self.groups)):
+                obj = os.path.join(self._tmp, f"group{k}.o")
+                with open(obj + ".json", encoding="utf-8") as f:
+                    part = json.load(f)
+                info.update(part["info"])
+                for name, level, message in part["logs"]:
+                    logging.getLogger(name).log(level, "%s", message)
+                # the static library holds the object's bytes (the file goes with tmp):
+                # export_library and jit link them in
+                executable.mod.import_module(
+                    tvm.runtime.load_static_library(obj, part["symbols"]))
+            return executable, info, self.groups
+        finally:
+            self.abort()
+
+    def abort(self):
+        for pid, _ in self._children:
+            _kill(pid)
+        self._children = []
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+def start(mod, target, prepare=None, workers: int | None = None) -> Plan:
+    """Split ``mod`` and fork a child per group but the first: each runs
+    ``prepare(group) -> (module, info dict)`` (None: the group as it is, no info), builds
+    the module and writes its object.  Returns the :class:`Plan` holding group 0."""
+    workers = build_workers() if workers is None else max(int(workers), 1)
+    if workers < 2 or len(mod.functions) < MIN_KERNELS:
+        return Plan(mod, target)
+    import tvm
+
+    groups = [tvm.IRModule({gv: mod[gv] for gv in g}, attrs=mod.attrs)
+              for g in partition(mod, workers)]
+    tmp = tempfile.mkdtemp(prefix="onnxc-build-")
+    children = []
+    try:
+        for k, g in enumerate(groups[1:], 1):
+            obj = os.path.join(tmp, f"group{k}.o")
+            children.append((_fork_build(g, target, prepare, obj), obj))
+    except BaseException:
+        Plan(groups[0], target, children, tmp).abort()
+        raise
+    return Plan(groups[0], target, children, tmp, [len(g.functions) for g in groups])
+
+
+def build(mod, target, workers: int | None = None):
+    """``tvm.compile(mod, target)`` with its groups built in ``workers`` processes.
+
+    Returns ``(executable, kernels per group)``: the kind of object ``tvm.compile``
+    returns, whose functions (``executable[name]``) and ``export_library`` cover every
+    kernel.  Raises what ``tvm.compile`` raises, or RuntimeError for a child that died.
+    """
+    with start(mod, target, workers=workers) as plan:
+        executable, _, groups = plan.finish(plan.local)
+    return executable, groups
+
+
+def _fork_build(group, target, prepare, obj_path: str) -> int:
+    """Fork a child that prepares and builds ``group``, writing its object to ``obj_path``
+    and its symbols and ``prepare``'s info to ``obj_path + '.json'`` (an error message to
+    ``obj_path + '.err'``)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:  # the child: never returns into the parent's code, never runs its exit handlers
+        import tvm
+
+        logs = _collect_logs()
+        mod, info = prepare(group) if prepare is not None else (group, {})
+        tvm.compile(mod, target=target).mod.write_to_file(obj_path)
+        with open(obj_path + ".json", "w", encoding="utf-8") as f:
+            json.dump({"symbols": [gv.name_hint for gv in mod.functions], "info": info,
+                       "logs": logs}, f)
+        code = 0
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        try:
+            with open(obj_path + ".err", "w", encoding="utf-8") as f:
+                f.write(f"{type(e).__name__}: {lines[-1] if lines else 'no message'}")
+        except OSError:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _collect_logs() -> list:
+    """In a child: keep its log records (name, level, message) for the parent to emit,
+    instead of writing them through handlers it shares with the parent (a pipe to the
+    compile's parent process, a file)."""
+    records: list = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append((record.name, record.levelno, record.getMessage()))
+
+    for logger in list(logging.root.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):
+            logger.handlers = []
+    logging.root.handlers = [Collect()]
+    return records
+
+
+def _wait(pid: int, obj_path: str) -> str:
+    """'' if the child built its object, else what went wrong."""
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return f"a build worker was killed by {signal.Signals(sig).name}"
+    if os.WEXITSTATUS(status) != 0 or not os.path.exists(obj_path):
+        try:
+            with open(obj_path + ".err", encoding="utf-8") as f:
+                return f.read()
+        except OSError:
+            return f"a build worker exited with status {os.WEXITSTATUS(status)}"
+    return ""
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # children waited for so far
+    return usage.ru_utime + usage.ru_stime
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+

@@ -1,0 +1,76 @@
+"""Vectorisable float32 math as TIR expressions: erf, and exp of a non-positive argument.
+
+LLVM emits TVM's ``T.erf`` / ``T.exp`` as one scalar libm call per vector lane; these are
+plain arithmetic that vectorises.  Used by the lowering's GELU and softmax legalizations
+(``compiler/lowering/legalize_vector_math.py``, which documents the approximations and
+their measured error) and by graph passes whose TE computes need exp of ``-|x|``
+(``stable_sigmoid``).  Not a pass: expression builders shared by passes and lowering.
+
+* ``|x| < 0.921875``: ``erf(x) = x * P(x^2)``, P of degree 5 (relative error 1.6e-8);
+* above: ``erf(|x|) = 1 - exp(Q(|x|))`` with Q of degree 8 fitted to ``log(erfc(t))``
+  on [0.921875, 3.92] (absolute error 9e-9), and exp by range reduction to
+  ``r in [-ln2/2, ln2/2]``, a degree-6 polynomial and ``2^n`` built in the exponent bits.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import tirx
+
+_SPLIT, _TOP = 0.921875, 3.92
+# erf(x) / x as a polynomial in s = x^2 on [0, _SPLIT^2]
+_P = (1.1283791490985833, -0.37612491121573244, 0.11281792751712608,
+      -0.026765861225326773, 0.00499218103791263, -0.0005986208511002677)
+# log(erfc(t)) on [_SPLIT, _TOP]
+_Q = (0.00031142616610973497, -1.1302023723434886, -0.6318717429774002,
+      -0.11004408413400417, 0.026404684927086954, -0.00475521683786034,
+      0.0005961714175972271, -4.6018272874204236e-05, 1.6369182196385168e-06)
+# exp(r) on [-ln2/2, ln2/2]
+_E = (1.0000000005920207, 1.0000000361258994, 0.49999991493036744, 0.16666420832119083,
+      0.041668358033024336, 0.008374771520121985, 0.0013829420595871025)
+_LN2_HI = 0.693145751953125  # ln2 with 16 significant bits: n * _LN2_HI is exact
+_LN2_LO = math.log(2) - _LN2_HI
+
+
+def const(v):
+    return tirx.const(v, "float32")
+
+
+def _horner(coefs, x):
+    acc = const(coefs[-1])
+    for a in reversed(coefs[:-1]):
+        acc = acc * x + const(a)
+    return acc
+
+
+def _pow2(n):
+    """2^n for an integer-valued float32 n in [-126, 127], built in the exponent bits."""
+    return tirx.reinterpret("float32", tirx.shift_left(
+        tirx.Cast("int32", n) + tirx.const(127, "int32"), tirx.const(23, "int32")))
+
+
+def _exp_negative(g):
+    """exp(g) for finite g in [-104, 0]: ``2^n`` applied as two normal halves, so results
+    below the smallest normal (g < -87.3) come out subnormal, rounded once, as libm's."""
+    n = tirx.floor(g * const(1 / math.log(2)) + const(0.5))
+    r = g - n * const(_LN2_HI) - n * const(_LN2_LO)
+    half = tirx.floor(n * const(0.5))
+    return _horner(_E, r) * _pow2(half) * _pow2(n - half)
+
+
+def erf_f32(x):
+    """erf of a float32 PrimExpr, as vectorisable arithmetic (no libm call)."""
+    t = tirx.min(tirx.abs(x), const(_TOP))
+    small = x * _horner(_P, x * x)
+    big = const(1.0) - _exp_negative(_horner(_Q, tirx.max(t, const(_SPLIT))))
+    big = tirx.Select(x < const(0.0), -big, big)
+    return tirx.Select(t < const(_SPLIT), small, big)
+
+
+def exp_nonpositive_f32(x):
+    """exp of a float32 PrimExpr known to be <= 0 (or -inf, NaN), vectorisable."""
+    lo = const(-103.98)  # exp(lo) is below half the smallest subnormal: 0
+    val = _exp_negative(tirx.max(x, lo))
+    val = tirx.Select(x < lo, const(0.0), val)
+    return tirx.Select(tirx.isnan(x), x, val)  # NaN in, NaN out

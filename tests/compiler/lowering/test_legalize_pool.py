@@ -1,0 +1,160 @@
+"""compiler/lowering/legalize_pool.py: float max pooling skips NaN as onnxruntime's MLAS
+pools do (a NaN is dropped where its window holds a number; an all-NaN window is NaN), on
+the scheduled kernels (``cpu.pool2d_nchw``, ``cpu.pool_strided``, ``cpu.pool2d_nchwc``, ``cpu.tiled_reduction``,
+the fallback), 1-D to 3-D, padded, strided, dilated and NCHW[b]c.
+
+Against onnxruntime only where MLAS skips the NaN: its 2-D kernels keep a NaN that is a
+window's last tap, its 1-D kernel gives -FLT_MAX for an all-NaN window, GlobalMaxPool keeps
+a NaN in the next-to-last position (measured; docs/conformance.md).  Elsewhere against the
+rule in numpy.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+from numpy.lib.stride_tricks import sliding_window_view
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+import compiler
+from compiler import lowering
+from tests.conftest import ort_run
+
+F = TensorProto.FLOAT
+LOWEST = np.finfo(np.float32).min
+
+
+def _model(nodes, shape, out_shape, inits=()):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, shape)],
+                          [helper.make_tensor_value_info("y", F, out_shape)], list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _skip_nan_pool(x, kernel, strides, pads, dil):
+    """The rule in numpy: pad with -FLT_MAX, then per window the max of its non-NaN values,
+    NaN when it has none."""
+    k = len(kernel)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + k]) for i in range(k)],
+                constant_values=LOWEST)
+    span = [(kernel[i] - 1) * dil[i] + 1 for i in range(k)]
+    win = sliding_window_view(xp, span, axis=tuple(range(2, 2 + k)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
+    win = win[(Ellipsis,) + tuple(slice(None, None, d) for d in dil)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.nanmax(win, axis=tuple(range(-k, 0)))
+
+
+def _special(shape, seed=0, sparse=False):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    if sparse:  # one NaN per 64 elements, finite elsewhere: MLAS's consistent case
+        flat[rng.choice(flat.size, flat.size // 64, replace=False)] = np.nan
+        return x
+    pick = rng.random(flat.size)
+    flat[pick < 0.15] = np.nan
+    flat[(pick >= 0.15) & (pick < 0.2)] = np.inf
+    flat[(pick >= 0.2) & (pick < 0.25)] = -np.inf
+    flat[(pick >= 0.25) & (pick < 0.3)] = -0.0
+    flat[(pick >= 0.3) & (pick < 0.33)] = 1e-41
+    x.reshape(-1, shape[-1])[0, :] = np.nan  # windows of NaN only
+    return x
+
+
+def _assert_same(got, want):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(got[ok], want[ok])
+
+
+# (id, input shape, kernel, strides, pads, dilations, schedule rule)
+POOLS = [
+    ("2d_3x3_s1_p1", [1, 4, 16, 16], [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], "cpu.pool2d_nchw"),
+    ("2d_2x2_s2", [1, 4, 16, 16], [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], "cpu.pool_strided"),
+    ("2d_dilated", [1, 2, 12, 12], [2, 2], [1, 1], [0, 0, 0, 0], [2, 2], None),
+    ("1d", [1, 4, 64], [3], [1], [1, 1], [1], None),
+    ("3d", [1, 2, 8, 8, 8], [2, 2, 2], [2, 2, 2], [0] * 6, [1, 1, 1], None),
+]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=[c[0] for c in POOLS])
+def test_max_pool_skips_nan_on_scheduled_kernel(case):
+    _, shape, kernel, strides, pads, dil, rule = case
+    x = _special(shape)
+    want = _skip_nan_pool(x, kernel, strides, pads, dil)
+    m = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=kernel,
+                                 strides=strides, pads=pads, dilations=dil, name="p")],
+               shape, list(want.shape))
+    cm = compiler.compile(m, target="host")
+    if rule is not None:
+        assert [k["rule"] for k in cm.report["kernel_table"]] == [rule]
+    _assert_same(cm.session().run(None, {"x": x})[0], want)
+
+
+def test_max_pool_matches_onnxruntime_where_mlas_skips_nan():
+    """MLAS skips a NaN in every position of a 1-D window, and in every position of a 2-D
+    window but the last tap (measured: there it keeps it): NaN placed accordingly."""
+    x = _special([1, 4, 64], sparse=True)
+    m = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3], pads=[1, 1],
+                                 name="p")], [1, 4, 64], [1, 4, 64])
+    got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
+    _assert_same(got, ort_run(m, {"x": x})[0])
+    x = np.random.default_rng(2).standard_normal((1, 4, 16, 16)).astype(np.float32)
+    x[0, :, ::2, ::2][np.random.default_rng(3).random((4, 8, 8)) < 0.3] = np.nan  # tap (0, 0)
+    x[0, 1, 4, 5] = np.nan  # tap (0, 1)
+    m = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                                 name="p")], [1, 4, 16, 16], [1, 4, 8, 8])
+    got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
+    _assert_same(got, ort_run(m, {"x": x})[0])
+
+
+def test_blocked_layout_pool_after_conv():
+    """conv -> MaxPool: the pool runs in NCHW[b]c (``cpu.pool2d_nchwc``) and skips NaN."""
+    rng = np.random.default_rng(1)
+    w = np.eye(16, dtype=np.float32).reshape(16, 16, 1, 1)  # identity 1x1 conv
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                 pads=[1, 1, 1, 1], name="pool")],
+               [1, 16, 16, 16], [1, 16, 8, 8], [numpy_helper.from_array(w, "w")])
+    cm = compiler.compile(m, target="host")
+    assert "cpu.pool2d_nchwc" in [k["rule"] for k in cm.report["kernel_table"]]
+    x = rng.standard_normal((1, 16, 16, 16)).astype(np.float32)
+    x[0, :, ::5, ::3] = np.nan
+    _assert_same(cm.session().run(None, {"x": x})[0],
+                 _skip_nan_pool(x, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]))
+
+
+@pytest.mark.parametrize("op", ["GlobalMaxPool", "MaxPool"])
+def test_global_max_pool_skips_nan(op):
+    """GlobalMaxPool and a MaxPool whose window is the whole input: one max_pool window."""
+    x = _special([1, 8, 7, 7])
+    x[0, 1, 0, 0] = np.nan  # a leading NaN is skipped too
+    attrs = {"kernel_shape": [7, 7]} if op == "MaxPool" else {}
+    m = _model([helper.make_node(op, ["x"], ["y"], name="g", **attrs)], [1, 8, 7, 7],
+               [1, 8, 1, 1])
+    got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
+    _assert_same(got, _skip_nan_pool(x, [7, 7], [1, 1], [0] * 4, [1, 1]))
+
+
+def test_legalized_pool_is_a_select_and_int_keeps_tvm():
+    lowering.install()
+
+    def text(dtype):
+        x = relax.Var("x", relax.TensorType((1, 2, 8, 8), dtype))
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(relax.op.nn.max_pool2d(x, (3, 3), padding=(1, 1, 1, 1)))
+            bb.emit_func_output(out)
+        mod = relax.transform.LegalizeOps()(bb.get())
+        return "\n".join(f.script() for _, f in mod.functions.items()
+                         if isinstance(f, tvm.tirx.PrimFunc))
+
+    f32 = text("float32")
+    assert "T.max" not in f32 and "T.isnan" in f32 and "pad_temp" in f32 and "pool_max" in f32
+    assert "T.max" in text("int32")

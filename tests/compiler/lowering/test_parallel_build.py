@@ -1,0 +1,98 @@
+"""parallel_build: kernels built in groups over worker processes, one artifact."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import compiler
+import runtime
+from compiler.lowering import parallel_build
+from tests.conftest import zoo, zoo_model
+
+
+def _kernel_symbols(path) -> set:
+    out = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    # __tvm_ffi__library_bin / _ctx: TVM's own; *__checked: the NaN-check variants
+    # (compiler/lowering/checked.py), built apart at -O0
+    return {n for n in names if n.startswith("__tvm_ffi_") and not n.startswith("__tvm_ffi__")
+            and not n.endswith("__checked")}
+
+
+def _compile(name, monkeypatch, workers: str):
+    monkeypatch.setenv(parallel_build.ENV_WORKERS, workers)
+    return compiler.compile(zoo_model(name), target="host")
+
+
+def test_parallel_build_equals_serial(monkeypatch, tmp_path):
+    """cnn (10 kernels) in two processes: same kernel symbols, bit-identical outputs, in
+    memory and from the exported artifact."""
+    serial = _compile("cnn", monkeypatch, "1")
+    parallel = _compile("cnn", monkeypatch, "2")
+    n = serial.report["distinct_kernels"]
+    assert n >= parallel_build.MIN_KERNELS
+    assert serial.report["build_groups"] == [n]
+    assert len(parallel.report["build_groups"]) == 2 and sum(parallel.report["build_groups"]) == n
+    paths = [tmp_path / "serial.so", tmp_path / "parallel.so"]
+    serial.export(str(paths[0]))
+    parallel.export(str(paths[1]))
+    assert _kernel_symbols(paths[0]) == _kernel_symbols(paths[1])
+    assert len(_kernel_symbols(paths[0])) == n
+    feeds = zoo.random_inputs(zoo_model("cnn"), seed=4)
+    want = serial.session().run(None, feeds)
+    for got in (parallel.session().run(None, feeds), runtime.load(str(paths[1])).run(None, feeds)):
+        assert all(np.array_equal(a, b) for a, b in zip(want, got))
+
+
+def test_small_module_builds_in_one_piece(monkeypatch):
+    """dwsep has fewer kernels than MIN_KERNELS: no worker even when two are allowed."""
+    cm = _compile("dwsep", monkeypatch, "2")
+    assert cm.report["distinct_kernels"] < parallel_build.MIN_KERNELS
+    assert cm.report["build_groups"] == [cm.report["distinct_kernels"]]
+
+
+def test_partition_covers_every_kernel_once_and_is_deterministic():
+    from compiler.driver import schedule_kernels
+
+    mod, _, _ = schedule_kernels(zoo_model("cnn"), "host")
+    groups = parallel_build.partition(mod, 2)
+    names = [gv.name_hint for g in groups for gv in g]
+    assert sorted(names) == sorted(gv.name_hint for gv in mod.functions)
+    assert len(groups) == 2 and all(groups)
+    assert [[gv.name_hint for gv in g] for g in parallel_build.partition(mod, 2)] == \
+        [[gv.name_hint for gv in g] for g in groups]
+    assert len(parallel_build.partition(mod, 1)) == 1
+
+
+def test_worker_failure_is_an_error_naming_it():
+    """A kernel LLVM cannot build (a GPU thread binding on a CPU target) fails the build
+    whichever process it lands in, with TVM's message, never a hang or a partial module."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def ok(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(4):
+            b[i] = a[i] + T.float32(1)
+
+    @T.prim_func
+    def bad(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in T.thread_binding(4, thread="threadIdx.x"):
+            b[i] = a[i]
+
+    funcs = {f"ok{k}": ok.with_attr("global_symbol", f"ok{k}") for k in range(8)}
+    funcs["bad"] = bad.with_attr("global_symbol", "bad")
+    mod = tvm.IRModule(funcs)
+    with pytest.raises(Exception) as info:
+        parallel_build.build(mod, {"kind": "llvm"}, workers=2)
+    assert str(info.value).strip()
+
+
+def test_bad_worker_count_is_refused(monkeypatch):
+    monkeypatch.setenv(parallel_build.ENV_WORKERS, "two")
+    with pytest.raises(ValueError, match="ONNXC_BUILD_WORKERS"):
+        parallel_build.build_workers()

@@ -1,0 +1,36 @@
+"""schedules/flops.py: TVM's FLOP estimate, for kernels that bind values with a Let."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+from tvm import te, tirx
+
+import compiler
+from passes.stable_sigmoid import stable_sigmoid_te
+from schedules import flops
+from tests.schedules.util import onnx_model
+
+
+def test_let_is_counted_as_if_substituted():
+    x = te.placeholder((4, 16), name="x")
+
+    def with_let(*i):
+        v = tirx.Var("v", "float32")
+        return tirx.Let(v, x(*i) * x(*i), v + v)
+
+    plain = te.compute((4, 16), lambda *i: x(*i) * x(*i) + x(*i) * x(*i))
+    bound = te.compute((4, 16), with_let)
+    assert flops.estimate(te.create_prim_func([x, bound])) == \
+        flops.estimate(te.create_prim_func([x, plain])) == 3 * 64
+    assert flops.estimate(te.create_prim_func([x, stable_sigmoid_te(x)])) > 10 * 64
+
+
+def test_conv_with_a_swish_epilogue_reports_its_flops():
+    w = np.random.default_rng(0).standard_normal((16, 8, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["y"])]
+    cm = compiler.compile(onnx_model(nodes, [("x", (1, 8, 8, 8))], [("y", (1, 16, 8, 8))],
+                                     {"w": w}))
+    conv = next(r for r in cm.report["kernel_table"] if "conv" in r["kernel"])
+    assert "sigmoid" in conv["kernel"] and conv["flops"] >= 2 * 16 * 8 * 64
