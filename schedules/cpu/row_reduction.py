@@ -12,8 +12,10 @@ reduction to be the first child of its loop).  Every block is then computed per 
 rows in parallel, elementwise row blocks vectorised; per-row scalars (the mean) are
 inlined.  The summation order changes (partial sums: more accurate than one serial sum).
 A symbolic row length (softmax over ``seq``) keeps scalar reductions, as an odd static one
-does (a split with a tail would need a guard rfactor does not keep); symbolic row loops are
-not fused, the innermost runs in parallel.
+does (its elementwise loops are left to LLVM's loop vectoriser, which adds the scalar tail
+for a runtime trip count; a vectorised split with a guard is scalarised by TVM); symbolic
+row loops are not fused, and the parallel loop is the fused outer row loops when their
+constant extents give every core a share (softmax's ``batch * heads``), else the innermost.
 """
 
 from __future__ import annotations
@@ -122,9 +124,27 @@ class RowReduction(MatchingCPURule):
                 sch.vectorize(ki)
             elif "R" not in common.iter_kinds(b):
                 _vectorize_inner(sch, blk, lanes)
-        if ncores > 1 and (common.const_extent(sch, row) or 2) >= 2:
-            sch.parallel(row)
+        if ncores > 1:
+            _parallel_rows(sch, last, row, nrow, symbolic_rows, ncores)
         return sch
+
+
+def _parallel_rows(sch, last, row, nrow: int, symbolic: bool, ncores: int) -> None:
+    """Rows in parallel.  Symbolic rows: over the outer row loops fused (``batch * heads``
+    of attention's softmax) when their constant extents alone give every core a share,
+    else over the innermost (``seq`` of a layer norm's ``batch, seq`` rows: a parallel
+    region per batch).  A parallel innermost row loop under ``batch x 12`` heads would
+    open 12 parallel regions per batch row, 5.8x the static kernel at seq 16."""
+    if symbolic and nrow >= 2:
+        outer = sch.get_loops(last)[:nrow - 1]
+        shares = 1
+        for lp in outer:
+            shares *= common.const_extent(sch, lp) or 1
+        if shares >= ncores:
+            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+            return
+    if (common.const_extent(sch, row) or 2) >= 2:
+        sch.parallel(row)
 
 
 def _is_rf(block) -> bool:
