@@ -1,7 +1,8 @@
 """The last CPU rule: any kernel no other rule takes, scheduled from its loop structure.
 
 Inlines elementwise producers, then per remaining block fuses and parallelises the leading
-spatial loops and vectorises the innermost loop when every loop is spatial.
+spatial loops and vectorises the innermost loop when every loop is spatial (a symbolic
+innermost loop is left serial, outside the fusion, for LLVM's loop vectoriser).
 """
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ def schedule_loops(sch, infos, target):
                 sch.vectorize(vec)
                 loops = sch.get_loops(info.block_rv)[:-1]
                 n_lead = len(loops)
+        if (n_lead == len(kinds) and n_lead >= 2 and len(loops) == n_lead
+                and common.const_extent(sch, loops[-1]) is None):
+            # a symbolic innermost loop (seq) stays out of the fused parallel loop: fused,
+            # every element would divide its index by seq (the K^T transpose of attention
+            # 4x its static time); serial, LLVM vectorises it with a scalar tail
+            n_lead -= 1
         if n_lead and cores > 1:
             fused = sch.fuse(*loops[:n_lead]) if n_lead > 1 else loops[0]
             ext = common.const_extent(sch, fused)
