@@ -33,12 +33,19 @@ class SessionOptions:
     intra_op_num_threads : int
         Threads each kernel's parallel loops use; 0 (default) = the cores the model was
         compiled for, at most the CPUs available (``runtime/threads.py``).
+    bind_io : bool
+        True (default): kernels write the requested outputs straight into the arrays
+        ``run()`` returns, and read an input in place when the caller's array is C-contiguous,
+        writable and 64-byte aligned (no copy either way).  False keeps every tensor in the
+        session's arena, where tools read them after a run (``onnxc debug``).  Profiling and
+        NaN checks always run in the arena.
     """
 
     enable_profiling: bool = False
     profile_file_prefix: str = "onnxc_profile"
     check_nan: bool = False
     intra_op_num_threads: int = 0
+    bind_io: bool = True
 
 
 class NonFiniteError(RuntimeError):

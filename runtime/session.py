@@ -142,6 +142,49 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
+def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
+    """The arena buffers a run may bind to other memory instead of copying.
+
+    Returns ({input name: buffer} for inputs no kernel writes over (no in-place output) and
+    that share their buffer with no output: the kernels may read the caller's array;
+    {output name: buffer} for outputs whose buffer holds no other output: the kernels write
+    the returned array, and the buffer's other tensors (written in place before it, or a
+    model input it overwrites, copied in) move with it; {buffer: (bytes, [(tensor id,
+    [(call, arg position)])])}).  Buffers holding an empty tensor stay in the arena (DLPack
+    needs memory to point at)."""
+    tensors = graph["tensors"]
+    members: dict = {}
+    for t, tt in enumerate(tensors):
+        if tt["storage"] == "arena":
+            members.setdefault(tt["index"], []).append(t)
+    written, uses = set(), {}
+    for k, call in enumerate(graph["calls"]):
+        nin = len(call["args"]) - call["num_outputs"]
+        for pos, t in enumerate(call["args"]):
+            uses.setdefault(t, []).append((k, pos))
+            if pos >= nin and tensors[t]["storage"] == "arena":
+                written.add(tensors[t]["index"])
+
+    def buf(t):
+        return tensors[t]["index"] if tensors[t]["storage"] == "arena" else None
+
+    def nbytes(t):
+        return math.prod(tensors[t]["shape"]) * np.dtype(tensors[t]["dtype"]).itemsize
+
+    in_bufs = [buf(i["tensor"]) for i in graph["inputs"]]
+    out_bufs = [buf(o["tensor"]) for o in graph["outputs"]]
+    usable = {b for b, ts in members.items() if all(nbytes(t) for t in ts)}
+    direct_in = {i["name"]: b for i, b in zip(graph["inputs"], in_bufs)
+                 if b in usable and b not in written and in_bufs.count(b) == 1
+                 and b not in out_bufs}
+    direct_out = {o["name"]: b for o, b in zip(graph["outputs"], out_bufs)
+                  if b in usable and in_bufs.count(b) <= 1 and out_bufs.count(b) == 1}
+    buffer_uses = {b: (max(nbytes(t) for t in members[b]),
+                       [(t, uses.get(t, [])) for t in members[b]])
+                   for b in set(direct_in.values()) | set(direct_out.values())}
+    return direct_in, direct_out, buffer_uses
+
+
 def _aligned_bytes(nbytes: int, alignment: int = 64) -> np.ndarray:
     """A uint8 array of ``nbytes`` whose data pointer is ``alignment``-aligned."""
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
@@ -219,6 +262,8 @@ class Session:
         for b in self.manifest.get("index_bounds", ()):
             self._index_bounds.setdefault(b["input"], []).append(b)
         self._input_names = [i["name"] for i in graph["inputs"]]
+        self._outputs_tensor = {o["name"]: o["tensor"] for o in graph["outputs"]}
+        self._input_tensors = [i["tensor"] for i in graph["inputs"]]
         self._output_names = [o["name"] for o in graph["outputs"]]
         self._narrow = narrow_dtypes(self.manifest)  # name -> (ml_dtypes dtype, ONNX name)
 
@@ -236,6 +281,11 @@ class Session:
         if first is not None:  # static: the views the instruments and tools read
             self._np, self._calls = first.views, first.calls
         self._free = [self._first]
+        # inputs read in place, outputs written into the returned arrays (bind_io): for
+        # static shapes only; a symbolic artifact's run copies in and out as before
+        self._direct_in, self._direct_out, self._buffer_uses = (
+            ({}, {}, {}) if instrumented or not self.options.bind_io or self.dims
+            else direct_buffers(graph))
         self._arenas = 1
         self._pool = threading.Condition()
 
@@ -355,18 +405,68 @@ class Session:
             prepared = self._prepare(arena, binding)
             if arena is self._first:  # what tools read after a run (onnxc debug, NaN checks)
                 self._np, self._calls = prepared.views, prepared.calls
-            for name, view in prepared.inputs:
-                np.copyto(view, arrays[name], casting="no")
+            calls, outputs = prepared.calls, prepared.outputs
+            bound, in_place = self._bind(names, arrays)  # buffer -> caller's / fresh array
+            views: dict = {}  # tensor id -> its view on bound memory
+            if bound:
+                calls, views = self._rebind(calls, bound)
+            for (name, view), t in zip(prepared.inputs, self._input_tensors):
+                if name not in in_place:
+                    np.copyto(views.get(t, view), arrays[name], casting="no")
             if self._profiler is None and not self.options.check_nan:
-                for fn, args in prepared.calls:
+                for fn, args in calls:
                     fn(*args)
             else:  # max_arenas is 1: this is the first arena, which the instruments read
                 self._run_instrumented()
-            outputs = prepared.outputs
-            return [outputs[n].copy() if n not in self._narrow else
-                    outputs[n].copy().view(self._narrow[n][0]) for n in names]
+            result, given = [], set()
+            for n in names:
+                t = self._outputs_tensor[n]
+                out = outputs[n].copy() if t not in views else (
+                    views[t].copy() if t in given else views[t])  # asked twice: a copy
+                given.add(t)
+                result.append(out if n not in self._narrow else out.view(self._narrow[n][0]))
+            return result
         finally:
             self._release(arena)
+
+    def _bind(self, names, arrays: dict) -> tuple[dict, set]:
+        """The arena buffers this run binds to other memory: each requested output's to a
+        fresh aligned array, an input's to the caller's array when the kernels can take it as
+        it is (aligned, contiguous, writable: DLPack exports no read-only memory); and the
+        names of the inputs so read in place."""
+        bound, in_place = {}, set()
+        for n in names:
+            b = self._direct_out.get(n)
+            if b is not None and b not in bound:
+                bound[b] = _aligned_bytes(self._buffer_uses[b][0])
+        for name, b in self._direct_in.items():
+            a = arrays[name]
+            if (a.flags.c_contiguous and a.flags.writeable and a.ctypes.data % 64 == 0):
+                bound[b] = a.reshape(-1).view(np.uint8)
+                in_place.add(name)
+        return bound, in_place
+
+    def _rebind(self, calls: list, bound: dict) -> tuple[list, dict]:
+        """``calls`` with the bound buffers' tensors swapped in (the arena's views stay as
+        they are for the next run), and {tensor id: its view on the bound memory}."""
+        import tvm
+
+        tensors = self.graph["tensors"]
+        patched: dict = {}
+        views: dict = {}
+        for b, raw in bound.items():
+            for t, uses in self._buffer_uses[b][1]:
+                tt = tensors[t]
+                dtype = np.dtype(tt["dtype"])
+                v = raw[:math.prod(tt["shape"]) * dtype.itemsize].view(dtype).reshape(tt["shape"])
+                views[t] = v
+                tv = tvm.runtime.from_dlpack(v)
+                for k, pos in uses:
+                    patched.setdefault(k, list(calls[k][1]))[pos] = tv
+        new = list(calls)
+        for k, args in patched.items():
+            new[k] = (calls[k][0], tuple(args))
+        return new, views
 
     def _run_instrumented(self) -> None:
         import time

@@ -191,8 +191,11 @@ def onnxc_session(model):
     return compiler.compile(model, target="host").session()
 
 
-def compare(got: list, expected: list, zero_sign: bool = True) -> str:
-    """'' when ``got`` matches onnxruntime's ``expected``, else what differs first."""
+def compare(got: list, expected: list, zero_sign: bool = True, rtol: float = RTOL,
+            atol: float = ATOL) -> str:
+    """'' when ``got`` matches onnxruntime's ``expected``, else what differs first
+    (``rtol = atol = 0``: equal values, infinities included).  The tests' NaN assertions
+    (``tests/nan_helpers.py``) are this comparison too."""
     if len(got) != len(expected):
         return f"{len(got)} outputs, onnxruntime {len(expected)}"
     for i, (a, e) in enumerate(zip(got, expected)):
@@ -213,8 +216,8 @@ def compare(got: list, expected: list, zero_sign: bool = True) -> str:
                     f"has none, missing at {int((nan_e & ~nan_a).sum())}; first at {list(j)}: "
                     f"{a[j]!r} vs {e[j]!r}")
         with np.errstate(all="ignore"):
-            ok = nan_e | np.isclose(a.astype(np.float64), e.astype(np.float64), rtol=RTOL,
-                                    atol=ATOL)
+            ok = nan_e | np.isclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol,
+                                    atol=atol)
         if not ok.all():
             j = tuple(int(x) for x in np.argwhere(~ok)[0])
             return (f"output {i}: {int((~ok).sum())}/{e.size} values differ, first at "

@@ -105,7 +105,7 @@ def find_divergence(model, feeds: dict, compare: str = "onnxruntime", target="ho
     ONNX nodes, why (counts, first index, values), and the passes that rewrote those nodes;
     when the node lies inside a fused kernel, ``kernel_output`` says which output of the
     kernel diverged."""
-    from runtime.instruments import run_checked
+    from runtime.instruments import SessionOptions, run_checked
 
     from ..driver import compile_static
     from ..frontend.fold_onnx import fold_constants
@@ -120,7 +120,7 @@ def find_divergence(model, feeds: dict, compare: str = "onnxruntime", target="ho
     # the model as the compiler numbered its nodes (after ONNX-level constant folding)
     folded_proto = fold_constants(load_model(spec))[0]
     nodes = folded_proto.graph.node
-    sess = cm.session()
+    sess = cm.session(SessionOptions(bind_io=False))  # every tensor stays in the arena
     sess.run(None, feeds)
     graph = cm.meta["graph"]
     tensors = graph["tensors"]

@@ -841,10 +841,20 @@ def deform_conv(bb, inputs, attrs, ctx):
             y0, x0 = tirx.Cast("int64", y0f), tirx.Cast("int64", x0f)
 
             def pixel(yy, xq):
+                # a neighbour outside the image is onnxruntime's ``0 * X[b, c, 0, 0]``
+                # (its plan keeps index 0 with weight 0): 0, or NaN where that pixel is
+                # NaN / Inf, as the reference's zero would not be
                 inside = tirx.all(yy >= 0, yy < height, xq >= 0, xq < width)
                 yc = tirx.max(tirx.min(yy, height - 1), 0)
                 xc = tirx.max(tirx.min(xq, width - 1), 0)
-                return tirx.Select(inside, data[b, c, yc, xc], tirx.const(0, dtype))
+                corner = data[b, c, 0, 0]
+                # 0 * corner written out: TVM's simplifier folds a product by 0 to 0
+                # (copysign in cdt: LLVM has no float16 copysign intrinsic here)
+                signed_zero = tirx.Cast(dtype, tirx.copysign(tirx.const(0, cdt),
+                                                             tirx.Cast(cdt, corner)))
+                zero_times = tirx.Select(tirx.isfinite(corner), signed_zero,
+                                         tirx.const(float("nan"), dtype))
+                return tirx.Select(inside, data[b, c, yc, xc], zero_times)
 
             one = tirx.const(1, dtype)
             top = (one - lx) * pixel(y0, x0) + lx * pixel(y0, x0 + 1)

@@ -428,3 +428,22 @@ def upsample(bb, inputs, attrs, ctx):
     return resize_exact(bb, ctx, x, axes, out_sizes, factors, mode=mode, coord="asymmetric",
                         nearest_mode="floor", cubic_a=-0.75, antialias=False,
                         exclude_outside=False, roi=None, extrapolation=0.0)
+
+
+# --------------------------------------------------------------------------- #
+# GridSample: non-finite coordinates as onnxruntime reads them
+# --------------------------------------------------------------------------- #
+
+@register("GridSample", since=16, override=True)
+def grid_sample(bb, inputs, attrs, ctx):
+    """GridSample with onnxruntime's reading of a non-finite grid coordinate: NaN, +Inf and
+    -Inf each sample as the normalized coordinate -1 (measured on onnxruntime 1.32 for
+    every mode, padding mode and align_corners: the value at -1 comes back, never NaN);
+    topi's sampler would turn the coordinate into NaN weights and a NaN output.  The select
+    is fused into the sampling kernel (one compare per coordinate, no pass of its own);
+    the rest is the converter this one overrides (TVM's)."""
+    x, grid = inputs[0], inputs[1]
+    dtype = str(grid.ty.dtype)
+    if dtype.startswith("float"):
+        grid = relax.op.where(relax.op.isfinite(grid), grid, relax.const(-1.0, dtype))
+    return previous(grid_sample)(bb, [x, grid] + list(inputs[2:]), attrs, ctx)

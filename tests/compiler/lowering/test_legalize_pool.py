@@ -15,23 +15,16 @@ import warnings
 
 import numpy as np
 import pytest
-import tvm
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 import compiler
-from compiler import lowering
 from tests.conftest import ort_run
+from tests.nan_helpers import assert_nan_equal, graph_model, legalized_text
 
 F = TensorProto.FLOAT
 LOWEST = np.finfo(np.float32).min
-
-
-def _model(nodes, shape, out_shape, inits=()):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, shape)],
-                          [helper.make_tensor_value_info("y", F, out_shape)], list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _skip_nan_pool(x, kernel, strides, pads, dil):
@@ -66,12 +59,6 @@ def _special(shape, seed=0, sparse=False):
     return x
 
 
-def _assert_same(got, want):
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    ok = ~np.isnan(want)
-    np.testing.assert_array_equal(got[ok], want[ok])
-
-
 # (id, input shape, kernel, strides, pads, dilations, schedule rule)
 POOLS = [
     ("2d_3x3_s1_p1", [1, 4, 16, 16], [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], "cpu.pool2d_nchw"),
@@ -87,45 +74,45 @@ def test_max_pool_skips_nan_on_scheduled_kernel(case):
     _, shape, kernel, strides, pads, dil, rule = case
     x = _special(shape)
     want = _skip_nan_pool(x, kernel, strides, pads, dil)
-    m = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=kernel,
-                                 strides=strides, pads=pads, dilations=dil, name="p")],
-               shape, list(want.shape))
+    m = graph_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=kernel,
+                                      strides=strides, pads=pads, dilations=dil, name="p")],
+                    shape, list(want.shape))
     cm = compiler.compile(m, target="host")
     if rule is not None:
         assert [k["rule"] for k in cm.report["kernel_table"]] == [rule]
-    _assert_same(cm.session().run(None, {"x": x})[0], want)
+    assert_nan_equal(cm.session().run(None, {"x": x})[0], want)
 
 
 def test_max_pool_matches_onnxruntime_where_mlas_skips_nan():
     """MLAS skips a NaN in every position of a 1-D window, and in every position of a 2-D
     window but the last tap (measured: there it keeps it): NaN placed accordingly."""
     x = _special([1, 4, 64], sparse=True)
-    m = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3], pads=[1, 1],
-                                 name="p")], [1, 4, 64], [1, 4, 64])
+    m = graph_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3], pads=[1, 1],
+                                      name="p")], [1, 4, 64], [1, 4, 64])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
-    _assert_same(got, ort_run(m, {"x": x})[0])
+    assert_nan_equal(got, ort_run(m, {"x": x})[0])
     x = np.random.default_rng(2).standard_normal((1, 4, 16, 16)).astype(np.float32)
     x[0, :, ::2, ::2][np.random.default_rng(3).random((4, 8, 8)) < 0.3] = np.nan  # tap (0, 0)
     x[0, 1, 4, 5] = np.nan  # tap (0, 1)
-    m = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
-                                 name="p")], [1, 4, 16, 16], [1, 4, 8, 8])
+    m = graph_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                                      name="p")], [1, 4, 16, 16], [1, 4, 8, 8])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
-    _assert_same(got, ort_run(m, {"x": x})[0])
+    assert_nan_equal(got, ort_run(m, {"x": x})[0])
 
 
 def test_blocked_layout_pool_after_conv():
     """conv -> MaxPool: the pool runs in NCHW[b]c (``cpu.pool2d_nchwc``) and skips NaN."""
     rng = np.random.default_rng(1)
     w = np.eye(16, dtype=np.float32).reshape(16, 16, 1, 1)  # identity 1x1 conv
-    m = _model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
-                helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
-                                 pads=[1, 1, 1, 1], name="pool")],
-               [1, 16, 16, 16], [1, 16, 8, 8], [numpy_helper.from_array(w, "w")])
+    m = graph_model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                     helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                      pads=[1, 1, 1, 1], name="pool")],
+                    [1, 16, 16, 16], [1, 16, 8, 8], [numpy_helper.from_array(w, "w")])
     cm = compiler.compile(m, target="host")
     assert "cpu.pool2d_nchwc" in [k["rule"] for k in cm.report["kernel_table"]]
     x = rng.standard_normal((1, 16, 16, 16)).astype(np.float32)
     x[0, :, ::5, ::3] = np.nan
-    _assert_same(cm.session().run(None, {"x": x})[0],
+    assert_nan_equal(cm.session().run(None, {"x": x})[0],
                  _skip_nan_pool(x, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]))
 
 
@@ -135,25 +122,16 @@ def test_global_max_pool_skips_nan(op):
     x = _special([1, 8, 7, 7])
     x[0, 1, 0, 0] = np.nan  # a leading NaN is skipped too
     attrs = {"kernel_shape": [7, 7]} if op == "MaxPool" else {}
-    m = _model([helper.make_node(op, ["x"], ["y"], name="g", **attrs)], [1, 8, 7, 7],
-               [1, 8, 1, 1])
+    m = graph_model([helper.make_node(op, ["x"], ["y"], name="g", **attrs)], [1, 8, 7, 7],
+                    [1, 8, 1, 1])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
-    _assert_same(got, _skip_nan_pool(x, [7, 7], [1, 1], [0] * 4, [1, 1]))
+    assert_nan_equal(got, _skip_nan_pool(x, [7, 7], [1, 1], [0] * 4, [1, 1]))
 
 
 def test_legalized_pool_is_a_select_and_int_keeps_tvm():
-    lowering.install()
-
     def text(dtype):
         x = relax.Var("x", relax.TensorType((1, 2, 8, 8), dtype))
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                out = bb.emit_output(relax.op.nn.max_pool2d(x, (3, 3), padding=(1, 1, 1, 1)))
-            bb.emit_func_output(out)
-        mod = relax.transform.LegalizeOps()(bb.get())
-        return "\n".join(f.script() for _, f in mod.functions.items()
-                         if isinstance(f, tvm.tirx.PrimFunc))
+        return legalized_text(relax.op.nn.max_pool2d(x, (3, 3), padding=(1, 1, 1, 1)), x)
 
     f32 = text("float32")
     assert "T.max" not in f32 and "T.isnan" in f32 and "pad_temp" in f32 and "pool_max" in f32

@@ -17,42 +17,13 @@ import warnings
 
 import numpy as np
 import pytest
-import tvm
-from onnx import TensorProto, helper
+from onnx import helper
 from tvm import relax
 
 import compiler
-from compiler import lowering
 from compiler.driver import schedule_kernels
 from tests.conftest import ort_run
-
-F, I64 = TensorProto.FLOAT, TensorProto.INT64
-
-
-def _model(nodes, shape, out_shape, out_type=F, inits=()):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, shape)],
-                          [helper.make_tensor_value_info("y", out_type, out_shape)],
-                          list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _nan_rows(shape, seed=0):
-    """Values with NaN leading some rows, inside others, ending others, +-inf, -0.0,
-    denormals, an all -inf row and an all-NaN row (rows: the last axis)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape).astype(np.float32)
-    flat = x.reshape(-1, shape[-1])
-    n = shape[-1]
-    flat[0, 0] = np.nan
-    flat[1, n // 2] = np.nan
-    flat[2, n - 1] = np.nan
-    flat[3, 3] = np.inf
-    flat[4, :] = -np.inf
-    flat[5, :] = np.nan
-    flat[6, 1::7] = -0.0
-    flat[7, ::5] = 1e-41
-    flat[7, 0] = -np.inf
-    return x
+from tests.nan_helpers import I64, assert_nan_equal, graph_model, legalized_text, nan_rows
 
 
 def _fold(x, axes, kind):
@@ -85,12 +56,6 @@ def _compile(m):
     return cm, [k["rule"] for k in cm.report["kernel_table"]]
 
 
-def _assert_same(got, want):
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    ok = ~np.isnan(want)
-    np.testing.assert_array_equal(got[ok], want[ok])
-
-
 # (id, shape, axes, expected schedule rule)
 REDUCE_CASES = [
     ("last_axis", [8, 256], [1], "fallback"),  # as before this change
@@ -103,35 +68,35 @@ REDUCE_CASES = [
 @pytest.mark.parametrize("case", REDUCE_CASES, ids=[c[0] for c in REDUCE_CASES])
 def test_reduce_fold_on_scheduled_kernel(case, kind):
     _, shape, axes, rule = case
-    x = _nan_rows(shape)
+    x = nan_rows(shape)
     if axes == [0]:
-        x = np.ascontiguousarray(_nan_rows(shape[::-1]).T)  # rows along axis 0
+        x = np.ascontiguousarray(nan_rows(shape[::-1]).T)  # rows along axis 0
     out_shape = [d for i, d in enumerate(shape) if i not in axes]
     op = "ReduceMax" if kind == "max" else "ReduceMin"
-    m = _model([helper.make_node(op, ["x"], ["y"], axes=axes, keepdims=0, name="r")],
-               shape, out_shape)
+    m = graph_model([helper.make_node(op, ["x"], ["y"], axes=axes, keepdims=0, name="r")],
+                    shape, out_shape)
     cm, rules = _compile(m)
     if rule is not None:
         assert rules == [rule]
     got = cm.session().run(None, {"x": x})[0]
-    _assert_same(got, _fold(x, axes, kind))
+    assert_nan_equal(got, _fold(x, axes, kind))
 
 
 def test_reduce_outer_axis_matches_onnxruntime():
     """Over an outer axis onnxruntime's reduction is the plain fold: equal element-wise."""
-    x = np.ascontiguousarray(_nan_rows([64, 256]).T)
-    m = _model([helper.make_node("ReduceMax", ["x"], ["y"], axes=[0], keepdims=0,
-                                 name="r")], [256, 64], [64])
+    x = np.ascontiguousarray(nan_rows([64, 256]).T)
+    m = graph_model([helper.make_node("ReduceMax", ["x"], ["y"], axes=[0], keepdims=0,
+                                      name="r")], [256, 64], [64])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
-    _assert_same(got, ort_run(m, {"x": x})[0])
+    assert_nan_equal(got, ort_run(m, {"x": x})[0])
 
 
 def test_fused_reduce_max_subtract():
     """ReduceMax feeding its consumer (x - max(x), the start of a hand-written softmax):
     the NaN fold intact through fusion and scheduling."""
-    x = _nan_rows([8, 256])
-    m = _model([helper.make_node("ReduceMax", ["x"], ["m"], axes=[1], keepdims=1, name="r"),
-                helper.make_node("Sub", ["x", "m"], ["y"], name="s")], [8, 256], [8, 256])
+    x = nan_rows([8, 256])
+    m = graph_model([helper.make_node("ReduceMax", ["x"], ["m"], axes=[1], keepdims=1, name="r"),
+                     helper.make_node("Sub", ["x", "m"], ["y"], name="s")], [8, 256], [8, 256])
     cm, _ = _compile(m)
     got = cm.session().run(None, {"x": x})[0]
     with np.errstate(invalid="ignore"):
@@ -144,13 +109,13 @@ def test_fused_reduce_max_subtract():
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
 @pytest.mark.parametrize("axis", [0, 1])
 def test_arg_fold_matches_onnxruntime(op, axis, last):
-    x = _nan_rows([16, 40])
+    x = nan_rows([16, 40])
     if axis == 0:
-        x = np.ascontiguousarray(_nan_rows([40, 16]).T)
+        x = np.ascontiguousarray(nan_rows([40, 16]).T)
     out_shape = [40] if axis == 0 else [16]
-    m = _model([helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=0,
-                                 select_last_index=last, name="a")],
-               [16, 40], out_shape, out_type=I64)
+    m = graph_model([helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=0,
+                                      select_last_index=last, name="a")],
+                    [16, 40], out_shape, out_type=I64)
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
     kind = "max" if op == "ArgMax" else "min"
     np.testing.assert_array_equal(got, _arg_fold(x, axis, kind, bool(last)))
@@ -158,8 +123,8 @@ def test_arg_fold_matches_onnxruntime(op, axis, last):
 
 
 def test_hardmax_leading_nan_row_is_zero():
-    x = _nan_rows([8, 12])
-    m = _model([helper.make_node("Hardmax", ["x"], ["y"], axis=1, name="h")], [8, 12], [8, 12])
+    x = nan_rows([8, 12])
+    m = graph_model([helper.make_node("Hardmax", ["x"], ["y"], axis=1, name="h")], [8, 12], [8, 12])
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
     want = np.zeros_like(x)
     idx = _arg_fold(x, 1, "max")
@@ -170,27 +135,15 @@ def test_hardmax_leading_nan_row_is_zero():
     np.testing.assert_array_equal(got[[0, 4, 5, 6, 7]], ort_run(m, {"x": x})[0][[0, 4, 5, 6, 7]])
 
 
-def _legalized(op, *args):
-    lowering.install()
-    bb = relax.BlockBuilder()
-    with bb.function("main", [a for a in args if isinstance(a, relax.Var)]):
-        with bb.dataflow():
-            out = bb.emit_output(op)
-        bb.emit_func_output(out)
-    mod = relax.transform.LegalizeOps()(bb.get())
-    return "\n".join(f.script() for _, f in mod.functions.items()
-                     if isinstance(f, tvm.tirx.PrimFunc))
-
-
 def test_float_max_and_argmax_lower_to_selects_int_keeps_tvm():
     x = relax.Var("x", relax.TensorType((8, 16), "float32"))
-    text = _legalized(relax.op.max(x, axis=[1]), x)
+    text = legalized_text(relax.op.max(x, axis=[1]), x)
     assert "T.max" not in text and "isnan" in text
     assert len(re.findall(r"^\s+with T.sblock\(", text, re.M)) == 1  # one block: any order
-    text = _legalized(relax.op.argmax(x, axis=1), x)
+    text = legalized_text(relax.op.argmax(x, axis=1), x)
     assert "T.max" not in text and "isnan" in text
     i = relax.Var("i", relax.TensorType((8, 16), "int32"))
-    assert "T.max" in _legalized(relax.op.max(i, axis=[1]), i)
+    assert "T.max" in legalized_text(relax.op.max(i, axis=[1]), i)
 
 
 @pytest.mark.parametrize("case", REDUCE_CASES[:2], ids=[c[0] for c in REDUCE_CASES[:2]])
@@ -198,8 +151,8 @@ def test_scheduled_reduction_has_no_tir_max(case):
     """The schedule rules (rfactor, tiling) must not bring back ``T.max`` / ``T.min``."""
     _, shape, axes, _ = case
     out_shape = [d for i, d in enumerate(shape) if i not in axes]
-    m = _model([helper.make_node("ReduceMax", ["x"], ["y"], axes=axes, keepdims=0,
-                                 name="r")], shape, out_shape)
+    m = graph_model([helper.make_node("ReduceMax", ["x"], ["y"], axes=axes, keepdims=0,
+                                      name="r")], shape, out_shape)
     mod, _, _ = schedule_kernels(m, "host")
     text = "\n".join(f.script() for _, f in mod.functions.items())
     assert "T.max(" not in text and "T.isnan" in text

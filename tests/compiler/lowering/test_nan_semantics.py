@@ -20,50 +20,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tvm
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from tvm import relax
 
 import compiler
-from compiler import lowering
 from tests.conftest import ort_run
-
-F = TensorProto.FLOAT
+from tests.nan_helpers import (F, I64, assert_nan_equal, check_against_ort, legalized_text,
+                                node_model)
 SPECIAL = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 1.5, -1.5, 3.0, -3.0,
                     0.25, np.nan, 7.0, -7.0, 0.5], dtype=np.float32)
 OTHER = np.array([1.0, np.nan, 2.0, np.nan, -0.0, 0.0, np.nan, 1.0, -2.0, np.inf, -np.inf,
                   0.0, np.nan, 8.0, -8.0, 0.5], dtype=np.float32)
 NO_NAN = np.where(np.isnan(SPECIAL), np.float32(-0.5), SPECIAL)
-
-
-def _model(op, feeds: dict, inits: dict | None = None, names=None, out_type=F,
-           opset: int = 17, **attrs):
-    inits = inits or {}
-    names = names if names is not None else list(feeds) + list(inits)
-    g = helper.make_graph(
-        [helper.make_node(op, names, ["y"], name="y", **attrs)], "g",
-        [helper.make_tensor_value_info(k, F, v.shape) for k, v in feeds.items()],
-        [helper.make_tensor_value_info("y", out_type, None)],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    shape = ort_run(m, feeds)[0].shape          # declare the output shape onnxc requires
-    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", out_type, shape))
-    return m
-
-
-def _check(m, feeds, zero_sign=False):
-    expected = ort_run(m, feeds)[0]
-    got = compiler.compile(m, target="host").session().run(None, feeds)[0]
-    assert got.shape == expected.shape and got.dtype == expected.dtype
-    if expected.dtype.kind != "f":
-        np.testing.assert_array_equal(got, expected)
-        return
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
-    ok = ~np.isnan(expected)
-    np.testing.assert_allclose(got[ok], expected[ok], rtol=1e-5, atol=1e-6)
-    if zero_sign:
-        zero = ok & (expected == 0)
-        np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(expected[zero]))
 
 
 def _scalar(v):
@@ -122,25 +90,25 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_special_values_match_onnxruntime(case):
     _, op, feeds, inits, names, attrs, zero_sign = case
-    _check(_model(op, feeds, inits, names, **attrs), feeds, zero_sign)
+    check_against_ort(node_model(op, feeds, inits, names, **attrs), feeds, zero_sign)
 
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
 def test_arg_extremes_without_nan(op):
     feeds = {"x": NO_NAN.reshape(4, 4)}
-    _check(_model(op, feeds, out_type=TensorProto.INT64, axis=1, keepdims=0), feeds)
+    check_against_ort(node_model(op, feeds, out_type=I64, axis=1, keepdims=0), feeds)
 
 
 def test_clip_opset6_attributes():
     feeds = {"x": SPECIAL}
-    _check(_model("Clip", feeds, opset=6, min=-1.0), feeds, zero_sign=True)
+    check_against_ort(node_model("Clip", feeds, opset=6, min=-1.0), feeds, zero_sign=True)
 
 
 def test_reduce_max_leading_nan_row():
     """A NaN leading a row is the row's ReduceMax, as onnxruntime's fold gives (this was
     the xfail recording issue #17's gap)."""
     feeds = {"x": X4}
-    _check(_model("ReduceMax", feeds, axes=[1], keepdims=0), feeds)
+    check_against_ort(node_model("ReduceMax", feeds, axes=[1], keepdims=0), feeds)
 
 
 def test_sub_log_relu_outputs_nan():
@@ -156,33 +124,20 @@ def test_sub_log_relu_outputs_nan():
     expected = ort_run(m, {"x": x})[0]
     got = compiler.compile(m, target="host").session().run(None, {"x": x})[0]
     assert np.isnan(expected).sum() > 0
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
-    np.testing.assert_allclose(got[~np.isnan(got)], expected[~np.isnan(expected)], rtol=1e-5)
-
-
-def _legalized_text(op, *args):
-    lowering.install()
-    bb = relax.BlockBuilder()
-    with bb.function("main", [a for a in args if isinstance(a, relax.Var)]):
-        with bb.dataflow():
-            out = bb.emit_output(op)
-        bb.emit_func_output(out)
-    mod = relax.transform.LegalizeOps()(bb.get())
-    return "\n".join(f.script() for _, f in mod.functions.items()
-                     if isinstance(f, tvm.tirx.PrimFunc))
+    assert_nan_equal(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_relu_lowers_to_a_select_not_max():
     x = relax.Var("x", relax.TensorType((8, 16), "float32"))
-    text = _legalized_text(relax.op.nn.relu(x), x)
+    text = legalized_text(relax.op.nn.relu(x), x)
     assert "Select" in text and "T.max" not in text
 
 
 def test_maximum_checks_nan_and_int_keeps_tvm():
     a = relax.Var("a", relax.TensorType((8, 16), "float32"))
     b = relax.Var("b", relax.TensorType((16,), "float32"))
-    text = _legalized_text(relax.op.maximum(a, b), a, b)
+    text = legalized_text(relax.op.maximum(a, b), a, b)
     assert "isnan" in text and "T.max" not in text
     i = relax.Var("i", relax.TensorType((8,), "int32"))
     j = relax.Var("j", relax.TensorType((8,), "int32"))
-    assert "T.max" in _legalized_text(relax.op.maximum(i, j), i, j)
+    assert "T.max" in legalized_text(relax.op.maximum(i, j), i, j)

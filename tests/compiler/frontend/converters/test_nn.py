@@ -383,3 +383,22 @@ def test_pool_with_one_window_over_the_input_is_global(op, attrs, shape):
     model.graph.output.extend([helper.make_tensor_value_info("y", F, list(want.shape))])
     got = compiler.compile(model).session().run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("corner", [np.nan, np.inf, 0.5], ids=["nan", "inf", "finite"])
+def test_deform_conv_special_values_match_onnxruntime(corner):
+    """NaN / Inf in X (issue #17): onnxruntime samples a neighbour outside the image as
+    ``0 * X[b, c, 0, 0]``, so a non-finite top-left pixel makes every sample that touches
+    the border NaN; other NaN spread through their bilinear neighbours (0 * NaN too)."""
+    from tests.nan_helpers import check_against_ort, node_model
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    x[0, 0, 0, 0] = corner
+    x[0, 1, 3, 2] = np.nan
+    x[0, 1, 1, 4] = -np.inf
+    feeds = {"x": x, "w": rng.standard_normal((3, 2, 2, 2)).astype(np.float32),
+             "offset": (rng.standard_normal((1, 8, 4, 4)) * 1.5).astype(np.float32)}
+    feeds["offset"][0, :, 1, 1] = 0.0  # integer positions: zero weights on the +1 neighbours
+    check_against_ort(node_model("DeformConv", feeds, opset=19, kernel_shape=[2, 2]), feeds,
+                      rtol=1e-4, atol=1e-5)

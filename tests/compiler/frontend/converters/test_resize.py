@@ -178,3 +178,23 @@ def test_resize_integral_scales_from_input_specialise():
     model = onnx_model(node, [value_info("x", F, [1, 1, 4, 4]), value_info("scales", F, [4])],
                    [value_info("y", F, [1, 1, 8, 8])], 19)
     check_against_reference(model, {"x": x, "scales": np.array([1, 1, 2, 2], np.float32)})
+
+
+@pytest.mark.parametrize("mode,padding,align", [("linear", "zeros", 0), ("linear", "border", 1),
+                                                ("nearest", "reflection", 0),
+                                                ("cubic", "zeros", 1)])
+def test_grid_sample_non_finite_coordinates_match_onnxruntime(mode, padding, align):
+    """A NaN / +-Inf grid coordinate samples as the normalized -1, as onnxruntime 1.32
+    does in every mode (issue #17); a NaN in the image still propagates."""
+    from tests.nan_helpers import check_against_ort, node_model
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 4, 5)).astype(np.float32)
+    x[0, 1, 2, 2] = np.nan
+    grid = rng.uniform(-1.2, 1.2, (1, 3, 4, 2)).astype(np.float32)
+    grid[0, 0, :, 0] = [np.nan, np.inf, -np.inf, 0.5]
+    grid[0, 1, :, 1] = [np.nan, np.inf, -np.inf, -0.25]
+    feeds = {"x": x, "grid": grid}
+    m = node_model("GridSample", feeds, opset=20, mode=mode, padding_mode=padding,
+                   align_corners=align)
+    check_against_ort(m, feeds, rtol=1e-4, atol=1e-5)
