@@ -13,7 +13,7 @@ import logging
 
 import tvm
 
-from .base import ScheduleRule
+from .base import MatchingCPURule, ScheduleRule, SharedSchedule
 from .cpu import RULES
 
 __all__ = ["apply_schedules", "default_schedule", "ScheduleRule", "RULES"]
@@ -45,12 +45,15 @@ def apply_schedules(mod, target, database=None) -> tuple:
 
 def default_schedule(func, tvm_target, name: str = "kernel") -> tuple:
     """(schedule, rule name) from the first rule that applies, or (None, "none")."""
+    shared = SharedSchedule(func)  # the matching rules read one schedule until one matches
     for rule in RULES:
         try:
             with tvm_target:
-                sch = rule.apply(func, tvm_target)
+                sch = (rule.apply(func, tvm_target, shared) if isinstance(rule, MatchingCPURule)
+                       else rule.apply(func, tvm_target))
         except Exception as e:  # a rule that cannot handle a kernel must not fail the build
             log.debug("rule %s failed on %s: %s", rule.name, name, e)
+            shared.take()  # whatever state it left
             continue
         if sch is not None:
             return sch, rule.name
