@@ -19,9 +19,9 @@ def test_structure_layer_norm_rows_parallel_reductions_vectorised():
     f = fused_primfunc(_layer_norm, [(2, 64, 768), (768,), (768,)], "layer_norm")
     text = RowReduction().apply(f, TARGET).mod["main"].script()
     assert "T.parallel(T.int64(128))" in text  # the two leading axes fused: 128 rows
-    # each reduction keeps 2 vectors of partial sums, the epilogue is vectorised
+    # each reduction keeps 2 vectors of partial sums, the epilogue runs 4 vectors a step
     assert text.count("T.vectorized(T.int64(32))") >= 2 and "_rf" in text
-    assert "T.vectorized(T.int64(16))" in text
+    assert "T.vectorized(T.int64(64))" in text
 
 
 def test_structure_softmax_max_and_sum_rfactored():
@@ -30,6 +30,32 @@ def test_structure_softmax_max_and_sum_rfactored():
     text = RowReduction().apply(f, TARGET).mod["main"].script()
     assert "T_softmax_maxelem_rf" in text and "T_softmax_expsum_rf" in text
     assert "T.parallel(T.int64(1536))" in text
+
+
+def _softmax_kernel(shape):
+    import compiler.lowering as lowering
+
+    return fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.softmax(x, axis=-1)), [shape],
+                          "softmax", legalize_map=lowering.install())
+
+
+@pytest.mark.parametrize("n, head, tail, width", [(197, 192, 5, 32), (1500, 1488, 12, 16),
+                                                  (49, 48, 1, 16)])
+def test_structure_odd_rows_vector_partial_sums_and_scalar_tail(n, head, tail, width):
+    # onnxc's softmax reduces a row of 197 over 192 elements (vector partial sums, rfactored)
+    # and over the last 5 (a scalar loop), joined per row
+    text = RowReduction().apply(_softmax_kernel((12, n)), TARGET).mod["main"].script()
+    for red in ("T_softmax_maxelem", "T_softmax_expsum"):
+        assert f'T.sblock("{red}_rf")' in text and f'T.sblock("{red}_tail")' in text
+        assert f"{red}_tail[v_i0] = " in text
+    # partial sums: two AVX-512 vectors when they divide the head (192), else one
+    assert text.count(f"T.vectorized(T.int64({width}))") >= 2
+    assert f"T.grid(T.int64(1), T.int64({tail}))" in text  # the scalar tails
+    assert f"+ T.int64({head})]" in text
+    # exp and the normalisation: whole vectors over the head, then a scalar loop each
+    assert text.count(f"range(T.int64({head}), T.int64({n}))") == 2
+    assert text.count(f"T.vectorized(T.int64({64 if head % 64 == 0 else 16}))") >= 2
+    assert "T.parallel(T.int64(12))" in text
 
 
 def test_short_rows_stay_scalar_but_scheduled():
@@ -50,7 +76,23 @@ def test_rejects_matmul_and_non_last_axis_reductions():
     assert RowReduction().apply(red, TARGET) is None  # ends in a reduction: no row epilogue
 
 
-@pytest.mark.parametrize("shape", [(2, 12, 16, 128), (3, 10), (4, 96), (3, 197), (2, 41)])
+def test_short_odd_rows_are_not_split():
+    # a row of 9 (< one chunk of 16) is one reduction: no empty head, no tail block
+    text = RowReduction().apply(_softmax_kernel((6, 9)), TARGET).mod["main"].script()
+    assert "_tail" not in text and "_rf" not in text
+
+
+def test_rejects_a_tail_read_at_a_variable_offset():
+    from schedules.cpu.row_reduction import _is_k_plus_const
+    from tvm import tirx
+
+    k, j = tirx.Var("k", "int64"), tirx.Var("j", "int64")
+    assert _is_k_plus_const(k + tirx.const(192, "int64"), k)
+    assert not _is_k_plus_const(k + j, k) and not _is_k_plus_const(k * 2, k)
+
+
+@pytest.mark.parametrize("shape", [(2, 12, 16, 128), (3, 10), (4, 96), (3, 197), (2, 41),
+                                   (5, 49), (4, 77), (3, 1500), (4, 4096), (2, 3, 197)])
 def test_numerics_softmax(shape):
     rng = np.random.default_rng(0)
     model = onnx_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1, name="sm")],
@@ -58,6 +100,10 @@ def test_numerics_softmax(shape):
     x = (rng.standard_normal(shape) * 8).astype("float32")
     x.reshape(-1, shape[-1])[0, :] = -np.inf  # fully masked row: NaN as onnxruntime
     x.reshape(-1, shape[-1])[1, 1:] = -np.inf  # one live logit: exactly 1 and 0s
+    if x.size // shape[-1] > 2:
+        x.reshape(-1, shape[-1])[2, -1] = np.nan  # a NaN in the tail: a NaN row
+    if x.size // shape[-1] > 3:
+        x.reshape(-1, shape[-1])[3, -1] = 1e4  # the maximum in the tail, logits of 1e4
     check_against_ort(model, {"x": x}, "cpu.row_reduction")
 
 

@@ -13,9 +13,10 @@ TARGET = tvm.target.Target(
     {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver5", "num-cores": 2})
 
 
-def fused_primfunc(build, shapes, contains):
+def fused_primfunc(build, shapes, contains, legalize_map=None):
     """The fused PrimFunc whose name contains ``contains`` of a Relax function built by
-    ``build(bb, *params)`` over float32 params of ``shapes`` (legalized, fused)."""
+    ``build(bb, *params)`` over float32 params of ``shapes`` (legalized, with
+    ``legalize_map`` over TVM's if given, e.g. ``compiler.lowering.install()``; fused)."""
     bb = relax.BlockBuilder()
     params = [relax.Var(name=f"p{i}", ty=relax.TensorType(shape=s, dtype="float32"))
               for i, s in enumerate(shapes)]
@@ -24,7 +25,8 @@ def fused_primfunc(build, shapes, contains):
             out = bb.emit_output(build(bb, *params))
         bb.emit_func_output(out)
     mod = tvm.transform.Sequential([
-        relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+        relax.transform.LegalizeOps(customize_legalize_map=legalize_map),
+        relax.transform.AnnotateTIROpPattern(),
         relax.transform.FuseOps(), relax.transform.FuseTIR()])(bb.get())
     funcs = [f for gv, f in mod.functions.items()
              if isinstance(f, tvm.tirx.PrimFunc) and contains in gv.name_hint]

@@ -655,3 +655,85 @@ def matmul_integer_to_float(bb, inputs, attrs, ctx):
     acc = _integer_matmul(bb, a, b, a_zp, b_zp, ctx)
     scale = relax.op.multiply(a_scale, b_scale)
     return _dequantize(bb, acc, scale, bias)
+
+
+# --------------------------------------------------------------------------- #
+# Block-quantized weights (what onnxruntime's MatMulNBitsQuantizer and GenAI's model
+# builder write for LLMs): dequantized once, at compile time
+# --------------------------------------------------------------------------- #
+
+
+def unpack_codes(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """uint8 bytes holding ``bits``-bit codes low bits first -> the first ``count`` codes
+    along the last axis (as uint8)."""
+    per = 8 // bits
+    shifts = (np.arange(per, dtype=np.uint8) * bits)
+    codes = (packed[..., :, None] >> shifts) & np.uint8((1 << bits) - 1)
+    return codes.reshape(*packed.shape[:-1], packed.shape[-1] * per)[..., :count]
+
+
+def dequantize_nbits(b, scales, zero_points, k: int, n: int, bits: int, block: int):
+    """W [N, K] float32 of MatMulNBits' B [N, k_blocks, blob], scales [N * k_blocks] and
+    zero points (None: 2^(bits-1); uint8: packed codes per row of N; float: as scales):
+    W[n, k] = (code - zero) * scale of k's block."""
+    k_blocks = -(-k // block)
+    codes = unpack_codes(b.reshape(n, k_blocks, -1), bits, block).astype(np.float32)
+    scale = scales.astype(np.float32).reshape(n, k_blocks, 1)
+    if zero_points is None:
+        zero = np.float32(1 << (bits - 1))
+    elif zero_points.dtype == np.uint8:
+        zero = unpack_codes(zero_points.reshape(n, -1), bits, k_blocks).astype(np.float32)
+        zero = zero.reshape(n, k_blocks, 1)
+    else:
+        zero = zero_points.astype(np.float32).reshape(n, k_blocks, 1)
+    w = (codes - zero) * scale
+    return w.reshape(n, k_blocks * block)[:, :k]
+
+
+@_register("MatMulNBits")
+def matmul_nbits(bb, inputs, attrs, ctx):
+    """Y = A @ dequantize(B)^T + bias, B of ``bits``-bit codes (2, 4, 8) in blocks of
+    ``block_size`` along K with a scale (and a zero point) per block.  B, scales and zero
+    points must be constants: the weight is dequantized to float32 at compile time and
+    takes the packed float matmul kernel (4-bit weights take 8x their memory in the
+    artifact; an integer kernel on the codes is not built).  g_idx (act-order) and
+    run-time weights are refused; accuracy_level only chooses onnxruntime's own compute
+    precision (float32 here, the most accurate)."""
+    a, b, scales, zps, g_idx, bias = _pad(inputs, 6)
+    _float(ctx, a, "input A")
+    k, n = int(attrs.get("K", 0)), int(attrs.get("N", 0))
+    bits, block = int(attrs.get("bits", 4)), int(attrs.get("block_size", 0))
+    if bits not in (2, 4, 8):
+        refuse(ctx, f"bits={bits} (2, 4 and 8 are)")
+    if k <= 0 or n <= 0 or block < 16 or block & (block - 1):
+        refuse(ctx, f"K={k}, N={n}, block_size={block} (positive, block_size a power of 2 "
+                    ">= 16)")
+    if g_idx is not None:
+        refuse(ctx, "input g_idx (act-order block indices)")
+    values = {}
+    for x, what in ((b, "B"), (scales, "scales"), (zps, "zero_points")):
+        if x is None:
+            continue
+        v = constant_value(x)
+        if v is None:
+            refuse(ctx, f"input {what} computed at run time (a constant weight is)")
+        values[what] = v
+    k_blocks, blob = -(-k // block), block * bits // 8
+    if values["B"].dtype != np.uint8 or values["B"].size != n * k_blocks * blob:
+        refuse(ctx, f"B of type {values['B'].dtype} and shape {list(values['B'].shape)} "
+                    f"(expected uint8 [{n}, {k_blocks}, {blob}])")
+    if values["scales"].size != n * k_blocks:
+        refuse(ctx, f"scales of shape {list(values['scales'].shape)} (expected "
+                    f"[{n * k_blocks}])")
+    zp = values.get("zero_points")
+    if zp is not None:
+        want = n * (-(-k_blocks * bits // 8)) if zp.dtype == np.uint8 else n * k_blocks
+        if zp.size != want:
+            refuse(ctx, f"zero_points of type {zp.dtype} and shape {list(zp.shape)} "
+                        f"({want} elements expected)")
+    if static_shape(a)[-1] != k:
+        refuse(ctx, f"A of shape {static_shape(a)} with K={k}")
+    w = dequantize_nbits(values["B"], values["scales"], zp, k, n, bits, block)
+    dtype = dtype_of(a)
+    y = relax.op.matmul(a, relax.const(np.ascontiguousarray(w.T).astype(dtype), dtype))
+    return relax.op.add(bb.emit(y), bias) if bias is not None else y

@@ -485,3 +485,89 @@ def test_matmul_integer_to_float_refuses_float_a():
                                      "a_scale": np.array(1.0, np.float32),
                                      "b_scale": np.array(1.0, np.float32)},
             consts=["B"], match="matmulintegertofloat_node.*input A of type float32")
+
+
+# --------------------------------------------------------------------------- #
+# MatMulNBits (block-quantized weights, dequantized at compile time)
+# --------------------------------------------------------------------------- #
+
+
+def _quantize_nbits(w, bits, block, zp_kind):
+    """W [K, N] -> (B [N, k_blocks, blob] uint8, scales [N * k_blocks], zero points) as
+    onnxruntime's quantizer lays them out: codes low bits first along K, the last block
+    padded with zeros; zp_kind None (symmetric), "uint8" (packed codes) or "float"."""
+    k, n = w.shape
+    k_blocks = -(-k // block)
+    wt = np.zeros((n, k_blocks * block), np.float32)
+    wt[:, :k] = w.T
+    blocks = wt.reshape(n, k_blocks, block)
+    top = (1 << bits) - 1
+    if zp_kind is None:
+        scale = np.abs(blocks).max(-1) / (1 << (bits - 1)) + 1e-8
+        zero = np.full_like(scale, 1 << (bits - 1))
+    else:
+        lo, hi = np.minimum(blocks.min(-1), 0), np.maximum(blocks.max(-1), 0)
+        scale = (hi - lo) / top + 1e-8
+        zero = np.clip(np.round(-lo / scale), 0, top)
+    codes = np.clip(np.round(blocks / scale[..., None] + zero[..., None]), 0, top).astype(np.uint8)
+    per = 8 // bits
+
+    def pack(c):  # [..., m] codes -> [..., ceil(m / per)] bytes, low bits first
+        m = c.shape[-1]
+        c = np.concatenate([c, np.zeros((*c.shape[:-1], -m % per), np.uint8)], -1)
+        c = c.reshape(*c.shape[:-1], -1, per).astype(np.uint16)
+        return (c << (np.arange(per) * bits)).sum(-1).astype(np.uint8)
+
+    b = pack(codes)  # [N, k_blocks, blob]
+    if zp_kind == "uint8":
+        zp = pack(zero.astype(np.uint8)).reshape(-1)
+    elif zp_kind == "float":
+        zp = zero.astype(np.float32).reshape(-1)
+    else:
+        zp = None
+    return b, scale.astype(np.float32).reshape(-1), zp
+
+
+@pytest.mark.parametrize("bits,block,k,n,zp_kind,bias", [
+    (4, 32, 64, 48, None, False),
+    (4, 32, 80, 40, "uint8", True),    # K not a multiple of the block: last block padded
+    (4, 16, 48, 33, "float", False),   # odd N, float zero points
+    (8, 32, 64, 40, "uint8", True),
+    (2, 16, 32, 24, "uint8", False),
+])
+def test_matmul_nbits_against_onnxruntime(bits, block, k, n, zp_kind, bias):
+    w = randn(k, n)
+    b, scales, zp = _quantize_nbits(w, bits, block, zp_kind)
+    inputs = {"a": randn(2, 3, k), "b": b, "scales": scales}
+    inputs["zp" if zp is not None else "-zp"] = zp if zp is not None else np.zeros(1)
+    consts = ["b", "scales"] + (["zp"] if zp is not None else [])
+    if bias:
+        inputs["-g_idx"] = np.zeros(1)
+        inputs["bias"] = randn(n)
+        consts.append("bias")
+    cm = check("MatMulNBits", inputs, consts=consts, rtol=1e-4, atol=1e-4,
+               K=k, N=n, bits=bits, block_size=block)
+    assert any(rule == "cpu.matmul_packed" for _, rule in kernels(cm)), kernels(cm)
+
+
+def test_matmul_nbits_dequantizes_like_the_formula():
+    from compiler.frontend.converters.microsoft import dequantize_nbits
+
+    w = randn(40, 24)
+    b, scales, zp = _quantize_nbits(w, 4, 16, "uint8")
+    got = dequantize_nbits(b, scales, zp, 40, 24, 4, 16)
+    assert got.shape == (24, 40)
+    np.testing.assert_allclose(got, w.T, atol=np.abs(scales).max() * 0.51)
+
+
+def test_matmul_nbits_refusals():
+    w = randn(32, 16)
+    b, scales, _ = _quantize_nbits(w, 4, 32, None)
+    base = {"a": randn(2, 32), "b": b, "scales": scales}
+    refused("MatMulNBits", base, consts=["scales"], match="input B computed at run time",
+            K=32, N=16, bits=4, block_size=32)
+    refused("MatMulNBits", dict(base), consts=["b", "scales"], match="bits=3",
+            K=32, N=16, bits=3, block_size=32)
+    g = dict(base, **{"-zp": np.zeros(1), "g_idx": np.zeros(32, np.int32)})
+    refused("MatMulNBits", g, consts=["b", "scales", "g_idx"], match="g_idx",
+            K=32, N=16, bits=4, block_size=32)
