@@ -34,6 +34,11 @@ def _add_compile(sub):
     p.add_argument("--dump-ir", default=None, metavar="DIR",
                    help="write the IR after each pass as DIR/NNN_<pass>.txt")
     p.add_argument("--report", default=None, metavar="REPORT.json")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=MIN..MAX[:OPT]",
+                   type=_dim_arg,
+                   help="range of a symbolic input dimension (dim_param): one artifact serves "
+                        "every value in it, the arena is planned for MAX, OPT (default MAX) is "
+                        "what the report's FLOPs assume; undeclared dims get 1..128")
     p.add_argument("--no-isolate", action="store_true",
                    help="compile in this process instead of a child process (a crash inside "
                         "TVM then kills onnxc itself; useful under a debugger)")
@@ -130,7 +135,7 @@ def cmd_compile(args) -> int:
     kwargs = dict(target=args.target, opt_level=args.opt_level,
                   disabled_passes=args.disable_pass, layout=args.layout,
                   tuning_db=args.tuning_db, memory_reuse=not args.no_memory_reuse,
-                  dump_ir=args.dump_ir)
+                  dump_ir=args.dump_ir, dims=_parse_dims(args.dim))
     if args.timeout is not None and (args.no_isolate or args.timeout <= 0):
         raise UsageError("--timeout needs a positive number of seconds and an isolated "
                          "compile (not --no-isolate)")
@@ -155,6 +160,27 @@ def cmd_compile(args) -> int:
         with open(args.report, "w") as f:
             json.dump(r, f, indent=2)
     return 0
+
+
+def _dim_arg(text: str) -> tuple:
+    """argparse type of --dim: a malformed range is a bad argument (exit 2)."""
+    import argparse
+
+    from compiler.lowering.symbolic import parse_dim_option
+
+    try:
+        return parse_dim_option(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _parse_dims(items) -> dict | None:
+    dims = {}
+    for name, rng in items:
+        if name in dims:
+            raise UsageError(f"--dim {name} given twice")
+        dims[name] = rng
+    return dims or None
 
 
 def _mib(n: int) -> str:
@@ -193,13 +219,14 @@ def cmd_run(args) -> int:
     sess = runtime.load(args.artifact, options)
     feeds = _parse_inputs(args.input)
     rng = np.random.default_rng(args.seed)
+    opt = {d["name"]: d["opt"] for d in getattr(sess, "dims", ())}  # symbolic dims: at OPT
     for inp in sess.get_inputs():
         if inp.name in feeds:
             continue
         if not args.random_inputs:
             raise UsageError(f"input {inp.name!r} ({inp.type}, shape {inp.shape}) is not given: "
                              f"pass --input {inp.name}=FILE.npy or --random-inputs")
-        feeds[inp.name] = _random(rng, inp.shape, inp.dtype)
+        feeds[inp.name] = _random(rng, [opt.get(d, d) for d in inp.shape], inp.dtype)
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()

@@ -28,7 +28,7 @@ from .lowering import parallel_build
 from .lowering.artifact import write_artifact
 from .errors import CompileError
 from .frontend.fold_onnx import fold_constants as fold_onnx_constants
-from .lowering.graph import extract, plan_storage
+from .lowering.graph import extract, flops_at, plan_storage
 from .lowering.kernel_table import generic_warning, kernel_table
 from .frontend.importer import import_onnx, index_bounds, input_signature
 from .frontend.loader import load_model, text
@@ -37,6 +37,7 @@ from .pipeline import FUSE, graph_passes, lowering
 from .lowering.checked import attach_checked, fused_steps
 from .lowering.layouts import binding_layouts
 from .lowering.provenance import name_fused_calls
+from .lowering.symbolic import resolve_ranges
 from .native_log import routed
 
 log = logging.getLogger("onnxc")
@@ -78,7 +79,7 @@ class CompiledModel:
 
 def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=(),
             required_passes=(), pass_config=None, layout: str = "auto", tuning_db=None,
-            memory_reuse: bool = True, dump_ir=None) -> CompiledModel:
+            memory_reuse: bool = True, dump_ir=None, dims=None) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) with static shapes for ``target``.
 
     The stages themselves, in this process; ``compiler.compile`` (``compiler/api.py``) is
@@ -100,6 +101,12 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         says tuning won use the tuned schedule; the report counts tuned and untuned kernels.
     memory_reuse : bool
         False gives every tensor its own buffer (no sharing, no in-place), for comparison.
+    dims : dict, optional
+        ``{dim name: (min, max[, opt])}``: the range of each symbolic input dimension
+        (``dim_param``).  Those dims stay symbolic: one build serves every value in the
+        range, the arena is planned for the maxima, and the session refuses a feed outside
+        them.  A dim not given gets ``lowering.symbolic.DEFAULT_RANGE`` (the report's
+        ``dims`` and ``warnings`` say so).
 
     Raises
     ------
@@ -116,8 +123,16 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
-    proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings)
-    if tinfo.is_cuda:  # unscheduled kernels do not build for GPUs: no checked variants
+    proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings, dims)
+    ranges = resolve_ranges(graph.dim_names, dims, where)
+    if ranges and tinfo.is_cuda:
+        raise CompileError(f"{where}: symbolic dims {graph.dim_names} on a CUDA target: the "
+                           "device runtime plans static shapes only; give input_shapes=")
+    at_opt = {d["name"]: d["opt"] for d in ranges}
+    if ranges:
+        flops_at(graph, at_opt)
+    if tinfo.is_cuda or ranges:  # unscheduled GPU kernels do not build; checked variants
+        # of symbolic kernels would need their temporaries' shapes bound: none for now
         graph.checked = {}
         for call in graph.calls:
             call.pop("checked", None)
@@ -133,10 +148,12 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     stage.cpu_seconds["build_workers"] = workers.worker_cpu  # the children, not a stage
     if graph.checked:
         stage("build_checked", _build_checked, kernels, graph.checked, tinfo, where)
-    graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse)
+    graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
     payload = graph_meta.pop("params_payload")
 
     manifest = _manifest(proto, tinfo, graph_meta, payload)
+    if ranges:
+        manifest["dims"] = ranges
     meta = {"manifest": manifest, "graph": graph_meta, "memory_plan": plan.to_dict()}
     report = {
         "kernels": len(graph_meta["calls"]),
@@ -159,10 +176,15 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         "layout": {**layout_report, **_layout_outcome(ctx)},
         "schedules": _count(rules.values()),
         **_tuning_report(database, graph.prim_funcs, tinfo, rules),
-        "kernel_table": kernel_table(graph_meta, rules),
+        "kernel_table": kernel_table(graph_meta, rules, at_opt),
+        "dims": ranges,
     }
     report["warnings"] = load_warnings + [w for w in [generic_warning(report["kernel_table"],
                                                                       where)] if w]
+    report["warnings"] += [
+        f"dim {d['name']!r} has no declared range: default {d['min']}..{d['max']} (arena "
+        f"planned for {d['max']}); declare it with --dim {d['name']}=MIN..MAX[:OPT]"
+        for d in ranges if not d["declared"]]
     log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
              report["compile_seconds"])
     return CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
@@ -263,18 +285,22 @@ def model_label(model) -> str:
     return text(getattr(getattr(model, "graph", None), "name", "")) or "model"
 
 
-def _front(model, ctx, stage: _Stages, warnings: list | None = None):
+def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     """load -> fold ONNX shape arithmetic -> import -> graph passes -> lower -> extract.
 
     Returns (checked proto, ONNX nodes folded, KernelGraph with unscheduled kernels); the
-    loader's warnings go to ``warnings`` (else to the log).
+    loader's warnings go to ``warnings`` (else to the log).  An input's ``-1`` dim (named by
+    the loader) stays symbolic only when ``dims`` gives it a range, else it is refused and
+    the model compiles per shape (``frontend/lenient.py`` says why).
     """
-    proto = stage("load", load_model, model, warnings)
+    lenient_dims: list = []
+    proto = stage("load", load_model, model, warnings, lenient_dims)
+    per_shape = {d for d in lenient_dims if d not in (dims or {})}
     proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto)
     ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
-    signature = input_signature(proto, stage.where)
+    signature = input_signature(proto, stage.where, symbolic=True, per_shape=per_shape)
     output_names = [o.name for o in proto.graph.output]
-    mod = stage("import", import_onnx, proto, stage.where)
+    mod = stage("import", import_onnx, proto, stage.where, None, None, True, per_shape)
     mod = stage("graph_passes", ctx.run, graph_passes(), mod)
     layouts = binding_layouts(mod)  # before lowering: conv / transform attrs say it
     mod, groups, members, fused = stage("lower", _lower, mod, ctx)
@@ -284,7 +310,8 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None):
     for t in graph.tensors:
         t.layout = layouts.get(t.name)
     graph.onnx_outputs = [list(n.output) for n in proto.graph.node]
-    stage("checked_variants", attach_checked, graph, fused, members, layouts)
+    if not graph.dim_names:  # a symbolic kernel's temporaries have no static shape
+        stage("checked_variants", attach_checked, graph, fused, members, layouts)
     return proto, onnx_folded, graph
 
 
@@ -449,7 +476,7 @@ def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_
     pass_config = _matmul_tiles(tinfo, pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
-    _, _, graph = _front(model, ctx, _Stages(model_label(model)))
+    _, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=_build_only.get("dims"))
     return tinfo, ctx, graph
 
 

@@ -10,7 +10,8 @@ zero columns up to whole panels, dropped again in the write-back (MobileNetV2's 
 classifier: 2.8-9 ms under cpu.matmul, 20-60x onnxruntime, single-thread on Zen 3).  When M has no
 divisor that makes a register tile (prime M: 37, 197), the kernel computes M rounded up
 to ``rows`` (x's row index clamped) and drops the extra rows: 67 -> 250 GFLOP/s at
-197 x 768 x 768.  Emitted through ``call_te`` (a call_tir of our own TE compute), so
+197 x 768 x 768.  A symbolic M (batch x seq tokens, ``lowering/symbolic.py``) is always
+rounded up so: one kernel, whole register tiles, only the write-back guarded.  Emitted through ``call_te`` (a call_tir of our own TE compute), so
 FoldConstant does not undo the packing, and a reduction that FuseOps fuses bias / GELU /
 residual adds into.  Runs after the passes that build the matmul chains (fuse_gelu,
 fuse_attention) and needs the weights folded to constants (fold_constants).
@@ -60,11 +61,14 @@ def matmul_packed(x, wp, rows: int = 1, n: int | None = None):
     no, _, nr = (int(d) for d in wp.shape)
     n = no * nr if n is None else int(n)
     k = te.reduce_axis((0, kk), "k")
-    m = int(m)
-    mp = -(-m // rows) * rows
+    if isinstance(m, tvm.tirx.IntImm) or isinstance(m, int):
+        m = int(m)
+        mp = -(-m // rows) * rows
+    else:  # symbolic rows: rounded up to whole multiples of ``rows``, clamped reads
+        mp = te.indexdiv(m + (rows - 1), rows) * rows
 
     def row(i):
-        return i if mp == m else te.min(i, m - 1)
+        return i if isinstance(mp, int) and mp == m else te.min(i, m - 1)
 
     out = te.compute(
         (*bat, mp, no * nr),
@@ -72,7 +76,7 @@ def matmul_packed(x, wp, rows: int = 1, n: int | None = None):
             x[(*idx[:-2], row(idx[-2]), k)]
             * wp[te.indexdiv(idx[-1], nr), k, te.indexmod(idx[-1], nr)], axis=k),
         name="matmul_packed")
-    if mp == m and n == no * nr:
+    if isinstance(mp, int) and mp == m and n == no * nr:
         return out
     return te.compute((*bat, m, n), lambda *idx: out[idx], name="matmul_rows")
 
@@ -117,12 +121,14 @@ def _packed(m, call, panel: int, rows: int):
     w = weight.value.numpy()
     if str(xt.dtype) != "float32" or w.dtype != np.float32 or w.ndim != 2:
         return None
-    if xt.ndim is None or xt.ndim < 2 or xt.shape is None or any(
-            not isinstance(d, tvm.tirx.IntImm) for d in xt.shape):
+    if xt.ndim is None or xt.ndim < 2 or xt.shape is None:
         return None
-    if int(xt.shape[-1]) != w.shape[0]:
+    # K static; M and batch dims may be symbolic (then M is padded to ``rows``)
+    if not isinstance(xt.shape[-1], tvm.tirx.IntImm) or int(xt.shape[-1]) != w.shape[0]:
         return None
+    mdim = xt.shape[-2]
+    pad = pad_rows(int(mdim), rows) if isinstance(mdim, tvm.tirx.IntImm) else rows
     x = m.visit_expr(x)
     wp = relax.const(pack_kn(w, panel))
-    return m.builder_.call_te(matmul_packed, x, wp, pad_rows(int(xt.shape[-2]), rows),
-                              int(w.shape[1]), primfunc_name_hint="matmul")
+    return m.builder_.call_te(matmul_packed, x, wp, pad, int(w.shape[1]),
+                              primfunc_name_hint="matmul")

@@ -23,12 +23,13 @@ import threading
 from . import parallel
 from .artifact import FORMAT_VERSION, ArtifactError, read_artifact
 from .cpu_features import host_arch, missing_features
+from .dims import DimError
 from .instruments import NonFiniteError, SessionOptions
 from .memory_plan import MemoryPlan, MemoryPlanner
 from .session import MemoryLimitError, NodeArg, Session
 
 __all__ = ["load", "Session", "SessionOptions", "NodeArg", "ArtifactError", "NonFiniteError",
-           "MemoryLimitError",
+           "MemoryLimitError", "DimError",
            "MemoryPlan", "MemoryPlanner", "check_compatible", "make_session", "FORMAT_VERSION"]
 
 

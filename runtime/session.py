@@ -23,8 +23,11 @@ import threading
 
 import numpy as np
 
+from collections import OrderedDict
+
 from . import threads
 from .cpu_features import nominal_peak_gflops
+from .dims import ShapeExpr, bind_dims
 from .instruments import Profiler, SessionOptions, check_outputs, inplace_inputs
 from .memory_plan import MemoryPlan
 
@@ -61,9 +64,12 @@ def check_memory(graph: dict, arena_bytes: int, params_bytes: int) -> None:
     if avail is None or need <= avail:
         return
     tensors = graph["tensors"]
+    dims = graph.get("dims") or []
+    at_max = {d["name"]: d["max"] for d in dims}  # the plan's sizes are the maxima's
 
     def desc(t):
-        n = int(np.prod(t["shape"], dtype=object)) * np.dtype(t["dtype"]).itemsize
+        shape = ShapeExpr(t["shape"], at_max)(at_max)
+        n = int(np.prod(shape, dtype=object)) * np.dtype(t["dtype"]).itemsize
         return f"{t['name']!r} {t['dtype']}{list(t['shape'])} ({n} bytes)", n
 
     inputs = [desc(tensors[i["tensor"]])[0] for i in graph["inputs"]]
@@ -71,8 +77,31 @@ def check_memory(graph: dict, arena_bytes: int, params_bytes: int) -> None:
     raise MemoryLimitError(
         f"the model needs {need} bytes ({arena_bytes} of planned arena + {params_bytes} of "
         f"params), more than the {avail} bytes available on this host; inputs: "
-        f"{', '.join(inputs) or 'none'}; largest tensor: {largest}. Feed smaller shapes "
-        "(batch, sequence length) or free memory")
+        f"{', '.join(inputs) or 'none'}; largest tensor: {largest}"
+        + (f" (symbolic dims at their maxima {at_max}: recompile with smaller --dim ranges)"
+           if at_max else "") + ". Feed smaller shapes (batch, sequence length) or free memory")
+
+# Prepared bindings (views + argument tuples) kept per arena, most recent first: a session
+# serving many shapes prepares each once (~µs per tensor), not on every run.
+MAX_BINDINGS = 16
+
+
+class _Arena:
+    """One arena's memory and what was prepared over it, per dims binding."""
+
+    def __init__(self, data: np.ndarray):
+        self.data = data
+        self.prepared: OrderedDict = OrderedDict()
+
+
+class _Prepared:
+    """Views and kernel argument tuples for one binding of the dims."""
+
+    __slots__ = ("views", "calls", "inputs", "outputs")
+
+    def __init__(self, views, calls, inputs, outputs):
+        self.views, self.calls, self.inputs, self.outputs = views, calls, inputs, outputs
+
 
 # numpy dtype name -> ONNX type string as onnxruntime prints it
 _ONNX_TYPE = {"float32": "float", "float64": "double"}
@@ -213,26 +242,26 @@ class Session:
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
         self._params = _place_params(params)
 
-        self._np = [self._view(t) for t in graph["tensors"]]
-        tvm_views = [tvm.runtime.from_dlpack(v) if v.size else None for v in self._np]
-        self._calls = []
+        self._fns = []
         for call in graph["calls"]:
             try:
-                fn = kernels[call["kernel"]]
+                self._fns.append(kernels[call["kernel"]])
             except Exception:
                 raise RuntimeError(f"kernel {call['kernel']!r} is missing from the artifact's "
                                    "library; the file is corrupted, recompile it") from None
-            args = tuple(tvm_views[i] if tvm_views[i] is not None else
-                         tvm.runtime.empty(self._np[i].shape, self._np[i].dtype.name)
-                         for i in call["args"])
-            self._calls.append((fn, args))
-
-        self._inputs = [(i["name"], self._np[i["tensor"]]) for i in graph["inputs"]]
+        # Symbolic dims (runtime/dims.py): shapes are expressions of them, bound per run
+        self.dims = graph.get("dims") or []
+        names = {d["name"] for d in self.dims}
+        self._shapes = [ShapeExpr(t["shape"], names) for t in graph["tensors"]]
+        # integer kernel arguments computed from the dims: (position, expression)
+        self._scalars = [[(pos, ShapeExpr([e], names)) for pos, e in call.get("scalars", ())]
+                         for call in graph["calls"]]
+        self._declared = [(i["name"], graph["tensors"][i["tensor"]]["shape"])
+                          for i in graph["inputs"]]
         self._index_bounds: dict = {}
         for b in self.manifest.get("index_bounds", ()):
             self._index_bounds.setdefault(b["input"], []).append(b)
-        self._input_index = {name: view for name, view in self._inputs}
-        self._outputs = {o["name"]: self._np[o["tensor"]] for o in graph["outputs"]}
+        self._input_names = [i["name"] for i in graph["inputs"]]
         self._outputs_tensor = {o["name"]: o["tensor"] for o in graph["outputs"]}
         self._input_tensors = [i["tensor"] for i in graph["inputs"]]
         self._output_names = [o["name"] for o in graph["outputs"]]
@@ -243,30 +272,55 @@ class Session:
         # 2-CPU host ran 1.1-1.3x faster than one locked arena, while an arena per thread
         # was slower on the larger models (the kernels' own thread pools oversubscribe).
         # Profiling / NaN checks read the first arena's views: those sessions keep one.
+        # Each arena keeps its prepared views and argument tuples per dims binding (one
+        # binding for a static model), the MAX_BINDINGS most recent.
         instrumented = self._profiler is not None or self.options.check_nan
         self.max_arenas = 1 if instrumented else max(1, os.cpu_count() or 1)
+        self._first = _Arena(self._arena)
+        first = self._prepare(self._first, {}) if not self.dims else None
+        if first is not None:  # static: the views the instruments and tools read
+            self._np, self._calls = first.views, first.calls
+        self._free = [self._first]
+        # inputs read in place, outputs written into the returned arrays (bind_io): for
+        # static shapes only; a symbolic artifact's run copies in and out as before
         self._direct_in, self._direct_out, self._buffer_uses = (
-            ({}, {}, {}) if instrumented or not self.options.bind_io else direct_buffers(graph))
-        self._fns = [fn for fn, _ in self._calls]
-        self._free = [(self._inputs, self._calls, self._outputs)]
+            ({}, {}, {}) if instrumented or not self.options.bind_io or self.dims
+            else direct_buffers(graph))
         self._arenas = 1
         self._pool = threading.Condition()
 
     # -- the arena pool ------------------------------------------------------------------
-    def _new_context(self):
-        """Another arena with its own views and argument tuples (params are shared)."""
+    def _prepare(self, arena: "_Arena", binding: dict) -> "_Prepared":
+        """Views at their planned offsets with the shapes of ``binding`` ({dim: value}),
+        and one argument tuple per call (with the ints kernels take, from the dims)."""
         import tvm
 
-        arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
-        nps = [self._view(t, arena) for t in self.graph["tensors"]]
+        key = tuple(sorted(binding.items()))
+        prepared = arena.prepared.get(key)
+        if prepared is not None:
+            arena.prepared.move_to_end(key)
+            return prepared
+        nps = [self._view(t, shape(binding), arena.data)
+               for t, shape in zip(self.graph["tensors"], self._shapes)]
         tvm_views = [tvm.runtime.from_dlpack(v) if v.size else None for v in nps]
-        calls = [(fn, tuple(tvm_views[i] if tvm_views[i] is not None else
-                            tvm.runtime.empty(nps[i].shape, nps[i].dtype.name)
-                            for i in call["args"]))
-                 for fn, call in zip(self._fns, self.graph["calls"])]
-        inputs = [(i["name"], nps[i["tensor"]]) for i in self.graph["inputs"]]
-        outputs = {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]}
-        return inputs, calls, outputs
+        calls = []
+        for fn, call, scalars in zip(self._fns, self.graph["calls"], self._scalars):
+            args = [tvm_views[i] if tvm_views[i] is not None else
+                    tvm.runtime.empty(nps[i].shape, nps[i].dtype.name) for i in call["args"]]
+            for pos, e in scalars:  # in increasing position
+                args.insert(pos, int(e(binding)[0]))
+            calls.append((fn, tuple(args)))
+        prepared = _Prepared(nps, calls,
+                             [(i["name"], nps[i["tensor"]]) for i in self.graph["inputs"]],
+                             {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]})
+        arena.prepared[key] = prepared
+        if len(arena.prepared) > MAX_BINDINGS:
+            arena.prepared.popitem(last=False)
+        return prepared
+
+    def _new_context(self) -> "_Arena":
+        """Another arena (its views and argument tuples are prepared per binding)."""
+        return _Arena(_aligned_bytes(max(self.plan.arena_bytes, 1)))
 
     def _acquire(self):
         with self._pool:
@@ -294,29 +348,32 @@ class Session:
         avail = available_memory()
         return avail is None or 2 * self.plan.arena_bytes < avail
 
-    def _view(self, t: dict, arena=None) -> np.ndarray:
+    def _view(self, t: dict, shape, arena) -> np.ndarray:
         dtype = np.dtype(t["dtype"])
-        nbytes = int(np.prod(t["shape"], dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~10 us a call here
         if t["storage"] == "arena":
             start = self.plan.offsets[t["index"]]
-            base = self._arena if arena is None else arena
+            base = arena
         else:
             start = self.graph["params"][t["index"]]["offset"]
             base = self._params
-        return base[start:start + nbytes].view(dtype).reshape(t["shape"])
+        return base[start:start + nbytes].view(dtype).reshape(shape)
 
     # -- onnxruntime-shaped API ------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
-        return [self._node_arg(n, v) for n, v in self._inputs]
+        """The inputs; a symbolic dim is given by its name (``[1, 'seq']``), as onnxruntime."""
+        return [self._node_arg(i) for i in self.graph["inputs"]]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [self._node_arg(n, self._outputs[n]) for n in self._output_names]
+        return [self._node_arg(o) for o in self.graph["outputs"]]
 
-    def _node_arg(self, name: str, view: np.ndarray) -> NodeArg:
+    def _node_arg(self, io: dict) -> NodeArg:
+        t = self.graph["tensors"][io["tensor"]]
+        name, shape = io["name"], list(t["shape"])
         if name in self._narrow:
             dtype, elem_type = self._narrow[name]
-            return NodeArg(name, view.shape, dtype.name, elem_type)
-        return NodeArg(name, view.shape, view.dtype.name)
+            return NodeArg(name, shape, dtype.name, elem_type)
+        return NodeArg(name, shape, t["dtype"])
 
     def get_modelmeta(self) -> dict:
         return dict(self.manifest)
@@ -338,24 +395,28 @@ class Session:
         """
         names = self._output_names if output_names is None else list(output_names)
         for n in names:
-            if n not in self._outputs:
+            if n not in self._output_names:
                 raise ValueError(f"unknown output {n!r}; the model's outputs are "
                                  f"{self._output_names}")
         arrays = self._check_feed(input_feed)
-        ctx = self._acquire()  # an arena of the pool; waits when all are busy
+        binding = bind_dims(self.dims, self._declared, arrays) if self.dims else {}
+        arena = self._acquire()  # an arena of the pool; waits when all are busy
         try:
-            inputs, calls, outputs = ctx
+            prepared = self._prepare(arena, binding)
+            if arena is self._first:  # what tools read after a run (onnxc debug, NaN checks)
+                self._np, self._calls = prepared.views, prepared.calls
+            calls, outputs = prepared.calls, prepared.outputs
             bound, in_place = self._bind(names, arrays)  # buffer -> caller's / fresh array
             views: dict = {}  # tensor id -> its view on bound memory
             if bound:
                 calls, views = self._rebind(calls, bound)
-            for (name, view), t in zip(inputs, self._input_tensors):
+            for (name, view), t in zip(prepared.inputs, self._input_tensors):
                 if name not in in_place:
                     np.copyto(views.get(t, view), arrays[name], casting="no")
             if self._profiler is None and not self.options.check_nan:
                 for fn, args in calls:
                     fn(*args)
-            else:  # max_arenas is 1: ctx is the first arena, which the instruments read
+            else:  # max_arenas is 1: this is the first arena, which the instruments read
                 self._run_instrumented()
             result, given = [], set()
             for n in names:
@@ -366,7 +427,7 @@ class Session:
                 result.append(out if n not in self._narrow else out.view(self._narrow[n][0]))
             return result
         finally:
-            self._release(ctx)
+            self._release(arena)
 
     def _bind(self, names, arrays: dict) -> tuple[dict, set]:
         """The arena buffers this run binds to other memory: each requested output's to a
@@ -444,28 +505,30 @@ class Session:
         if not isinstance(feed, dict):
             raise ValueError(f"input_feed must be a dict of input name to numpy array, "
                              f"got {type(feed).__name__}")
-        expected = [n for n, _ in self._inputs]
-        unknown = [k for k in feed if k not in self._input_index]
+        expected = self._input_names
+        unknown = [k for k in feed if k not in expected]
         if unknown:
             raise ValueError(f"unknown input {unknown[0]!r}; the model's inputs are {expected}")
         missing = [n for n in expected if n not in feed]
         if missing:
             raise ValueError(f"missing input {missing[0]!r}; the model's inputs are {expected}")
         arrays = {}
-        for name, view in self._inputs:
+        tensors = self.graph["tensors"]
+        for io, (_, declared) in zip(self.graph["inputs"], self._declared):
+            name, want_dtype = io["name"], np.dtype(tensors[io["tensor"]]["dtype"])
             a = feed[name]
             if not isinstance(a, np.ndarray):
                 raise ValueError(f"input {name!r}: expected a numpy array, got "
                                  f"{type(a).__name__}")
-            want, elem_type = self._narrow.get(name, (view.dtype, None))
+            want, elem_type = self._narrow.get(name, (want_dtype, None))
             if a.dtype != want:
                 raise ValueError(f"input {name!r}: expected dtype "
                                  f"{f'tensor({elem_type})' if elem_type else onnx_type(want.name)}"
                                  f", got {onnx_type(a.dtype.name)}")
             if elem_type:  # the graph holds the codes (ml_dtypes stores them so)
-                a = a.view(view.dtype)
-            if a.shape != view.shape:
-                raise ValueError(f"input {name!r}: expected shape {list(view.shape)}, got "
+                a = a.view(want_dtype)
+            if not self.dims and list(a.shape) != list(declared):  # symbolic: bind_dims
+                raise ValueError(f"input {name!r}: expected shape {list(declared)}, got "
                                  f"{list(a.shape)}")
             for b in self._index_bounds.get(name, ()):
                 # an index out of range would make the gather kernel read outside its table

@@ -335,12 +335,16 @@ def dwsep(channels: int = 32, image: int = 56, expand: int = 6, seed: int = 0) -
     return b.build(dwsep.__doc__)
 
 
-def _encoder_block(b: GraphBuilder, x: str, batch: int, seq: int, hidden: int, heads: int, ffn: int,
-                   name: str) -> str:
-    """Post-LN encoder block: multi-head self-attention and a GELU FFN, each with residual + LayerNorm."""
+def _encoder_block(b: GraphBuilder, x: str, batch, seq, hidden: int, heads: int, ffn: int,
+                   name: str, mask: str | None = None) -> str:
+    """Post-LN encoder block: multi-head self-attention and a GELU FFN, each with residual + LayerNorm.
+
+    ``batch`` / ``seq`` given as names (symbolic) reshape with ONNX's 0 (copy this dim);
+    ``mask`` is an additive [B, 1, 1, S] attention bias."""
     d = hidden // heads
-    split = b.const("attn.split_shape", [batch, seq, heads, d], np.int64)  # [B, S, H, D]
-    merge = b.const("attn.merge_shape", [batch, seq, hidden], np.int64)
+    b_, s_ = (0 if isinstance(v, str) else v for v in (batch, seq))
+    split = b.const("attn.split_shape", [b_, s_, heads, d], np.int64)  # [B, S, H, D]
+    merge = b.const("attn.merge_shape", [b_, s_, hidden], np.int64)
     scale = b.const("attn.scale", 1.0 / math.sqrt(d))
 
     def project_heads(proj: str, perm: list[int]) -> str:
@@ -354,6 +358,8 @@ def _encoder_block(b: GraphBuilder, x: str, batch: int, seq: int, hidden: int, h
             k = project_heads("k", [0, 2, 3, 1])  # [B, H, D, S], i.e. K^T
             v = project_heads("v", [0, 2, 1, 3])  # [B, H, S, D]
             s = b.node("Mul", [b.node("MatMul", [q, k], "scores"), scale], "scale")
+            if mask is not None:
+                s = b.node("Add", [s, mask], "mask")
             y = b.node("MatMul", [b.node("Softmax", [s], "softmax", axis=-1), v], "context")
             y = b.node("Transpose", [y], "transpose", perm=[0, 2, 1, 3])  # [B, S, H, D]
             y = b.linear(b.node("Reshape", [y, merge], "reshape"), hidden, hidden, name="out")
@@ -365,23 +371,37 @@ def _encoder_block(b: GraphBuilder, x: str, batch: int, seq: int, hidden: int, h
 
 
 def transformer(seq: int = 16, hidden: int = 64, heads: int = 4, ffn: int = 256, layers: int = 1,
-                batch: int = 1, seed: int = 0, name: str = "transformer") -> onnx.ModelProto:
-    """Post-LN transformer encoder (BERT layout) from MatMul/Softmax/LayerNormalization/Erf-GELU."""
+                batch: int = 1, seed: int = 0, name: str = "transformer",
+                mask: bool = False) -> onnx.ModelProto:
+    """Post-LN transformer encoder (BERT layout) from MatMul/Softmax/LayerNormalization/Erf-GELU.
+
+    ``batch`` / ``seq`` may be names: symbolic input dims (``dim_param``).  ``mask`` adds an
+    int64 ``attention_mask`` [batch, seq] input turned into BERT's additive bias
+    ``(1 - mask[:, None, None, :]) * -10000``."""
     if hidden % heads:
         raise ValueError("hidden must be divisible by heads")
     b = GraphBuilder(name, seed)
     x = b.input("x", [batch, seq, hidden])
+    bias = None
+    if mask:
+        b.inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                                      [batch, seq]))
+        with b.scope("mask"):
+            m = b.node("Cast", ["attention_mask"], "cast", to=TensorProto.FLOAT)
+            m = b.node("Unsqueeze", [m, b.const("mask.axes", [1, 2], np.int64)], "unsqueeze")
+            m = b.node("Sub", [b.const("mask.one", 1.0), m], "invert")
+            bias = b.node("Mul", [m, b.const("mask.neg", -10000.0)], "bias")
     for i in range(layers):
-        x = _encoder_block(b, x, batch, seq, hidden, heads, ffn, name=f"blocks.{i}")
+        x = _encoder_block(b, x, batch, seq, hidden, heads, ffn, name=f"blocks.{i}", mask=bias)
     b.output(x, "y")
     return b.build(transformer.__doc__)
 
 
 def bert(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, layers: int = 12,
-         batch: int = 1, seed: int = 0) -> onnx.ModelProto:
+         batch: int = 1, seed: int = 0, mask: bool = False) -> onnx.ModelProto:
     """BERT-base-shaped encoder stack (12 x [768 hidden, 12 heads, 3072 FFN]), no embeddings."""
     return transformer(seq=seq, hidden=hidden, heads=heads, ffn=ffn, layers=layers, batch=batch,
-                       seed=seed, name="bert")
+                       seed=seed, name="bert", mask=mask)
 
 
 def resnet50(blocks: Sequence[int] = (3, 4, 6, 3), image: int = 224, num_classes: int = 1000,

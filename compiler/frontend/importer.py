@@ -26,11 +26,14 @@ def graph_inputs(model: onnx.ModelProto) -> list:
     return [vi for vi in model.graph.input if vi.name not in inits]
 
 
-def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None) -> list[dict]:
+def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None,
+                    symbolic: bool = False, per_shape=()) -> list[dict]:
     """[{name, shape, dtype}] of the user-fed inputs.
 
     ``shapes`` ({name: [dims]}) fixes symbolic dimensions; a symbolic dimension left open
-    is refused with the input's name.
+    is refused with the input's name, unless ``symbolic``: then it stays its ``dim_param``
+    name (a str in ``shape``; an unnamed one is refused, it cannot be bound or ranged, and
+    so is a name in ``per_shape``: the loader's name for a ``-1`` dim without a range).
     """
     shapes = shapes or {}
     sig = []
@@ -41,6 +44,15 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None) -
             if vi.name in shapes:
                 dims = [int(x) for x in shapes[vi.name]]
                 break
+            if not d.HasField("dim_value") and d.dim_param in per_shape:
+                raise UnsupportedError(
+                    f"{where}: input {vi.name!r} declares dimension -1 at axis {i} (read as "
+                    f"{d.dim_param!r}): compiled per shape; give it a range "
+                    f"(dims={{{d.dim_param!r}: (min, max)}}, --dim {d.dim_param}=MIN..MAX) to "
+                    "keep it symbolic, or its shape (input_shapes=)")
+            if not d.HasField("dim_value") and symbolic and d.dim_param:
+                dims.append(d.dim_param)
+                continue
             if not d.HasField("dim_value"):
                 raise UnsupportedError(
                     f"{where}: input {vi.name!r} has a symbolic dimension "
@@ -98,13 +110,23 @@ def refuse_unsupported(model, where: str, target_arch: str | None = None) -> Non
 
 
 def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str | None = None,
-                shapes=None):
+                shapes=None, symbolic: bool = False, per_shape=()):
     """Convert a validated model to a Relax IRModule whose ``main`` takes the graph inputs
     (in the model's order) and returns the graph outputs (a tuple when there are several).
+
+    ``symbolic``: a symbolic input dimension becomes a ``tirx.Var`` (int64) named after its
+    ``dim_param``, one Var per name shared by every input that uses it, except the
+    ``per_shape`` names (refused: see :func:`input_signature`).
     """
+    from tvm import tirx
+
     refuse_unsupported(model, where, target_arch)
     model, elem_types = storage_model(model)  # narrow types as codes (narrow_import.py)
-    sig = input_signature(model, where, shapes)
+    sig = input_signature(model, where, shapes, symbolic, per_shape)
+    dim_vars: dict = {}
+    for s in sig:
+        s["shape"] = [dim_vars.setdefault(d, tirx.Var(d, "int64")) if isinstance(d, str)
+                      else d for d in s["shape"]]
     importer = _Importer({s["name"]: s["shape"] for s in sig},
                          {s["name"]: s["dtype"] for s in sig})
     importer.where = where
@@ -201,6 +223,7 @@ class _Importer(_importer_base()):
         from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
 
         for idx, node in enumerate(graph.node):
+            self._tag = "sub" if scope else f"n{idx}"
             attr = self._parse_attr(node.attribute)
             inputs = onnx_input()
             for name in node.input:
@@ -215,9 +238,11 @@ class _Importer(_importer_base()):
                 label = f"{scope} > {label}"
             if entry is None:  # checked before conversion; guard against registry changes
                 raise UnsupportedError(f"{self.where}: {label}: no converter registered")
+            if self._shape_arithmetic(node, inputs, opset, label):
+                continue
             if not (entry.implementation == "tvm" and node.op_type in _SHAPE_OK) or (
                     node.op_type == "Concat" and _mixes_shapes_and_tensors(inputs)):
-                inputs = self._shape_values_as_tensors(inputs, label)
+                inputs = self._shape_values_as_tensors(inputs, label, node.input)
             convert = narrow_converter(entry, node, self.elem_types, f"{self.where}: {label}")
             ctx = ConvertContext(node=node, opset=opset, tensors=self._nodes, params=self._params,
                                 importer=self, label=label)
@@ -241,21 +266,75 @@ class _Importer(_importer_base()):
             if value is not None and isinstance(value.ty, relax.ShapeType):
                 (self._nodes[vi.name],) = self._shape_values_as_tensors([value], vi.name)
 
-    def _shape_values_as_tensors(self, inputs, label: str):
+    def _shape_arithmetic(self, node, inputs, opset: int, label: str) -> bool:
+        """Evaluate ``node`` on symbolic known values (``shape_arith.py``); True when it
+        was (its output is bound), False to convert it as usual."""
+        from . import shape_arith
+
+        known = getattr(self, "_known", None)
+        if known is None:
+            known = self._known = {}
+        vals = [None if x is None else known.get(name, shape_arith.known_of(x))
+                for name, x in zip(node.input, inputs)]
+        try:
+            if node.op_type == "Range" and len(vals) == 3 and all(
+                    v is not None and v.ndim == 0 for v in vals) and any(
+                    shape_arith.symbolic(v) for v in vals):
+                dtype = str(inputs[0].ty.dtype) if hasattr(inputs[0].ty, "dtype") else "int64"
+                out = shape_arith.arange(self.bb, *(v.item() for v in vals),
+                                         dtype if dtype in ("int32", "int64") else "int64")
+                if out is None:
+                    return False
+                (self._nodes[node.output[0]],) = self._bind_outputs(out, 1, self._tag, label)
+                return True
+            shaped = shape_arith.shaped_by(self.bb, node, inputs, vals)
+            if shaped is not None:
+                (self._nodes[node.output[0]],) = self._bind_outputs(
+                    self.bb.normalize(shaped), 1, self._tag, label)
+                return True
+            value = shape_arith.evaluate(node, inputs, vals, opset)
+        except CompileError:
+            raise
+        except Exception as e:
+            raise CompileError(f"{self.where}: {label}: shape arithmetic failed: "
+                               f"{_last_line(e)}") from e
+        # taken when it holds dims, or was computed from some (Equal(shape, -1) is known)
+        from_dims = any(v is not None and shape_arith.symbolic(v) for v in vals)
+        if value is None or value.size > shape_arith.MAX_ELEMENTS or not (
+                shape_arith.symbolic(value) or from_dims):
+            return False
+        known[node.output[0]] = value
+        self._nodes[node.output[0]] = shape_arith.to_relax(
+            self.bb, value, shape_arith.output_dtype(node, inputs))
+        return True
+
+    def _shape_values_as_tensors(self, inputs, label: str, names=()):
         """Shape values (from Shape, or shape arithmetic) fed to ops that take tensors: a
-        static shape becomes an int64 constant, so the arithmetic on it folds at import."""
+        static shape becomes an int64 constant, so the arithmetic on it folds at import; a
+        symbolic one (or a symbolic scalar) a small kernel computing it
+        (``shape_arith.materialize``)."""
         import numpy as np
-        from tvm import relax, tirx
+        import tvm
+        from tvm import relax
         from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
+
+        from . import shape_arith
 
         out = onnx_input()
         for i, x in enumerate(inputs):
-            if x is not None and isinstance(x.ty, relax.ShapeType):
-                values = getattr(x, "values", None)
-                if values is None or not all(isinstance(v, tirx.IntImm) for v in values):
+            if x is not None and isinstance(x.ty, (relax.ShapeType, tvm.ir.PrimType)):
+                value = getattr(self, "_known", {}).get(names[i] if i < len(names) else None)
+                value = shape_arith.known_of(x) if value is None else value
+                if value is None and isinstance(x.ty, tvm.ir.PrimType):
+                    out.append(x)  # a scalar of TVM's own shape handling: as it was
+                    continue
+                if value is None:
                     raise UnsupportedError(f"{self.where}: {label}: input {i} is a shape that "
                                            "is not known at compile time")
-                x = relax.const(np.array([int(v.value) for v in values], np.int64), "int64")
+                if shape_arith.symbolic(value):
+                    x = shape_arith.materialize(self.bb, value)
+                else:
+                    x = relax.const(np.array(value.tolist(), np.int64), "int64")
             out.append(x)
         return out
 

@@ -6,8 +6,10 @@ Three things exporters write that onnxruntime 1.32 accepts (checked on tiny mode
 
 * a ``-1`` dimension in a declared shape (onnx's checker reads it literally and strict
   inference then sees ``2`` vs ``-1``): onnxruntime reads it as unknown.  A graph input's
-  ``-1`` becomes the symbolic dimension ``<input>_dim<axis>`` (so the model compiles as
-  any model with a symbolic dimension: per shape, or with ``--dim``); an output's or a
+  ``-1`` becomes the symbolic dimension ``<input>_dim<axis>``.  The name is ours, not the
+  exporter's, so nothing says two such dims are equal or what range they have: the model
+  compiles per shape (``compiler/specialize.py``) unless ``dims=`` / ``--dim`` gives the
+  name a range, which keeps it symbolic (``Leniency.dims`` lists them); an output's or a
   ``value_info``'s is dropped to an unknown dimension that shape inference fills;
 * a graph output declared without a type or without a shape (the checker's "Field
   'shape' of 'type' is required"): its declaration is taken from shape inference;
@@ -38,6 +40,7 @@ class Leniency:
 
     def __init__(self):
         self.notes: list[str] = []
+        self.dims: list[str] = []  # the symbolic dims named here for an input's -1
         self.wrapped: dict[int, onnx.NodeProto] = {}
         self.shapeless: list[str] = []
 
@@ -75,6 +78,8 @@ def read_declarations(model: onnx.ModelProto, leniency: Leniency | None = None
                     d.Clear()
                     if kind == "input" and vi.name not in inits:
                         d.dim_param = f"{vi.name}_dim{axis}"
+                        if leniency is not None:
+                            leniency.dims.append(d.dim_param)
                     axes.append(axis)
             if leniency is not None:
                 read = "symbolic " + ", ".join(f"'{vi.name}_dim{a}'" for a in axes) \

@@ -39,7 +39,8 @@ SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                    TensorProto.UINT64, TensorProto.BOOL, *NARROW_FORMATS}
 
 
-def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
+def load_model(model, warnings: list | None = None,
+               lenient_dims: list | None = None) -> onnx.ModelProto:
     """Return a checked, shape-inferred copy of ``model`` (a path or a ModelProto).
 
     Strings that are not UTF-8 follow :func:`check_text`: an identifier (a name, an op
@@ -47,6 +48,8 @@ def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
     (``doc_string``, ``producer_name``, ``producer_version``, metadata_props values) is
     decoded with backslash escapes, with a warning appended to ``warnings`` (logged on
     the ``onnxc`` logger when ``warnings`` is None).  Every later stage sees ``str`` only.
+    The names given to the inputs' ``-1`` dims (``lenient.Leniency.dims``) are appended to
+    ``lenient_dims``.
     """
     where = "model"
     if isinstance(model, (str, os.PathLike)):
@@ -78,6 +81,8 @@ def load_model(model, warnings: list | None = None) -> onnx.ModelProto:
         raise ModelError(f"{where}: invalid ONNX model: {_first_line(e)}") from None
     inferred = lenient.restore(_inferred(model, where), leniency)
     note = leniency.warning(where)
+    if lenient_dims is not None:
+        lenient_dims.extend(leniency.dims)
     if note and warnings is not None:
         warnings.append(note)
     elif note:

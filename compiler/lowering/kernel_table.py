@@ -12,11 +12,15 @@ GENERIC_RULES = ("fallback", "none")
 WARN_SHARE = 0.05
 
 
-def kernel_table(graph_meta: dict, rules: dict) -> list:
+def kernel_table(graph_meta: dict, rules: dict, binding: dict | None = None) -> list:
     """One row per kernel call, in execution order: ``kernel``, ``rule`` (a rule name,
     ``tuned``, ``fallback``), ``nodes``, ``ops``, ``flops``, ``bytes`` (every argument's
-    size: what the call reads and writes at least once) and ``flops_share``."""
-    tensors = graph_meta["tensors"]
+    size: what the call reads and writes at least once) and ``flops_share``.  Symbolic
+    shapes are evaluated at ``binding`` ({dim: value}, the dims' ``opt``)."""
+    from runtime.dims import ShapeExpr
+
+    tensors = [{**t, "shape": ShapeExpr(t["shape"], binding or {})(binding or {})}
+               for t in graph_meta["tensors"]]
     calls = graph_meta["calls"]
     total = sum(c.get("flops", 0) for c in calls) or 0
     rows = []

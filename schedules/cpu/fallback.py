@@ -1,7 +1,8 @@
 """The last CPU rule: any kernel no other rule takes, scheduled from its loop structure.
 
 Inlines elementwise producers, then per remaining block fuses and parallelises the leading
-spatial loops and vectorises the innermost loop when every loop is spatial.
+spatial loops and vectorises the innermost loop when every loop is spatial (a symbolic
+innermost loop is left serial, outside the fusion, for LLVM's loop vectoriser).
 """
 
 from __future__ import annotations
@@ -72,12 +73,14 @@ def schedule_loops(sch, infos, target):
                 loops = sch.get_loops(info.block_rv)[:-1]
                 n_lead = len(loops)
                 vectorized = True
+        inner = common.const_extent(sch, loops[-1]) if loops else 0
         if (not vectorized and n_lead == len(loops) and n_lead >= 2
-                and (common.const_extent(sch, loops[-1]) or 0) >= lanes):
-            # the innermost loop stayed scalar (an odd width: a pad's 114): kept out of the
-            # parallel fusion, a plain loop LLVM can still unroll or vectorise, instead of
-            # a division and a modulo by the row width per element (a 1-pixel zero pad of
-            # [1, 64, 112, 112]: 831744 fused iterations, 4-8 ms against onnxruntime's 0.2)
+                and (inner is None or inner >= lanes)):
+            # the innermost loop stayed scalar (an odd width: a pad's 114; a symbolic seq):
+            # kept out of the parallel fusion, a plain loop LLVM can still unroll or
+            # vectorise, instead of a division and a modulo by the row width per element
+            # (a 1-pixel zero pad of [1, 64, 112, 112]: 831744 fused iterations, 4-8 ms
+            # against onnxruntime's 0.2; attention's K^T transpose over seq 4x its static)
             n_lead -= 1
         if n_lead and cores > 1:
             fused = sch.fuse(*loops[:n_lead]) if n_lead > 1 else loops[0]

@@ -7,6 +7,8 @@ registers, ``nr / lanes`` vector loads of ``Wp[jo, k, :]`` and ``mr`` broadcasts
 ``A[i, k]`` per ``mr * nr / lanes`` FMAs.  The elementwise epilogue (bias, GELU, residual
 add) is inlined into the write-back of the tile.  Rows padded to whole tiles (A read at
 ``min(i, M - 1)``) cost no branch in the inner loop: only the write-back checks ``i < M``.
+A symbolic M (and batch dims) is fine when rows are so padded: the pass rounds M up to a
+multiple of its ``rows`` and the register tile takes a divisor of that.
 Parallel over (batch, N panels, M tiles).
 """
 
@@ -41,14 +43,18 @@ def match_packed_matmul(sch):
         if len(idx) >= 2 and idx[-1].same_as(k):
             row = idx[-2]
             # min(i, M - 1): rows padded to whole register tiles (pack_matmul_weights)
-            if (isinstance(row, tirx.Min) and row.a.same_as(i)
-                    and isinstance(row.b, tirx.IntImm)):
+            if _is_clamp(row, i):
                 a_ok = clamped = True
             elif row.same_as(i):
                 a_ok = True
     if nr is None or not a_ok:
         return None
     return rv, nr, clamped
+
+
+def _is_clamp(row, i) -> bool:
+    """``min(i, M - 1)``: rows padded past M read row M - 1 (M static or symbolic)."""
+    return isinstance(row, tirx.Min) and row.a.same_as(i)
 
 
 def _is(e, op, var, const) -> bool:
@@ -74,9 +80,13 @@ class MatmulPacked(MatchingCPURule):
         loops = sch.get_loops(mm)
         *bat, i, j, k = loops
         ext = [common.const_extent(sch, lp) for lp in loops]
-        if any(e is None for e in ext) or ext[-2] % nr:
+        if ext[-2] is None or ext[-1] is None or ext[-2] % nr:
             return None
         M = ext[-3]
+        if M is None:  # symbolic rows: whole multiples of the pass's row padding, else none
+            M = _row_multiple(sch.get(loops[-3]).extent) if padded else None
+            if M is None:
+                return None
         nv = -(-nr // lanes)
         it = common.reg_rows(M, nv, common.acc_budget(target, "matmul"))
         io, ii = sch.split(i, [None, it])
@@ -107,6 +117,14 @@ class MatmulPacked(MatchingCPURule):
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         return sch
+
+
+def _row_multiple(extent) -> int | None:
+    """``r`` when a symbolic row extent is ``((M + r - 1) // r) * r``, else None."""
+    if isinstance(extent, tirx.Mul) and isinstance(extent.b, tirx.IntImm) and isinstance(
+            extent.a, tirx.FloorDiv):
+        return int(extent.b)
+    return None
 
 
 def _last_dim(sch, blk):

@@ -14,6 +14,11 @@ inlined.  The summation order changes (partial sums: more accurate than one seri
 Odd rows: onnxc's softmax reduces a row of 197 over 192 elements then the last 5
 (``legalize_vector_math``); the 192 split here, the tail (``k + 192`` reads) stays a short
 scalar loop.  Elementwise row loops of an odd length run whole vectors, then a scalar loop.
+A symbolic row length (softmax over ``seq``) keeps scalar reductions, as an odd static one
+does (its elementwise loops are left to LLVM's loop vectoriser, which adds the scalar tail
+for a runtime trip count; a vectorised split with a guard is scalarised by TVM); symbolic
+row loops are not fused, and the parallel loop is the fused outer row loops when their
+constant extents give every core a share (softmax's ``batch * heads``), else the innermost.
 """
 
 from __future__ import annotations
@@ -103,7 +108,7 @@ class RowReduction(MatchingCPURule):
             k = sch.get_loops(blk)[-1]
             kext = common.const_extent(sch, k)
             if kext is None:
-                return None
+                continue  # symbolic row length: a scalar reduction, as odd rows
             width = next((v * lanes for v in range(self.vectors, 0, -1)
                           if kext % (v * lanes) == 0 and kext > v * lanes), None)
             if width is None:
@@ -112,7 +117,12 @@ class RowReduction(MatchingCPURule):
             sch.rfactor(ki, nrow)
         last = common.blocks(sch)[-1]
         loops = sch.get_loops(last)
-        row = sch.fuse(*loops[:nrow]) if nrow > 1 else loops[0]
+        symbolic_rows = any(common.const_extent(sch, lp) is None for lp in loops[:nrow])
+        # symbolic rows stay unfused: a fused (batch * seq) index needs divisions by seq,
+        # and TVM then cannot shrink the per-row buffers to one row (it keeps them whole);
+        # the innermost row loop (seq) runs in parallel
+        row = loops[nrow - 1] if symbolic_rows or nrow == 1 else sch.fuse(*loops[:nrow])
+        depth = nrow if symbolic_rows else 1  # loops above a row's blocks
         for blk in reversed(common.blocks(sch)[:-1]):
             b = sch.get(blk)
             if len(b.iter_vars) == nrow and "R" not in common.iter_kinds(b):
@@ -125,14 +135,32 @@ class RowReduction(MatchingCPURule):
         for blk in common.blocks(sch):
             b = sch.get(blk)
             if _is_rf(b):  # compute_at put the partial-sum loop outside: move it inside
-                ki, ko = sch.get_loops(blk)[1], sch.get_loops(blk)[-1]
+                ki, ko = sch.get_loops(blk)[depth], sch.get_loops(blk)[-1]
                 sch.reorder(ko, ki)
                 sch.vectorize(ki)
             elif "R" not in common.iter_kinds(b):
                 _vectorize_inner(sch, blk, lanes)
-        if ncores > 1 and (common.const_extent(sch, row) or 2) >= 2:
-            sch.parallel(row)
+        if ncores > 1:
+            _parallel_rows(sch, last, row, nrow, symbolic_rows, ncores)
         return sch
+
+
+def _parallel_rows(sch, last, row, nrow: int, symbolic: bool, ncores: int) -> None:
+    """Rows in parallel.  Symbolic rows: over the outer row loops fused (``batch * heads``
+    of attention's softmax) when their constant extents alone give every core a share,
+    else over the innermost (``seq`` of a layer norm's ``batch, seq`` rows: a parallel
+    region per batch).  A parallel innermost row loop under ``batch x 12`` heads would
+    open 12 parallel regions per batch row, 5.8x the static kernel at seq 16."""
+    if symbolic and nrow >= 2:
+        outer = sch.get_loops(last)[:nrow - 1]
+        shares = 1
+        for lp in outer:
+            shares *= common.const_extent(sch, lp) or 1
+        if shares >= ncores:
+            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+            return
+    if (common.const_extent(sch, row) or 2) >= 2:
+        sch.parallel(row)
 
 
 def _is_rf(block) -> bool:

@@ -180,3 +180,40 @@ def test_numerics_attention_scores_vs_ort(s, transpose):
     check_against_ort(model, {"q": rng.standard_normal((4, m, 32)).astype("float32"),
                               "k": rng.standard_normal(k_shape).astype("float32")},
                       "cpu.matmul")
+
+
+def test_structure_symbolic_seq_pads_a_once_per_head():
+    """Q K^T with a symbolic seq: A's rows are padded once per (batch, head), not once per
+    column tile (seq / 16 copies); the heads are the parallel loop."""
+    from tvm import tirx
+
+    b, s = tirx.Var("batch", "int64"), tirx.Var("seq", "int64")
+    f = fused_primfunc(lambda bb, q, k, m: bb.emit(relax.op.add(relax.op.matmul(q, k), m)),
+                       [(b, 12, s, 64), (b, 12, 64, s), (b, 1, s, s)], "matmul")
+    text = Matmul().apply(f, TARGET).mod["main"].script()
+    assert "in T.parallel(batch * T.int64(12))" in text
+    head, rest = text.split("in T.parallel(batch * T.int64(12))", 1)
+    # the A pad is the first block under the head loop, before the column-tile loop
+    assert rest.index('T.sblock("p0_pad")') < rest.index("for i3_0 in range(")
+
+
+def test_numerics_symbolic_attention_scores_vs_ort():
+    from tests.conftest import assert_close, ort_run
+
+    import compiler
+
+    model = onnx_model(
+        [helper.make_node("MatMul", ["q", "k"], ["qk"], name="qk"),
+         helper.make_node("Add", ["qk", "m"], ["y"], name="mask")],
+        [("q", ["batch", 4, "seq", 8]), ("k", ["batch", 4, 8, "seq"]),
+         ("m", ["batch", 1, "seq", "seq"])], [("y", ["batch", 4, "seq", "seq"])])
+    cm = compiler.compile(model, dims={"batch": (1, 2), "seq": (1, 40)})
+    assert isinstance(cm, compiler.CompiledModel)
+    assert cm.report["schedules"].get("cpu.matmul") == 1, cm.report["schedules"]
+    sess = cm.session()
+    rng = np.random.default_rng(0)
+    for b, s in [(1, 1), (2, 5), (1, 17), (2, 40)]:
+        feeds = {"q": rng.standard_normal((b, 4, s, 8)).astype("float32"),
+                 "k": rng.standard_normal((b, 4, 8, s)).astype("float32"),
+                 "m": rng.standard_normal((b, 1, s, s)).astype("float32")}
+        assert_close(sess.run(None, feeds), ort_run(model, feeds))

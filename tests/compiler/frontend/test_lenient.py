@@ -85,7 +85,10 @@ def test_output_declarations_onnxruntime_accepts(out_vi, what):
 def test_minus_one_input_dimension_is_symbolic():
     m = _relu([-1, 3], helper.make_tensor_value_info("y", F, [-1, 3]))
     cm = compiler.compile(m)
-    assert isinstance(cm, compiler.DynamicModel)  # as a symbolic dimension: per shape
+    # a name the loader made up has no range: per shape, and the reason says how to range it
+    assert isinstance(cm, compiler.DynamicModel)
+    assert "(read as 'x_dim0'): compiled per shape" in cm.report["why"]
+    assert "dims={'x_dim0': (min, max)}" in cm.report["why"]
     assert [d for d in cm.report["inputs"][0]["shape"]] == ["x_dim0", 3]
     (w,) = cm.report["warnings"]
     assert "input 'x' declares dimension -1 at axis 0 (read as symbolic 'x_dim0')" in w
@@ -98,6 +101,15 @@ def test_minus_one_input_dimension_is_symbolic():
     assert any("'x_dim0'" in w for w in cm.report["warnings"])
     x = {"x": RNG.standard_normal((4, 3)).astype(np.float32)}
     assert_close(cm.session().run(None, x), ort_run(m, x))
+
+    # given a range, the loader's name stays symbolic: one artifact for every row count
+    cm = compiler.compile(m, dims={"x_dim0": (1, 8)})
+    assert isinstance(cm, compiler.CompiledModel)
+    assert [d["name"] for d in cm.report["dims"]] == ["x_dim0"]
+    sess = cm.session()
+    for rows in (1, 8):
+        x = {"x": RNG.standard_normal((rows, 3)).astype(np.float32)}
+        assert_close(sess.run(None, x), ort_run(m, x))
 
 
 @pytest.mark.parametrize("opset", [14, 11])

@@ -58,15 +58,21 @@ def test_opset_out_of_range():
         compiler.compile(_relu(opset=99))
 
 
-def test_symbolic_dimension_export_is_refused_by_name():
+def test_unnamed_symbolic_dimension_export_is_refused_by_name(tmp_path):
+    """A named dim stays symbolic (tests/compiler/test_symbolic.py); an unnamed one has no
+    name to bind or range, so the model is compiled per shape and cannot be exported."""
     m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu0")],
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])])
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
     cm = compiler.compile(m)
     assert isinstance(cm, compiler.DynamicModel)
-    assert "input 'x' has a symbolic dimension 'batch'" in cm.report["why"]
+    assert "input 'x' has a symbolic dimension '?'" in cm.report["why"]
     with pytest.raises(compiler.CompileError, match="input_shapes"):
         cm.export("x.so")
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    cm = compiler.compile(m)
+    assert isinstance(cm, compiler.CompiledModel)
+    cm.export(str(tmp_path / "x.so"))
 
 
 def test_unsupported_ops_all_reported_at_once():

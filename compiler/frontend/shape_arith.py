@@ -1,0 +1,407 @@
+"""Shape arithmetic on symbolic dims, evaluated at import (``Shape -> Gather -> Concat``).
+
+Exporters compute reshape targets, position ids and masks from ``Shape`` of run-time
+tensors.  With static shapes ``fold_onnx`` evaluates all of it; with symbolic input dims
+(``lowering/symbolic.py``) the values hold the dims themselves.  The importer keeps such
+"known values" (numpy object arrays of ints and ``tirx`` expressions of the dims) and
+evaluates the ops below on them, so that a ``Reshape`` gets ``R.shape([batch, seq, 12,
+64])`` rather than a tensor it cannot plan.  A known value becomes, in Relax: a constant
+(all ints), a ``ShapeExpr`` (1-D) or ``PrimValue`` (0-D) for the ops that take shapes, and a
+small int64 kernel (``materialize``) for ops that need a tensor (``mask_index * seq``).
+``Range`` over known bounds becomes a kernel of symbolic length.
+
+Must run inside the importer's node loop (``importer._Importer._construct_nodes``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+# Known values above this many elements are not tracked (they are data, not shapes).
+MAX_ELEMENTS = 64
+
+_INT_TYPES = {"int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool"}
+
+
+def analyzer(*exprs):
+    """An Analyzer that knows every dim in ``exprs`` is >= 1 (a symbolic input dim's range
+    starts at 1: ``lowering/symbolic.py``), so ``max(seq, 0)`` is ``seq``."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer, ConstIntBound
+
+    ana = Analyzer()
+    for e in exprs:
+        if not isinstance(e, (int, np.integer, tirx.IntImm)):
+            for v in tirx.analysis.undefined_vars(e):
+                ana.update(v, ConstIntBound(1, ConstIntBound.POS_INF), override=True)
+    return ana
+
+
+def _simplify(e):
+    from tvm import tirx
+
+    if isinstance(e, (int, np.integer, bool, np.bool_)):
+        return int(e)
+    e = analyzer(e).simplify(e)
+    return int(e.value) if isinstance(e, tirx.IntImm) else e
+
+
+def _arr(values, shape=None) -> np.ndarray:
+    flat = [_simplify(v) for v in np.asarray(values, dtype=object).reshape(-1)]
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(np.asarray(values, dtype=object).shape if shape is None else shape)
+
+
+def symbolic(value: np.ndarray) -> bool:
+    return any(not isinstance(v, int) for v in value.reshape(-1))
+
+
+def known_of(expr):
+    """A Relax expression's known value: a small int constant or a ShapeExpr; else None."""
+    from tvm import relax
+    from tvm.ir.expr import GenericConst
+
+    if isinstance(expr, GenericConst):
+        if str(expr.ty.dtype) not in _INT_TYPES:
+            return None
+        data = expr.value.numpy()
+        if data.size > MAX_ELEMENTS:
+            return None
+        return _arr(data.astype(np.int64).tolist(), data.shape)
+    if isinstance(expr, relax.ShapeExpr):
+        return _arr(list(expr.values))
+    return None  # 0-D values (PrimValues) are known by name: the importer's table
+
+
+def shape_value(x):
+    """The shape of a Relax tensor as a known value (ints and dims), else None."""
+    from tvm import relax
+
+    shape = getattr(x.ty, "shape", None) if isinstance(x.ty, relax.TensorType) else None
+    values = getattr(shape, "values", None)
+    if values is None:
+        return None
+    return _arr(list(values))
+
+
+def _ints(v) -> list | None:
+    if v is None or symbolic(v):
+        return None
+    return [int(x) for x in v.reshape(-1)]
+
+
+def _attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def evaluate(node, inputs: list, known: list, opset: int):
+    """The node's output known value (numpy object array), or None when it is not shape
+    arithmetic on known values.  ``inputs``: the Relax expressions; ``known``: their known
+    values (None where unknown)."""
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    if op == "Shape":
+        v = known[0] if known[0] is not None else shape_value(inputs[0])
+        if v is None:
+            return None
+        shape = list(v.shape) if known[0] is not None else list(v.reshape(-1))
+        rank = len(shape)
+        start, end = _attr(node, "start", 0), _attr(node, "end", rank)
+        start = max(0, min(rank, start + rank if start < 0 else start))
+        end = max(0, min(rank, end + rank if end < 0 else end))
+        return _arr(shape[start:end])
+    if op == "Size":
+        v = shape_value(inputs[0])
+        return None if v is None else _arr(np.prod(v) if v.size else 1)
+    if any(k is None for k, i in zip(known, inputs) if i is not None):
+        return None
+    if not any(k is not None and symbolic(k) for k in known):
+        return None  # all ints: the converters and constant folding handle it
+    return _evaluate(node, op, known, opset)
+
+
+def _evaluate(node, op, known, opset):
+    from tvm import tirx
+
+    if op == "Identity":
+        return known[0]
+    if op == "Cast":
+        to = helper.tensor_dtype_to_np_dtype(_attr(node, "to"))
+        return known[0] if np.issubdtype(to, np.integer) else None
+    if op == "Gather":
+        idx = _ints(known[1])
+        if idx is None:
+            return None
+        axis = _attr(node, "axis", 0)
+        return _arr(np.take(known[0], np.asarray(idx).reshape(known[1].shape), axis=axis))
+    if op == "Unsqueeze":
+        axes = _attr(node, "axes") if opset < 13 else _ints(known[1])
+        if axes is None:
+            return None
+        out = known[0]
+        rank = out.ndim + len(axes)
+        for a in sorted(a + rank if a < 0 else a for a in axes):
+            out = np.expand_dims(out, a)
+        return _arr(out)
+    if op == "Squeeze":
+        axes = _attr(node, "axes") if opset < 13 else (_ints(known[1]) if len(known) > 1
+                                                        and known[1] is not None else None)
+        out = known[0]
+        return _arr(np.squeeze(out, axis=tuple(axes) if axes else None))
+    if op == "Concat":
+        return _arr(np.concatenate([k for k in known if k is not None],
+                                   axis=_attr(node, "axis", 0)))
+    if op == "Reshape":
+        shape = _ints(known[1])
+        if shape is None:
+            return None
+        shape = [d if d != 0 else known[0].shape[i] for i, d in enumerate(shape)]
+        return _arr(known[0].reshape(shape))
+    if op == "Slice":
+        if opset < 10:
+            return None
+        starts, ends = _ints(known[1]), _ints(known[2])
+        axes = _ints(known[3]) if len(known) > 3 and known[3] is not None else None
+        steps = _ints(known[4]) if len(known) > 4 and known[4] is not None else None
+        if starts is None or ends is None:
+            return None
+        axes = axes or list(range(len(starts)))
+        steps = steps or [1] * len(starts)
+        sl = [slice(None)] * known[0].ndim
+        for s, e, a, st in zip(starts, ends, axes, steps):
+            sl[a] = slice(s, e, st)
+        return _arr(known[0][tuple(sl)])
+    binary = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b,
+              "Mul": lambda a, b: a * b,
+              # dims are >= 0: ONNX's truncating integer division is a floor division
+              "Div": lambda a, b: tirx.floordiv(a, b) if not (isinstance(a, int) and
+                                                              isinstance(b, int)) else a // b,
+              "Max": lambda a, b: tirx.max(a, b) if not (isinstance(a, int) and
+                                                         isinstance(b, int)) else max(a, b),
+              "Min": lambda a, b: tirx.min(a, b) if not (isinstance(a, int) and
+                                                         isinstance(b, int)) else min(a, b)}
+    if op in ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual") and len(known) == 2:
+        a, b = np.broadcast_arrays(known[0], known[1])
+        out = [_compare(op, x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))]
+        return None if None in out else _arr(out, a.shape)
+    if op == "Not":
+        return _arr(1 - known[0])
+    if op == "Where" and len(known) == 3 and not symbolic(known[0]):
+        c, x, y = np.broadcast_arrays(*known)
+        return _arr(np.where(c.astype(bool), x, y))
+    if op in binary and len(known) == 2:
+        a, b = np.broadcast_arrays(known[0], known[1])
+        fn = binary[op]
+        return _arr([fn(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))], a.shape)
+    return None
+
+
+def shaped_by(bb, node, inputs, known: list):
+    """Reshape / Expand / ConstantOfShape whose shape input is a symbolic known value, as
+    the Relax op on a ``ShapeExpr`` (TVM's converters take a dynamic path on those); None
+    when the node is not one of those or the shape cannot be resolved."""
+    from tvm import relax
+
+    op = node.op_type
+    k = 0 if op == "ConstantOfShape" else 1
+    if op not in ("Reshape", "Expand", "ConstantOfShape") or len(known) <= k or \
+            known[k] is None or not symbolic(known[k]):
+        return None
+    target = list(known[k].reshape(-1))
+    if op == "ConstantOfShape":
+        attr = _attr(node, "value")
+        from onnx import numpy_helper
+
+        fill = numpy_helper.to_array(attr).reshape(-1) if attr is not None else \
+            np.zeros(1, np.float32)
+        return relax.op.full(relax.ShapeExpr([_expr(d) for d in target]),
+                             relax.const(fill[0], str(fill.dtype)), str(fill.dtype))
+    data = shape_value(inputs[0])
+    if data is None:
+        return None
+    data = list(data)
+    if op == "Reshape":
+        if _attr(node, "allowzero", 0):
+            return None
+        out = [data[i] if (isinstance(d, int) and d == 0) else d for i, d in enumerate(target)]
+        if sum(isinstance(d, int) and d == -1 for d in out) == 1:
+            rest = [d for d in out if not (isinstance(d, int) and d == -1)]
+            total = np.prod(np.array(data, dtype=object)) if data else 1
+            part = np.prod(np.array(rest, dtype=object)) if rest else 1
+            out = [_simplify(_floordiv(total, part)) if (isinstance(d, int) and d == -1)
+                   else d for d in out]
+        if any(isinstance(d, int) and d < 0 for d in out):
+            return None
+        return relax.op.reshape(inputs[0], relax.ShapeExpr([_expr(d) for d in out]))
+    # Expand: numpy broadcasting of the data shape with the target
+    rank = max(len(data), len(target))
+    a = [1] * (rank - len(data)) + data
+    b = [1] * (rank - len(target)) + target
+    out = []
+    for x, y in zip(a, b):
+        if isinstance(y, int) and y == 1:
+            out.append(x)
+        elif isinstance(x, int) and x == 1:
+            out.append(y)
+        elif _compare("Equal", x, y) == 1:
+            out.append(x)
+        else:
+            return None
+    return relax.op.broadcast_to(inputs[0], relax.ShapeExpr([_expr(d) for d in out]))
+
+
+def _floordiv(a, b):
+    from tvm import tirx
+
+    return a // b if isinstance(a, int) and isinstance(b, int) else tirx.floordiv(a, b)
+
+
+def _compare(op, a, b) -> int | None:
+    """1 / 0 when the analyzer proves ``a op b`` true / false, else None (not decidable at
+    compile time: the node is left to its converter)."""
+    from tvm import tirx
+
+    ana = analyzer(a, b)
+    a, b = (tirx.IntImm("int64", v) if isinstance(v, int) else v for v in (a, b))
+    cond = {"Equal": lambda: a == b, "Greater": lambda: a > b, "Less": lambda: a < b,
+            "GreaterOrEqual": lambda: a >= b, "LessOrEqual": lambda: a <= b}[op]()
+    if op == "Equal":
+        cond = tirx.EQ(a, b)
+    if ana.can_prove(cond):
+        return 1
+    if ana.can_prove(tirx.Not(cond)):
+        return 0
+    return None
+
+
+def output_dtype(node, inputs) -> str:
+    """The ONNX dtype of a shape-arithmetic node's output (numpy name)."""
+    if node.op_type in ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Not"):
+        return "bool"
+    if node.op_type == "Cast":
+        return helper.tensor_dtype_to_np_dtype(_attr(node, "to")).name
+    if node.op_type in ("Shape", "Size"):
+        return "int64"
+    k = 1 if node.op_type == "Where" else 0
+    dtype = getattr(inputs[k].ty, "dtype", None) if inputs[k] is not None else None
+    return str(dtype) if dtype is not None and str(dtype) in _INT_TYPES else "int64"
+
+
+def to_relax(bb, value: np.ndarray, dtype: str = "int64"):
+    """A known value as Relax: a constant, a ShapeExpr (1-D), a PrimValue (0-D), or (other
+    ranks) a kernel computing it."""
+    from tvm import relax
+
+    if not symbolic(value):
+        return relax.const(np.array(value.tolist(), dtype=dtype), dtype)
+    if value.ndim == 1 and dtype == "int64":
+        return relax.ShapeExpr([_expr(v) for v in value])
+    if value.ndim == 0 and dtype == "int64":
+        return relax.prim_value(_expr(value.item()))
+    return materialize(bb, value, dtype)
+
+
+def _expr(v):
+    from tvm import tirx
+
+    if isinstance(v, int):
+        return tirx.IntImm("int64", v)
+    return v if str(v.ty.dtype) == "int64" else tirx.Cast("int64", v)
+
+
+def _dims_of(exprs) -> list:
+    """The dim Vars the expressions read, in a stable order."""
+    from tvm import tirx
+
+    found = {}
+    for e in exprs:
+        if not isinstance(e, (int, tirx.IntImm)):
+            for v in tirx.analysis.undefined_vars(e):
+                found.setdefault(v.name, v)
+    return [found[k] for k in sorted(found)]
+
+
+def _emit_te(bb, build, exprs, name: str):
+    """``bb.emit_te`` of ``build(substitute)`` with the dims the expressions read passed as
+    scalar arguments (PrimValues), not left free: FuseTIR drops free vars' tir_vars."""
+    from tvm import tirx
+
+    dims = _dims_of(exprs)
+
+    def fn(*args):
+        vmap = dict(zip((d.name for d in dims), args))
+
+        return build(lambda e: e if isinstance(e, (int, tirx.IntImm)) else _subst(e, vmap))
+
+    return bb.emit_te(fn, *dims, primfunc_name_hint=name)
+
+
+def _subst(e, vmap):
+    """``e`` with its dim Vars replaced by ``vmap`` ({name: expr}), rebuilt bottom up."""
+    from tvm import tirx
+
+    if isinstance(e, tirx.Var):
+        return vmap.get(e.name, e)
+    if isinstance(e, tirx.IntImm):
+        return e
+    if isinstance(e, tirx.Cast):
+        return tirx.Cast(str(e.ty.dtype), _subst(e.value, vmap))
+    for cls, fn in ((tirx.Add, lambda a, b: a + b), (tirx.Sub, lambda a, b: a - b),
+                    (tirx.Mul, lambda a, b: a * b), (tirx.FloorDiv, tirx.floordiv),
+                    (tirx.FloorMod, tirx.floormod), (tirx.Max, tirx.max),
+                    (tirx.Min, tirx.min)):
+        if isinstance(e, cls):
+            return fn(_subst(e.a, vmap), _subst(e.b, vmap))
+    raise ValueError(f"shape expression {e} ({type(e).__name__}) cannot be rebuilt")
+
+
+def materialize(bb, value: np.ndarray, dtype: str = "int64"):
+    """A known value as a tensor: a kernel that writes each element (the dims it reads
+    are its scalar arguments)."""
+    from tvm import te, tirx
+
+    flat = [_expr(v) for v in value.reshape(-1)]
+    shape = list(value.shape)
+
+    def build(sub):
+        vals = [sub(v) for v in flat]
+
+        def elem(*idx):
+            k = 0
+            for i, n in zip(idx, shape):
+                k = k * n + i
+            out = vals[-1]
+            for j in range(len(vals) - 2, -1, -1):
+                out = tirx.Select(k == j, vals[j], out)
+            return out.astype(dtype)
+
+        return te.compute(shape, elem, name="shape_value")
+
+    return _emit_te(bb, build, flat, "shape_value")
+
+
+def arange(bb, start, limit, delta, dtype: str):
+    """ONNX Range over known scalars (at least one symbolic): a kernel of length
+    ``max(ceil((limit - start) / delta), 0)``; its output shape names the dims, its values
+    take them as scalar arguments."""
+    from tvm import te, tirx
+
+    s, l, d = (_expr(v) for v in (start, limit, delta))
+    if not isinstance(d, tirx.IntImm) or d.value == 0:
+        return None
+    step = int(d.value)
+    n = tirx.max(tirx.floordiv(l - s + (step - 1 if step > 0 else step + 1), step),
+                 tirx.IntImm("int64", 0))
+    n = _simplify(n)
+
+    def build(sub):
+        first = sub(s)
+        return te.compute([n], lambda i: (first + i * step).astype(dtype), name="range")
+
+    return _emit_te(bb, build, [s], "range")

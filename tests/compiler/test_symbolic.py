@@ -1,0 +1,319 @@
+"""Symbolic shapes end to end: one artifact serves every (batch, seq) in the declared range.
+
+compiler/lowering/symbolic.py (ranges, expressions, monotone sizes), the graph runtime's
+binding (runtime/dims.py, runtime/session.py), the packed matmul rule on a symbolic row
+count, and the CLI's --dim.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import compiler
+import runtime
+from compiler.lowering.symbolic import (DEFAULT_RANGE, monotone, parse_dim_option,
+                                        resolve_ranges)
+from runtime.dims import DimError, ShapeExpr, bind_dims
+from tests.conftest import assert_close, ort_run, zoo
+
+DIMS = {"batch": (1, 4, 1), "seq": (1, 77, 16)}
+
+
+def _model():
+    return zoo.transformer(seq="seq", batch="batch", hidden=32, heads=2, ffn=64, layers=1,
+                           mask=True, name="tsym")
+
+
+def _feeds(batch, seq, seed=0):
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, seq), np.int64)
+    mask[:, seq - seq // 4:] = 0  # padded positions: the additive mask matters
+    return {"x": rng.standard_normal((batch, seq, 32)).astype(np.float32),
+            "attention_mask": mask}
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    """The symbolic model compiled once, exported, and loaded without the compiler."""
+    cm = compiler.compile(_model(), dims=DIMS)
+    path = tmp_path_factory.mktemp("sym") / "tsym.so"
+    cm.export(str(path))
+    return cm, runtime.load(str(path)), path
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 1), (1, 7), (2, 16), (3, 33), (1, 77), (4, 77),
+                                        (4, 1)])
+def test_one_artifact_matches_onnxruntime_at_every_shape(artifact, batch, seq):
+    _, sess, _ = artifact
+    feeds = _feeds(batch, seq, seed=batch * 100 + seq)
+    assert_close(sess.run(None, feeds), ort_run(_model(), feeds))
+
+
+def test_signature_manifest_and_report_keep_the_dims(artifact):
+    cm, sess, _ = artifact
+    assert [i.shape for i in sess.get_inputs()] == [["batch", "seq", 32], ["batch", "seq"]]
+    assert sess.get_outputs()[0].shape == ["batch", "seq", 32]
+    want = [{"name": "batch", "min": 1, "max": 4, "opt": 1, "declared": True},
+            {"name": "seq", "min": 1, "max": 77, "opt": 16, "declared": True}]
+    assert sess.get_modelmeta()["dims"] == want and cm.report["dims"] == want
+    assert not any("no declared range" in w for w in cm.report["warnings"])
+
+
+def test_arena_is_planned_at_the_maxima_and_holds_every_smaller_binding(artifact):
+    """Each buffer is sized at (batch, seq) = (4, 77); every tensor's size is monotone in
+    the dims, so at any binding it fits the buffer its offset was planned for."""
+    cm, _, _ = artifact
+    graph, plan = cm.meta["graph"], cm.memory_plan
+    names = {"batch", "seq"}
+    rng = np.random.default_rng(0)
+    bindings = [{"batch": 4, "seq": 77}] + [
+        {"batch": int(rng.integers(1, 5)), "seq": int(rng.integers(1, 78))} for _ in range(20)]
+    for t in graph["tensors"]:
+        if t["storage"] != "arena":
+            continue
+        cap = graph["buffers"][t["index"]]["nbytes"]
+        for b in bindings:
+            n = int(np.prod(ShapeExpr(t["shape"], names)(b))) * np.dtype(t["dtype"]).itemsize
+            assert n <= cap, (t["name"], b)
+    top = max(graph["buffers"], key=lambda b: b["nbytes"])["nbytes"]
+    assert top == 4 * 2 * 77 * 77 * 4  # the attention scores [batch, heads, seq, seq] at MAX
+    assert plan.arena_bytes >= top
+
+
+@pytest.mark.parametrize("batch, seq, message", [
+    (1, 78, r"input 'x': axis 1 is dim 'seq' = 78, outside the range 1\.\.77"),
+    (5, 8, r"input 'x': axis 0 is dim 'batch' = 5, outside the range 1\.\.4"),
+    (1, 0, r"input 'x': axis 1 is dim 'seq' = 0, outside the range 1\.\.77"),
+])
+def test_feed_outside_the_range_is_refused(artifact, batch, seq, message):
+    _, sess, _ = artifact
+    with pytest.raises(DimError, match=message):
+        sess.run(None, _feeds(batch, seq))
+
+
+def test_instruments_and_memplan_on_a_symbolic_artifact(artifact, tmp_path):
+    """Profiling and NaN checks run over the bound views; onnxc memplan prints the plan."""
+    from tests.compiler.test_cli import onnxc
+
+    path = artifact[2]
+    opts = runtime.SessionOptions(enable_profiling=True, check_nan=True,
+                                  profile_file_prefix=str(tmp_path / "trace"))
+    sess = runtime.load(str(path), opts)
+    feeds = _feeds(2, 9)
+    assert_close(sess.run(None, feeds), ort_run(_model(), feeds))
+    assert "kernel calls" in sess.profile_summary()
+    feeds["x"][1, 3, 5] = np.nan
+    with pytest.raises(runtime.NonFiniteError, match="input"):
+        sess.run(None, feeds)
+    r = onnxc("memplan", path)
+    assert r.returncode == 0, r.stderr
+    assert f"x,n25             {4 * 77 * 32 * 4}" in r.stdout  # x's buffer at (4, 77)
+
+
+def test_results_are_the_callers_across_bindings(artifact):
+    """A symbolic session copies its outputs out (bind_io writes into returned arrays for
+    static shapes only): a result is not overwritten by a later run at another binding."""
+    _, sess, _ = artifact
+    first = sess.run(None, _feeds(1, 7, seed=1))[0]
+    kept = first.copy()
+    sess.run(None, _feeds(4, 77, seed=2))
+    np.testing.assert_array_equal(first, kept)
+
+
+def test_inputs_sharing_a_dim_must_agree(artifact):
+    _, sess, _ = artifact
+    feeds = _feeds(2, 8)
+    feeds["attention_mask"] = np.ones((2, 9), np.int64)
+    with pytest.raises(DimError, match=r"input 'attention_mask': axis 1 is dim 'seq' = 9, but "
+                                       r"input 'x' axis 1 gave 'seq' = 8"):
+        sess.run(None, feeds)
+    feeds = _feeds(2, 8)
+    feeds["x"] = feeds["x"][..., :31]
+    with pytest.raises(DimError, match="axis 2 must be 32, got 31"):
+        sess.run(None, feeds)
+
+
+def test_packed_matmul_rule_fires_on_a_symbolic_row_count():
+    """The projections' rows are batch x seq: the kernel keeps a symbolic extent, and
+    cpu.matmul_packed (not the fallback) schedules it, vectorised."""
+    from tvm import tirx
+
+    from compiler.driver import schedule_kernels
+
+    mod, rules, _ = schedule_kernels(_model())
+    packed = [name for name, rule in rules.items() if rule == "cpu.matmul_packed"]
+    assert len(packed) >= 3  # q/k/v/out projections share kernels; ffn fc1, fc2
+    for name in packed:
+        func = mod[name]
+        dims = {v.name for p in func.params for d in getattr(p, "shape", None) or ()
+                if not isinstance(d, tirx.IntImm) for v in tirx.analysis.undefined_vars(d)}
+        assert dims >= {"batch", "seq"}, name
+        assert "T.vectorized" in func.script() and "T.parallel" in func.script()
+
+
+def test_attention_kernels_keep_their_rules_with_symbolic_seq():
+    """Q K^T (seq x seq), P V (reducing over seq) and the softmax over seq are scheduled by
+    the rules a static build uses, not dlight or the fallback."""
+    from compiler.driver import schedule_kernels
+
+    _, rules, _ = schedule_kernels(_model())
+    by_kind = {k: v for k, v in rules.items()}
+    assert by_kind["softmax"] == "cpu.row_reduction"
+    matmuls = [v for k, v in by_kind.items() if "matmul" in k]
+    assert matmuls.count("cpu.matmul") == 2 and "fallback" not in matmuls
+    assert not any(v.startswith("dlight") for v in rules.values())
+
+
+def _torch_style_model():
+    """Shape arithmetic as PyTorch's exporter writes it: the sequence length read with
+    Shape -> Gather, position ids from Range over it, a head split reshaped to a Concat of
+    gathered dims, and an Expand to a computed shape."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def c(name, value):
+        return numpy_helper.from_array(np.asarray(value, np.int64), name)
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], name="gather_seq", axis=0),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], name="gather_batch", axis=0),
+        helper.make_node("Range", ["zero", "seq", "one"], ["pos"], name="range"),
+        helper.make_node("Cast", ["pos"], ["posf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["posf", "axes01"], ["pos2"], name="unsq"),  # [1,1,seq]
+        helper.make_node("Unsqueeze", ["batch", "axes0"], ["b1"], name="unsq_b"),
+        helper.make_node("Unsqueeze", ["seq", "axes0"], ["s1"], name="unsq_s"),
+        helper.make_node("Concat", ["b1", "s1", "two", "minus1"], ["split"], name="concat",
+                         axis=0),
+        helper.make_node("Reshape", ["x", "split"], ["heads"], name="reshape"),  # [b,s,2,4]
+        helper.make_node("Concat", ["b1", "s1", "s1"], ["sq"], name="concat_sq", axis=0),
+        helper.make_node("Expand", ["pos2", "sq"], ["grid"], name="expand"),  # [b, s, s]
+        helper.make_node("ReduceSum", ["grid", "axes2"], ["rowsum"], name="rowsum",
+                         keepdims=1),  # [b, s, 1]: sum of positions = s (s - 1) / 2
+        helper.make_node("ReduceSum", ["heads", "axes3"], ["hsum"], name="hsum", keepdims=0),
+        helper.make_node("Add", ["hsum", "rowsum"], ["y"], name="add"),  # [b, s, 2]
+    ]
+    g = helper.make_graph(
+        nodes, "torch_style",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 2])],
+        [c("zero", 0), c("one", 1), c("two", [2]), c("minus1", [-1]), c("axes0", [0]),
+         c("axes01", [0, 1]), c("axes2", [2]), c("axes3", [3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_exporter_shape_arithmetic_stays_symbolic():
+    m = _torch_style_model()
+    cm = compiler.compile(m, dims={"batch": (1, 3), "seq": (1, 40, 8)})
+    assert isinstance(cm, compiler.CompiledModel)  # not the per-shape fallback
+    assert [d["name"] for d in cm.report["dims"]] == ["batch", "seq"]
+    # the Range kernel reads seq as a scalar argument or off its output's shape
+    sess = cm.session()
+    for b, s in [(1, 1), (2, 5), (3, 40)]:
+        x = np.random.default_rng(s).standard_normal((b, s, 8)).astype(np.float32)
+        assert_close(sess.run(None, {"x": x}), ort_run(m, {"x": x}))
+
+
+@pytest.mark.slow  # ~50 s to compile on a loaded 2-core host
+def test_hf_bert_export_compiles_once_for_every_shape(tmp_path):
+    """transformers' exported BERT (masks built from Range / Flatten / Gather over the
+    dims) as one artifact: every shape, padded masks, against onnxruntime."""
+    import onnx
+
+    from tests.conftest import REPO
+
+    path = REPO / "tests" / "data" / "hf_bert_tiny.onnx"
+    cm = compiler.compile(str(path), dims={"batch": (1, 3, 1), "sequence": (1, 64, 16)})
+    assert isinstance(cm, compiler.CompiledModel)
+    cm.export(str(tmp_path / "bert.so"))
+    sess = runtime.load(str(tmp_path / "bert.so"))
+    model = onnx.load(str(path))
+    rng = np.random.default_rng(0)
+    for b, s in [(1, 1), (1, 7), (2, 16), (3, 64)]:
+        mask = np.ones((b, s), np.int64)
+        mask[:, s - s // 3:] = 0
+        feeds = {"input_ids": rng.integers(0, 100, (b, s)).astype(np.int64),
+                 "attention_mask": mask,
+                 "token_type_ids": rng.integers(0, 2, (b, s)).astype(np.int64)}
+        assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def test_undeclared_dims_get_the_default_and_the_report_says_so():
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(m)
+    lo, hi, opt = DEFAULT_RANGE
+    assert cm.report["dims"] == [{"name": "n", "min": lo, "max": hi, "opt": opt,
+                                  "declared": False}]
+    assert any("dim 'n' has no declared range" in w for w in cm.report["warnings"])
+    assert cm.memory_plan.arena_bytes >= hi * 3 * 4
+    sess = cm.session()
+    x = -np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
+    with pytest.raises(DimError, match=r"\(the default range\)"):
+        sess.run(None, {"x": np.zeros((hi + 1, 3), np.float32)})
+    with pytest.raises(ValueError, match=r"dims=\['m'\] name no symbolic input dimension"):
+        compiler.compile(m, dims={"m": (1, 2)})
+
+
+def test_dim_ranges_are_checked():
+    assert parse_dim_option("seq=1..512:128") == ("seq", (1, 512, 128))
+    assert parse_dim_option("b=2..8") == ("b", (2, 8, 8))
+    for bad in ("seq", "seq=1-512", "seq=a..b", "=1..2"):
+        with pytest.raises(ValueError, match="expected NAME=MIN..MAX"):
+            parse_dim_option(bad)
+    with pytest.raises(ValueError, match="need 1 <= min <= opt <= max"):
+        resolve_ranges(["seq"], {"seq": (8, 4)})
+    with pytest.raises(ValueError, match="need 1 <= min <= opt <= max"):
+        resolve_ranges(["seq"], {"seq": (1, 8, 9)})
+
+
+def test_size_expressions_must_be_monotone():
+    from tvm import tirx
+
+    s = tirx.Var("seq", "int64")
+    two = tirx.IntImm("int64", 2)
+    assert monotone(s * two + tirx.IntImm("int64", 3))
+    assert monotone(tirx.floordiv(s + tirx.IntImm("int64", 7), tirx.IntImm("int64", 8)))
+    assert monotone(s - two)
+    assert not monotone(tirx.IntImm("int64", 512) - s)  # shrinks as seq grows
+    assert not monotone(tirx.floormod(s, tirx.IntImm("int64", 4)))
+
+
+def test_bind_dims_rules():
+    dims = [{"name": "b", "min": 1, "max": 4, "opt": 4, "declared": True}]
+    inputs = [("x", ["b", 3]), ("y", ["b"])]
+    feeds = {"x": np.zeros((2, 3)), "y": np.zeros(2)}
+    assert bind_dims(dims, inputs, feeds) == {"b": 2}
+    with pytest.raises(DimError, match="expected rank 2"):
+        bind_dims(dims, inputs, {"x": np.zeros(2), "y": np.zeros(2)})
+    assert ShapeExpr(["b", "(b * 3) // 2", "max(b, 3)"], {"b"})({"b": 4}) == (4, 6, 4)
+    with pytest.raises(ValueError, match="is not allowed"):
+        ShapeExpr(["__import__('os')"], {"b"})
+
+
+@pytest.mark.slow  # two compiles in child processes: ~45 s on a loaded 2-core host
+def test_cli_dim_option(tmp_path):
+    import onnx
+
+    from tests.compiler.test_cli import onnxc
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), str(path))
+    r = onnxc("compile", path, "-o", tmp_path / "m.so", "--dim", "seq=1..5:4",
+              "--dim", "batch=1..2", "--report", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    dims = json.loads((tmp_path / "r.json").read_text())["dims"]
+    assert [(d["name"], d["min"], d["max"], d["opt"]) for d in dims] == [
+        ("batch", 1, 2, 2), ("seq", 1, 5, 4)]
+    r = onnxc("run", tmp_path / "m.so", "--random-inputs", "--allow-untrusted-location")
+    assert r.returncode == 0, r.stderr
+    assert "[2, 4, 32]" in r.stdout  # random inputs at the dims' opt
+    r = onnxc("compile", path, "-o", tmp_path / "n.so", "--dim", "seq=1:5")
+    assert r.returncode == 2 and "expected NAME=MIN..MAX" in r.stderr
