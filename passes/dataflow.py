@@ -241,6 +241,17 @@ def rewrite_calls(mod, op_name: str, replace, func: str = "main"):
     return relax.transform.DeadCodeElimination([func])(out), m.replaced
 
 
+def record_calls(report, rule: str, replaced: list) -> None:
+    """Count ``rewrite_calls``' replaced vars under ``rule`` in ``report`` and name their
+    ONNX nodes (a var no node made is named by itself)."""
+    if not replaced:
+        return
+    report.rewrites[rule] = len(replaced)
+    names = report.node_names
+    report.nodes = [names[k] if k < len(names) else v.name
+                    for v in replaced for k in nodes_of(v.name) or [len(names)]]
+
+
 class Emitter:
     """What a rewrite callback gets: ``emit`` binds a helper value, named after the nodes
     of the match or of the binding ``like`` (the one it stands for, so that its kernel

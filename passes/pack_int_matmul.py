@@ -23,7 +23,7 @@ import tvm
 from tvm import relax, te
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, nodes_of, rewrite_calls
+from .dataflow import Dataflow, record_calls, rewrite_calls
 
 RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(int16(a) - int16(za), [N/nr, K/2, nr, 2](W))"
 _BYTE = ("uint8", "int8")
@@ -42,11 +42,7 @@ class PackIntMatmul(GraphPass):
         df = Dataflow(mod)
         out, rewritten = rewrite_calls(mod, "relax.matmul",
                                        lambda m, call: _packed(m, df, call, panel))
-        if rewritten:
-            report.rewrites[RULE] = len(rewritten)
-            names = report.node_names
-            report.nodes = [names[k] if k < len(names) else v.name
-                            for v in rewritten for k in nodes_of(v.name) or [len(names)]]
+        record_calls(report, RULE, rewritten)
         return out
 
 

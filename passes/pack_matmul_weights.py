@@ -25,7 +25,7 @@ from tvm import relax, te
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
-from .dataflow import nodes_of, rewrite_calls
+from .dataflow import record_calls, rewrite_calls
 
 RULE = "matmul(x, W) => matmul_packed(x, [N/nr, K, nr](W))"
 
@@ -43,11 +43,7 @@ class PackMatmulWeights(GraphPass):
         panel, rows = int(options["panel"]), int(options["rows"])
         out, rewritten = rewrite_calls(mod, "relax.matmul",
                                        lambda m, call: _packed(m, call, panel, rows))
-        if rewritten:
-            report.rewrites[RULE] = len(rewritten)
-            names = report.node_names
-            report.nodes = [names[k] if k < len(names) else v.name
-                            for v in rewritten for k in nodes_of(v.name) or [len(names)]]
+        record_calls(report, RULE, rewritten)
         return out
 
 
