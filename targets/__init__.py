@@ -30,15 +30,16 @@ class TargetError(ValueError):
     """An unknown or unusable target name."""
 
 
-# ISA extensions that change which instructions LLVM may emit.  Only these are checked
-# against the loading host: LLVM's feature list also holds tuning flags ("fast-bextr")
-# that no CPU advertises, and system instructions (waitpkg, serialize, movdiri, shstk,
-# clflushopt, rdpid, ...) that only intrinsics emit and that hypervisors often hide.
-# Each name here must have a /proc/cpuinfo flag (runtime/cpu_features.py maps the names
-# that differ), or a host would refuse its own artifact.  Not checkable, because Linux does
-# not print them: amx-fp16 (Granite Rapids), avxifma, avxneconvert, avxvnniint8/16,
-# cmpccxadd, sha512, sm3, sm4, the avx10.x levels and APX (egpr, ndd, ...); a target
-# using them (graniterapids, arrowlake, diamondrapids) is checked on the rest only.
+# ISA extensions whose instructions compute on data (vector, bit, crypto, AMX), checked
+# against the loading host.  Not checked: LLVM's tuning flags ("fast-bextr"), which no CPU
+# advertises, and system instructions (waitpkg, serialize, movdiri, shstk, clflushopt,
+# rdpid, ...), which only intrinsics emit and hypervisors often hide.  Each name here must
+# have a /proc/cpuinfo flag (runtime/cpu_features.py maps the names that differ), or a host
+# would refuse its own artifact.  Not checkable, because Linux does not print them:
+# amx-fp16 (Granite Rapids), avxifma, avxneconvert, avxvnniint8/16, cmpccxadd, sha512,
+# sm3, sm4, the avx10.x levels and APX (egpr, ndd, ...); a target using them (graniterapids,
+# arrowlake, diamondrapids) is checked on the rest only.  tests/targets/
+# test_fabricated_hosts.py lists what is left out for the CPUs the suite runs on, and why.
 X86_ISA = (
     "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "cx16", "sahf", "avx",
     "avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt", "movbe", "adx", "aes", "pclmul", "sha",

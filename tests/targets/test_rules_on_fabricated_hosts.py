@@ -60,10 +60,12 @@ HOST_TESTS = {
 }
 
 
-# host-dependent too, left to the slow tier here (3 s a case): the NaN legalizations'
-# rules (test_fabricated_hosts checks them on every host) and the NCHWc pool
+# host-dependent too, left to the slow tier here (3 s or more a case): the NaN
+# legalizations' rules (test_fabricated_hosts checks them on every host), the NCHWc pool,
+# onnxruntime-optimised BERT / GPT-2 exports (layer norms on cpu.row_reduction)
 SLOW_FILES = ["tests/compiler/lowering/test_legalize_pool.py",
               "tests/compiler/lowering/test_legalize_reductions.py",
+              "tests/compiler/test_ort_optimized.py",
               "tests/schedules"]
 
 
