@@ -112,6 +112,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     where = stage.where
     tinfo = targets.resolve(target)
     pass_config, layout_report = _choose_layout(layout, tinfo, pass_config, disabled_passes)
+    pass_config = _matmul_tiles(tinfo, pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
@@ -193,6 +194,24 @@ def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
     entry = {"requested": layout, "chosen": opts["layout"] if "convert_layout" not in
              set(disabled) else "NCHW", "block": opts["block"], "why": why}
     return config, entry
+
+
+def _matmul_tiles(tinfo, pass_config) -> dict:
+    """pass_config with pack_matmul_weights' ``rows`` set to the register tile cpu.matmul_packed
+    makes on this target (its accumulator budget over the vectors of one panel row), so M
+    is padded to whole tiles where its divisors would make thin ones; options the user set
+    win."""
+    if not tinfo.is_cpu:
+        return pass_config
+    from schedules.cpu import common
+
+    config = {k: dict(v) for k, v in (pass_config or {}).items()}
+    opts = config.setdefault("pack_matmul_weights", {})
+    panel = int(opts.get("panel", passes.PackMatmulWeights.options["panel"]))
+    target = tinfo.tvm_target()
+    vectors = -(-panel // common.lanes_fp32(target))
+    opts.setdefault("rows", max(1, common.acc_budget(target, "matmul") // vectors))
+    return config
 
 
 def _layout_outcome(ctx) -> dict:
@@ -427,6 +446,7 @@ def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_
     """(TargetInfo, PassContext, KernelGraph): the front half of compile_static() on its own."""
     tinfo = targets.resolve(target)  # the same refusals as compile_static()
     pass_config, _ = _choose_layout(layout, tinfo, pass_config, disabled_passes)
+    pass_config = _matmul_tiles(tinfo, pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     _, _, graph = _front(model, ctx, _Stages(model_label(model)))

@@ -24,6 +24,10 @@ FUSE = relax.transform.FuseOps()
 def graph_passes() -> list:
     """Our Relax graph passes, in order (fresh instances per compile)."""
     return [
+        # QDQ matmuls (DQ(x) @ DQ(W), W a constant 8-bit weight) => int32 matmul * scales,
+        # the MatMulInteger form pack_int_matmul packs; first: fold_constants would fold
+        # DQ(W) into a float weight
+        passes.QdqMatmulInteger(),
         # weight reshapes/casts and shape arithmetic on initializers become constants,
         # so no kernel recomputes them on every run
         passes.FoldConstants(),
@@ -60,6 +64,10 @@ def graph_passes() -> list:
         # constant matmul weights [K, N] -> [N/32, K, 32] panels once, here: the x86 kernel
         # streams contiguous panels instead of copying strided ones per call; after the fusions
         passes.PackMatmulWeights(),
+        # MatMulInteger with constant weights (b - zb folded above) => packed int8 panels and
+        # the activation zero point as a column-sum epilogue: cpu.matmul_int8's vpmaddwd
+        # kernel, into which FuseOps fuses the dequantisation (one f32 kernel)
+        passes.PackIntMatmul(),
         # fp16 reductions accumulate in fp32; after the fusions, which match fp16 ops bare
         passes.AccumulateFp32(),
         # conv graphs NCHW -> NCHW[b]c (b = vector lanes) with transforms only at the ends

@@ -177,13 +177,26 @@ def _llvm_facts(target_str: str, tvm_target) -> tuple:
     return triple.split("-")[0], frozenset(codegen.llvm_get_cpu_features(tvm_target))
 
 
+def int16_dot(arch: str, features) -> str | None:
+    """The x86 pair-wise i16 dot (``vpmaddwd``: 2 products summed into each i32 lane) at the
+    widest width ``features`` allow: "avx512" (512-bit, AVX512BW), "avx2" (256-bit), else
+    None (no such instruction: the integer matmul stays plain vectorised i32 code)."""
+    if arch != "x86_64":
+        return None
+    if "avx512bw" in features:
+        return "avx512"
+    return "avx2" if "avx2" in features else None
+
+
 def cpu_facts(tvm_target) -> dict:
     """What schedule rules ask of an LLVM CPU target (a ``tvm.target.Target``): ``lanes``
-    (fp32 per vector), ``vector_registers``, ``cores`` (the target's ``num-cores``)."""
+    (fp32 per vector), ``vector_registers``, ``cores`` (the target's ``num-cores``),
+    ``int16_dot`` (see ``int16_dot``)."""
     arch, feats = _llvm_facts(str(tvm_target), tvm_target)
     return {"arch": arch, "lanes": vector_bits(arch, feats) // 32,
             "vector_registers": vector_registers(arch, feats),
-            "cores": int(tvm_target.attrs.get("num-cores", 1) or 1)}
+            "cores": int(tvm_target.attrs.get("num-cores", 1) or 1),
+            "int16_dot": int16_dot(arch, feats)}
 
 
 def _this_arch() -> str:

@@ -73,7 +73,11 @@ def _softmax(bb, call):
                        name="T_softmax_exp")
         k2 = te.reduce_axis((0, n), name="k")
         s = te.compute(rows, lambda *r: te.sum(e(*r, k2), axis=k2), name="T_softmax_expsum")
-        return te.compute(a.shape, lambda *i: e(*i) / s(*i[:-1]), name="T_softmax_norm")
+        # times the reciprocal (as onnxruntime): one division per row, hoisted out of the
+        # row's loop, instead of one per element (vdivps: a quarter of vmulps' throughput)
+        one = tirx.const(1.0, "float32")
+        return te.compute(a.shape, lambda *i: e(*i) * (one / s(*i[:-1])),
+                          name="T_softmax_norm")
 
     return bb.call_te(te_softmax, x, primfunc_name_hint="softmax")
 

@@ -23,6 +23,7 @@ from .fallback import Fallback
 from .inner_reduction import InnerReduction
 from .matmul import Matmul
 from .matmul_packed import MatmulPacked
+from .matmul_int8 import MatmulInt8
 from .pool import Pool2dNCHW, Pool2dNCHWc
 from .pool_strided import PoolStrided
 from .row_reduction import RowReduction
@@ -43,6 +44,7 @@ RULES = [
     Pool2dNCHW(),
     Pool2dNCHWc(),
     MatmulPacked(),  # matmuls whose weights pack_matmul_weights pre-packed [N/nr, K, nr]
+    MatmulInt8(),  # integer matmuls pack_int_matmul packed [N/nr, K/2, nr, 2]: vpmaddwd
     Matmul(),  # any M / N (padded to whole tiles), B [K, N] or [N, K], M = 1 streamed
     RowReduction(),  # softmax / layer norm rows: vectorised (rfactored) reductions
     # any other reduction vectorisable over its innermost output dim: grouped and

@@ -93,13 +93,13 @@ def inline_producers(sch, block_rv):
     return None if before else sch.get_sblock(name)
 
 
-def inline_around(sch, main_rv, keep_pads=True):
-    """Inline every spatial block but ``main_rv`` (the conv / matmul) and padding
-    producers (kept when ``keep_pads``: padding inlined into the reduction would put a
-    branch in the inner loop).  Returns (blocks left before main, blocks left after
+def inline_around(sch, main_rv, keep_pads=True, keep=()):
+    """Inline every spatial block but ``main_rv`` (the conv / matmul), the blocks named in
+    ``keep`` and padding producers (kept when ``keep_pads``: padding inlined into the
+    reduction would put a branch in the inner loop).  Returns (blocks left before main, blocks left after
     main, the single consumer of main that writes the output or None)."""
     main = sch.get(main_rv)
-    pads = []
+    pads = list(keep)
     for blk in sch.get_producers(main_rv):
         if keep_pads and "if_then_else" in str(sch.get(blk).body):
             pads.append(sch.get(blk).name_hint)

@@ -46,6 +46,26 @@ def test_pad_rows_only_without_a_register_tile_divisor():
     assert [pad_rows(m, 8) for m in (128, 77, 12, 5, 1, 37, 197, 26)] == [1, 1, 1, 1, 1, 8, 8, 8]
 
 
+def test_pad_rows_follows_the_targets_register_tile():
+    # AVX2: 4-vector panels in a 12-accumulator budget make 3-row tiles; Swin's 49-token
+    # windows and LLaMA's 77 would get 1-row tiles
+    assert [pad_rows(m, 3) for m in (49, 77, 128, 196, 1, 2)] == [3, 3, 1, 1, 1, 1]
+    # AVX-512: 12-row tiles; 49 keeps its 7-row divisor
+    assert [pad_rows(m, 12) for m in (49, 77, 128, 197, 37, 2)] == [1, 1, 1, 12, 12, 1]
+
+
+def test_rows_option_set_from_the_target():
+    import targets
+    from compiler.driver import _matmul_tiles
+
+    rows = {name: _matmul_tiles(targets.resolve(name), None)["pack_matmul_weights"]["rows"]
+            for name in ("x86-avx2", "x86-avx512")}
+    assert rows == {"x86-avx2": 3, "x86-avx512": 12}
+    mine = {"pack_matmul_weights": {"rows": 5}}
+    assert _matmul_tiles(targets.resolve("x86-avx2"), mine)["pack_matmul_weights"]["rows"] == 5
+    assert mine == {"pack_matmul_weights": {"rows": 5}}  # the caller's dict is not changed
+
+
 def test_prime_rows_padded_plain_and_shared_outputs_match_ort():
     # M = 37: rows padded to 40 inside the kernel; the matmul output is a graph output
     # (no epilogue) and, in the second model, feeds two consumers
@@ -59,6 +79,18 @@ def test_prime_rows_padded_plain_and_shared_outputs_match_ort():
         outs, cm = compile_run(m, feeds, target="host")
         assert cm.report["schedules"].get("cpu.matmul_packed") == 1, cm.report["schedules"]
         assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_batched_window_rows_padded_per_batch_match_ort():
+    # Swin's window projection [windows, 49, C] @ W: with rows=3 (AVX2's tile) each
+    # window's 49 rows are computed as 51, the extra rows dropped per window
+    m = model([node("MatMul", ["x", "w"], "y"), node("Relu", ["y"], "z")],
+              {"x": [4, 49, 24]}, {"z": [4, 49, 40]}, {"w": _w(24, 40)})
+    feeds = {"x": np.random.default_rng(5).standard_normal((4, 49, 24)).astype(np.float32)}
+    outs, cm = compile_run(m, feeds, target="host",
+                           pass_config={"pack_matmul_weights": {"rows": 3}})
+    assert cm.report["schedules"].get("cpu.matmul_packed") == 1, cm.report["schedules"]
+    assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
 
 
 def test_structure_names_and_packed_constant():

@@ -73,3 +73,4 @@ def test_numerics_layer_norm(shape):
          "b": rng.standard_normal(n).astype("float32")})
     x = (rng.standard_normal(shape) * 3 + 5).astype("float32")  # |mean| > std
     check_against_ort(model, {"x": x}, "cpu.row_reduction")
+

@@ -610,3 +610,48 @@ def group_query_attention(bb, inputs, attrs, ctx):
     if _wants(ctx, 1) or _wants(ctx, 2):
         return _outputs(o, present_k, present_v)
     return o
+
+
+# --------------------------------------------------------------------------- #
+# Dynamic quantisation (what onnxruntime's optimizer makes of quantize_dynamic's
+# DynamicQuantizeLinear + MatMulInteger + Mul/Add): the default-domain ops TVM converts,
+# in the form passes/pack_int_matmul.py packs onto the integer matmul kernel
+# --------------------------------------------------------------------------- #
+
+
+def _integer_matmul(bb, a, b, a_zp, b_zp, ctx):
+    """int32 (a - a_zp) @ (b - b_zp) as the default-domain MatMulInteger converts it."""
+    from ..registry import tvm_converter
+
+    for t, what in ((a, "A"), (b, "B")):
+        if dtype_of(t) not in ("uint8", "int8"):
+            refuse(ctx, f"input {what} of type {dtype_of(t)}")
+    return bb.normalize(tvm_converter("MatMulInteger")(bb, [a, b, a_zp, b_zp], {}, ctx))
+
+
+def _dequantize(bb, acc, scale, bias):
+    y = relax.op.multiply(relax.op.astype(acc, "float32"), scale)
+    return relax.op.add(y, bias) if bias is not None else y
+
+
+@_register("DynamicQuantizeMatMul")
+def dynamic_quantize_matmul(bb, inputs, attrs, ctx):
+    """Y = (DynamicQuantizeLinear(A) - a_zp) @ (B - b_zp) * a_scale * b_scale + bias; B u8 /
+    s8, b_scale and b_zero_point per tensor or per column."""
+    from ..registry import tvm_converter
+
+    a, b, b_scale, b_zp, bias = _pad(inputs, 5)
+    _float(ctx, a, "input A")
+    q = bb.emit(tvm_converter("DynamicQuantizeLinear")(bb, [a], {}, ctx))
+    aq, a_scale, a_zp = (bb.emit(relax.TupleGetItem(q, i)) for i in range(3))
+    acc = _integer_matmul(bb, aq, b, a_zp, b_zp, ctx)
+    return _dequantize(bb, acc, relax.op.multiply(a_scale, b_scale), bias)
+
+
+@_register("MatMulIntegerToFloat")
+def matmul_integer_to_float(bb, inputs, attrs, ctx):
+    """Y = (A - a_zp) @ (B - b_zp) * a_scale * b_scale + bias, A and B u8 / s8."""
+    a, b, a_scale, b_scale, a_zp, b_zp, bias = _pad(inputs, 7)
+    acc = _integer_matmul(bb, a, b, a_zp, b_zp, ctx)
+    scale = relax.op.multiply(a_scale, b_scale)
+    return _dequantize(bb, acc, scale, bias)

@@ -444,3 +444,44 @@ def test_registry_lists_com_microsoft_ops():
             "BiasGelu", "BiasAdd", "QuickGelu", "FusedMatMul", "EmbedLayerNormalization",
             "Attention", "MultiHeadAttention", "RotaryEmbedding",
             "GroupQueryAttention"} <= ops
+
+
+# --------------------------------------------------------------------------- #
+# DynamicQuantizeMatMul, MatMulIntegerToFloat: onto the packed integer matmul kernel
+# --------------------------------------------------------------------------- #
+
+
+def _int8(shape, lo=-64, hi=64, dtype=np.int8):
+    # s8 weights within [-64, 64): onnxruntime's AVX2 u8 x s8 kernel saturates past that
+    return RNG.integers(lo, hi, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("per_column,bias", [(False, True), (True, False)])
+def test_dynamic_quantize_matmul_reaches_int8_kernel(per_column, bias):
+    n = 40
+    inputs = {"A": randn(7, 65) + 0.2, "B": _int8((65, n)),
+              "b_scale": (np.full(n, 0.02) if per_column else np.array(0.02)).astype(np.float32),
+              "b_zero_point": (_int8(n, -2, 3) if per_column else np.array(1, np.int8))}
+    inputs["bias" if bias else "-bias"] = randn(n)
+    cm = check("DynamicQuantizeMatMul", inputs, consts=[k for k in inputs if k != "A"],
+               rtol=1e-4, atol=1e-3)
+    assert cm.report["schedules"].get("cpu.matmul_int8") == 1
+
+
+def test_matmul_integer_to_float_reaches_int8_kernel():
+    n = 48
+    inputs = {"A": RNG.integers(0, 256, (5, 32)).astype(np.uint8),
+              "B": RNG.integers(0, 256, (32, n)).astype(np.uint8),
+              "a_scale": np.array(0.05, np.float32), "b_scale": np.array(0.01, np.float32),
+              "a_zero_point": np.array(128, np.uint8), "b_zero_point": np.array(120, np.uint8),
+              "bias": randn(n)}
+    cm = check("MatMulIntegerToFloat", inputs,
+               consts=["B", "b_scale", "b_zero_point", "bias"], rtol=1e-5, atol=1e-3)
+    assert cm.report["schedules"].get("cpu.matmul_int8") == 1
+
+
+def test_matmul_integer_to_float_refuses_float_a():
+    refused("MatMulIntegerToFloat", {"A": randn(2, 4), "B": _int8((4, 3)),
+                                     "a_scale": np.array(1.0, np.float32),
+                                     "b_scale": np.array(1.0, np.float32)},
+            consts=["B"], match="matmulintegertofloat_node.*input A of type float32")

@@ -1,5 +1,6 @@
 """onnxc's integer / quantized converters (compiler/frontend/converters/quantization.py:
-QLinearMatMul, QLinearConv, ConvInteger, BitCast) against onnx.reference."""
+QLinearMatMul, QLinearConv, ConvInteger, BitCast, DynamicQuantizeLinear) against
+onnx.reference."""
 
 from __future__ import annotations
 
@@ -60,3 +61,24 @@ def test_bitcast_refuses_width_change():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)])
     with pytest.raises((UnsupportedError, CompileError)):
         compiler.compile(m)
+
+
+@pytest.mark.parametrize("shape,shift", [((4, 33), 0.3), ((2, 3, 40), -0.5), ((7,), 0.0),
+                                         ((3, 16), 5.0)])
+def test_dynamic_quantize_linear(shape, shift):
+    # rank >= 2: max / min per row, then over the rows (rank 1 keeps TVM's converter);
+    # all-positive inputs: the range is clamped to include 0
+    x = (RNG.standard_normal(shape) + shift).astype(np.float32)
+    check("DynamicQuantizeLinear", {"x": x}, n_out=3, opset=11)
+
+
+def test_dynamic_quantize_linear_reductions_are_not_on_the_fallback():
+    from onnx import helper as h
+
+    g = h.make_graph([h.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"])], "g",
+                     [h.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
+                     [h.make_tensor_value_info("q", TensorProto.UINT8, [64, 256]),
+                      h.make_tensor_value_info("s", TensorProto.FLOAT, []),
+                      h.make_tensor_value_info("z", TensorProto.UINT8, [])])
+    cm = compiler.compile(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+    assert "fallback" not in cm.report["schedules"], cm.report["schedules"]

@@ -1,0 +1,179 @@
+"""Integer matmul with the weight pre-packed [N/nr, K/2, nr, 2] (passes/pack_int_matmul.py).
+
+``C[b.., i, j] += int32(A16[b.., i, 2 ko + ki]) * int32(Wp[j // nr, ko, j % nr, ki])``, A16
+the activation widened to int16 minus its zero point (a stage of the same kernel, kept as
+its own parallel vectorised loop), Wp int8 / int16, C int32.  Register tile ``mr`` rows x
+``nr`` columns of i32 accumulators; on x86 the inner step over (``lanes`` columns, 2 k) is
+tensorized as one ``vpmaddwd`` (AVX2 ymm / AVX-512BW zmm): a row's i16 pair broadcast
+straight from memory (one ``vpbroadcastd``), ``lanes`` x 2 weights sign-extended to i16,
+products summed pair-wise into i32 lanes: exact for every u8 / s8 combination (no
+``vpmaddubsw`` saturation; widening A inside the step cost 3 more instructions per row).
+On AVX512-VNNI targets LLVM fuses the step's ``vpmaddwd`` + ``vpaddd`` into ``vpdpwssd``
+(checked in the assembly; ``vpdpbusd``, four u8 x s8 products per lane, would need
+[K/4, 16, 4] panels and u8 activations: not done).  LLVM
+does not form ``vpmaddwd`` from the plain i32 loop (it emits ``vpmulld``, 1/2 the rate), so
+the step is written with the LLVM intrinsic.  Other targets get the same tile as plain
+vectorised i32 code.  The epilogue (zero-point column sums, and what FuseOps fused after it:
+cast, scale, bias) is inlined into the tile's write-back.  Parallel over (batch, N panels,
+M tiles).
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.s_tir import TensorIntrin
+from tvm.script import tirx as T
+
+from ..base import MatchingCPURule
+from . import common
+
+_LLVM = {"avx2": (8, "llvm.x86.avx2.pmadd.wd"), "avx512": (16, "llvm.x86.avx512.pmaddw.d.512")}
+_REGISTERED: set = set()
+
+
+def dot_intrin(kind: str, a_dtype: str, b_dtype: str) -> tuple:
+    """(name, lanes) of the tensor intrinsic ``C[0:L] += sum_k int32(A[k]) * int32(B[0:L, k])``
+    (k < 2) as one ``vpmaddwd`` of width ``kind`` ("avx2", "avx512"), registered once."""
+    lanes, llvm = _LLVM[kind]
+    name = f"onnxc_dot_{lanes}x2_{a_dtype}_{b_dtype}_{kind}"
+    if name in _REGISTERED:
+        return name, lanes
+    a2, b2l = f"{a_dtype}x2", f"{b_dtype}x{2 * lanes}"
+    i16, i32 = f"int16x{2 * lanes}", f"int32x{lanes}"
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((2,), a_dtype, offset_factor=1),
+             B: T.Buffer((lanes, 2), b_dtype, offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, 2):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((2,), a_dtype, offset_factor=1),
+             B: T.Buffer((lanes, 2), b_dtype, offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            pair = T.reinterpret(T.cast(A.vload([0], a2), "int16x2"), dtype="int32")
+            a16 = T.reinterpret(T.broadcast(pair, lanes), dtype=i16)
+            b16 = T.cast(B.vload([0, 0], b2l), i16)
+            C[T.ramp(T.int32(0), 1, lanes)] = C.vload([0], i32) + T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id(llvm), a16, b16, dtype=i32)
+
+    TensorIntrin.register(name, desc, impl)
+    _REGISTERED.add(name)
+    return name, lanes
+
+
+def match_int_matmul(sch):
+    """(block rv, nr, A dtype, Wp dtype) of the only reduction block when it reduces over
+    (ko, ki) (``S..SRR``) into an int32 buffer indexed by its spatial iters, reading an
+    int16 ``A[.., i, ko * 2 + ki]`` and ``Wp[j // nr, ko, j % nr, ki]``; else None."""
+    found = common.only_reduction(sch)
+    if found is None:
+        return None
+    rv, kinds = found
+    if len(kinds) < 4 or not kinds.endswith("RR") or "R" in kinds[:-2]:
+        return None
+    block = sch.get(rv)
+    ivs = [iv.var for iv in block.iter_vars]
+    *_, i, j, ko, ki = ivs
+    if len(block.writes) != 1:
+        return None
+    out = block.writes[0]
+    if out.source.dtype != "int32" or not common.same_vars(common.region_vars(out), ivs[:-2]):
+        return None
+    nr = a_dtype = w_dtype = None
+    for r in block.reads:
+        if r.source.same_as(out.source):
+            continue
+        idx, shape = common.region_vars(r), r.source.shape
+        if (len(idx) == 4 and isinstance(shape[2], tirx.IntImm) and int(shape[3]) == 2
+                and _is(idx[0], tirx.FloorDiv, j, shape[2]) and idx[1].same_as(ko)
+                and _is(idx[2], tirx.FloorMod, j, shape[2]) and idx[3].same_as(ki)):
+            nr, w_dtype = int(shape[2]), str(r.source.dtype)
+        elif len(idx) >= 2 and idx[-2].same_as(i) and str(r.source.dtype) == "int16":
+            a_dtype = str(r.source.dtype)
+    if nr is None or a_dtype is None or w_dtype not in ("int8", "int16", "uint8"):
+        return None
+    return rv, nr, a_dtype, w_dtype
+
+
+def _is(e, op, var, const) -> bool:
+    return (isinstance(e, op) and e.a.same_as(var) and isinstance(e.b, tirx.IntImm)
+            and int(e.b) == int(const))
+
+
+class MatmulInt8(MatchingCPURule):
+    """u8 / s8 activations x packed int8 / int16 weights -> int32 (+ fused f32 epilogue)."""
+
+    name = "cpu.matmul_int8"
+
+    def match(self, sch):
+        return match_int_matmul(sch)
+
+    def schedule(self, sch, m, target):
+        mm, nr, a_dtype, w_dtype = m
+        facts = common.targets.cpu_facts(target)
+        kind, ncores = facts["int16_dot"], facts["cores"]
+        lanes = _LLVM[kind][0] if kind else 4 * common.lanes_fp32(target) // 4
+        if nr % lanes:
+            kind, lanes = None, common.lanes_fp32(target)
+            if nr % lanes:
+                return None
+        a16 = [b for b in sch.get_producers(mm) if sch.get(b).name_hint.endswith("_a16")]
+        if len(a16) != 1:
+            return None
+        # the widened activation stays a stage of its own: inlined, the tensorized step
+        # would no longer read a plain i16 buffer
+        a16 = sch.get(a16[0]).name_hint
+        pads, after, tail = common.inline_around(sch, mm, keep_pads=False, keep=(a16,))
+        loops = sch.get_loops(mm)
+        *bat, i, j, ko, ki = loops
+        ext = [common.const_extent(sch, lp) for lp in loops]
+        if any(e is None for e in ext) or ext[-3] % nr:
+            return None
+        nv = nr // lanes
+        it = common.reg_rows(ext[-4], nv, common.acc_budget(target, "matmul"))
+        io, ii = sch.split(i, [None, it])
+        jo, jv, jl = sch.split(j, [None, nv, lanes])
+        # panels outer (a K x nr panel stays in L2 across the row tiles), as cpu.matmul_packed
+        # tensorized: (lanes, k pair) is the intrinsic's block; else the k pair outside the
+        # lanes, each step a broadcast times a vector
+        inner = (jl, ki) if kind is not None else (ki, jl)
+        sch.reorder(*bat, jo, io, ko, ii, jv, *inner)
+        wb, rest = common.write_back_at(sch, mm, io, tail, pads, after)
+        common.parallel(sch, [*bat, jo, io], ncores)
+        if kind is None:  # before decompose_reduction, as cpu.matmul_packed
+            sch.unroll(ki)
+            sch.vectorize(jl)
+        init = sch.decompose_reduction(mm, ko)
+        if kind is not None:
+            sch.tensorize(jl, dot_intrin(kind, a_dtype, w_dtype)[0])
+        sch.unroll(jv)
+        sch.unroll(ii)
+        _vectorize_inner(sch, init, lanes)
+        _vectorize_inner(sch, wb, lanes)
+        for p in rest:
+            common.schedule_elementwise(sch, p, lanes, ncores)
+        return sch
+
+
+def _vectorize_inner(sch, blk, lanes):
+    """The write-back / init tile's column loop: whole vectors, unrolled; a tile cut at N
+    (the last panel's zero columns dropped) stays scalar."""
+    loop = sch.get_loops(blk)[-1]
+    n = common.const_extent(sch, loop)
+    if n is None or n % lanes:
+        return
+    if n > lanes:
+        vo, loop = sch.split(loop, [None, lanes])
+        sch.unroll(vo)
+    sch.vectorize(loop)

@@ -1,0 +1,153 @@
+"""pack_int_matmul: structure (count, names, packed layout, one fused f32 kernel), numerics
+against onnxruntime and against exact integer arithmetic, and matmuls it must leave alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import compiler
+from passes.pack_int_matmul import RULE, pack_int, pad_rows
+
+NP = {"uint8": np.uint8, "int8": np.int8}
+ONNX = {"uint8": TP.UINT8, "int8": TP.INT8}
+
+
+def dynamic_model(m, k, n, w, wz, bias=None, per_row_zp=False):
+    """onnxruntime's quantize_dynamic pattern: x -> DynamicQuantizeLinear -> MatMulInteger(
+    xq, W) -> Cast -> * (x_scale * w_scale) [-> + bias], W's zero point ``wz`` (scalar or
+    per column)."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"], name="mmi"),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TP.FLOAT, name="cast"),
+             helper.make_node("Mul", ["xs", "ws"], ["s"], name="scale"),
+             helper.make_node("Mul", ["accf", "s"], ["y0"], name="deq")]
+    inits = {"w": w, "wz": wz, "ws": np.array(0.01, np.float32)}
+    out = "y0"
+    if bias is not None:
+        nodes.append(helper.make_node("Add", ["y0", "b"], ["y"], name="bias"))
+        inits["b"], out = bias, "y"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [m, k])],
+                          [helper.make_tensor_value_info(out, TP.FLOAT, [m, n])],
+                          [numpy_helper.from_array(np.asarray(v), name) for name, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def integer_model(m, k, n, a_dtype, w=None, wz=None, az_shape=(), b_input=False):
+    """MatMulInteger(a, W, az, wz) -> int32 output, ``a`` an input of ``a_dtype``; W an
+    initializer, or an input when ``b_input``."""
+    ins = [helper.make_tensor_value_info("a", ONNX[a_dtype], [m, k]),
+           helper.make_tensor_value_info("az", ONNX[a_dtype], list(az_shape))]
+    inits = {"wz": wz}
+    if b_input:
+        ins.append(helper.make_tensor_value_info("w", ONNX[str(w.dtype)], [k, n]))
+    else:
+        inits["w"] = w
+    g = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "w", "az", "wz"], ["y"], name="mmi")], "g", ins,
+        [helper.make_tensor_value_info("y", TP.INT32, [m, n])],
+        [numpy_helper.from_array(np.asarray(v), name) for name, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def ort_run(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _pass(cm):
+    return next(p for p in cm.report["passes"] if p["name"] == "pack_int_matmul")
+
+
+def test_pack_int_layout_dtype_and_padding():
+    w = np.arange(5 * 20).reshape(5, 20) - 50          # fits int8
+    p = pack_int(w, 16)
+    assert p.shape == (2, 3, 16, 2) and p.dtype == np.int8 and p.flags.c_contiguous
+    assert p[1, 1, 3, 1] == w[3, 19] and p[0, 2, 0, 0] == w[4, 0]
+    assert p[0, 2, 0, 1] == 0 and p[1, 0, 4, 0] == 0   # odd K's zero row, padded columns
+    assert pack_int(w * 3, 16).dtype == np.int16       # u8 weights minus a zero point
+
+
+def test_pad_rows_only_without_a_register_tile_divisor():
+    assert [pad_rows(m) for m in (128, 78, 12, 7, 1, 37, 77, 197)] == [1, 1, 1, 1, 1, 4, 4, 4]
+
+
+@pytest.mark.parametrize("m,k,n,wtype,per_channel,bias", [
+    (1, 768, 768, "int8", False, True),      # M = 1 (one row tile)
+    (7, 65, 100, "uint8", False, True),      # odd K, N not whole panels, u8 weights + zp
+    (128, 768, 100, "int8", True, False),    # per-column weight zero points, no bias
+    (128, 65, 768, "uint8", True, True),     # u8 per-column zero points, odd K
+    (37, 96, 40, "int8", False, True),       # prime M: rows padded to 40 (pad_rows)
+])
+def test_dynamic_quantized_matmul_matches_ort(m, k, n, wtype, per_channel, bias):
+    rng = np.random.default_rng(0)
+    # s8 weights in [-64, 64): onnxruntime's AVX2 u8 x s8 kernel (vpmaddubsw) saturates
+    # pair sums past 32767, so full-range s8 weights are checked against exact arithmetic
+    # below instead
+    lo, hi = (-64, 64) if wtype == "int8" else (0, 256)
+    w = rng.integers(lo, hi, (k, n)).astype(NP[wtype])
+    zlo, zhi = (-3, 4) if wtype == "int8" else (100, 150)
+    wz = (rng.integers(zlo, zhi, n) if per_channel else np.array(rng.integers(zlo, zhi)))
+    wz = wz.astype(NP[wtype])
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    model = dynamic_model(m, k, n, w, wz, b)
+    x = rng.standard_normal((m, k)).astype(np.float32) + 0.3   # nonzero activation zp
+    cm = compiler.compile(model, target="host")
+    rep = _pass(cm)
+    assert rep["rewrites"] == {RULE: 1} and rep["nodes"] == ["mmi"]
+    # MatMulInteger, its dequantisation and the bias are one kernel of the int8 rule
+    rows = [r for r in cm.report["kernel_table"] if "mmi" in r["nodes"]]
+    assert len(rows) == 1 and rows[0]["rule"] == "cpu.matmul_int8"
+    assert {"mmi", "cast", "deq"} <= set(rows[0]["nodes"])
+    got = cm.session().run(None, {"x": x})[0]
+    ref = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("a_dtype,w_dtype", [("uint8", "int8"), ("uint8", "uint8"),
+                                             ("int8", "int8")])
+def test_integer_output_exact_full_range(a_dtype, w_dtype):
+    rng = np.random.default_rng(1)
+    m, k, n = 9, 130, 48
+    info_a, info_w = np.iinfo(NP[a_dtype]), np.iinfo(NP[w_dtype])
+    a = rng.integers(info_a.min, info_a.max + 1, (m, k)).astype(NP[a_dtype])
+    w = rng.integers(info_w.min, info_w.max + 1, (k, n)).astype(NP[w_dtype])
+    az = np.array(info_a.max // 3, NP[a_dtype])
+    wz = np.array(info_w.min + 5, NP[w_dtype])
+    model = integer_model(m, k, n, a_dtype, w, wz)
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["rewrites"] == {RULE: 1}
+    got = cm.session().run(None, {"a": a, "az": az})[0]
+    exact = (a.astype(np.int64) - int(az)) @ (w.astype(np.int64) - int(wz))
+    np.testing.assert_array_equal(got, exact)
+    if (a_dtype, w_dtype) != ("uint8", "int8"):  # onnxruntime is exact off its u8s8 path
+        np.testing.assert_array_equal(got, ort_run(model, {"a": a, "az": az})[0])
+
+
+def test_non_constant_weight_is_left_to_the_generic_path():
+    rng = np.random.default_rng(2)
+    w = rng.integers(-128, 128, (32, 16)).astype(np.int8)
+    model = integer_model(4, 32, 16, "uint8", w, np.array(0, np.int8), b_input=True)
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["changed"] is False
+    assert "cpu.matmul_int8" not in cm.report["schedules"]
+    a = rng.integers(0, 256, (4, 32)).astype(np.uint8)
+    feeds = {"a": a, "az": np.array(3, np.uint8), "w": w}
+    np.testing.assert_array_equal(cm.session().run(None, feeds)[0],
+                                  (a.astype(np.int64) - 3) @ w.astype(np.int64))
+
+
+def test_per_row_activation_zero_point_is_not_packed():
+    # a_zero_point [M] (one per row) is not the scalar the packed kernel subtracts
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (32, 16)).astype(np.int8)
+    model = integer_model(4, 32, 16, "uint8", w, np.array(0, np.int8), az_shape=(4,))
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["changed"] is False
+    a = rng.integers(0, 256, (4, 32)).astype(np.uint8)
+    az = np.array([1, 2, 3, 4], np.uint8)
+    np.testing.assert_array_equal(cm.session().run(None, {"a": a, "az": az})[0],
+                                  (a.astype(np.int64) - az[:, None]) @ w.astype(np.int64))
