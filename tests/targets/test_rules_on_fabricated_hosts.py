@@ -5,10 +5,11 @@ Each test below compiles for ``host`` and asserts which schedule rule took a ker
 layout, block or packing) before comparing numbers with onnxruntime; the rules decide from
 the target's lanes and registers, so those assertions are host-dependent.  Here each is
 called under a fabricated Zen 3 (AVX2), Zen 5 (AVX-512) and Sapphire Rapids (AVX-512 FP16,
-AMX) (tests/hosts.py), compile-only: it runs up to its first run of compiled code
-(``CompileOnly``), so the assertions it makes on the compiled model are checked as that
-host would compute them.  The default tier calls the first case of each test; ``-m slow``
-runs these tests' whole files, every case, with ``--fake-host``.
+AMX) (tests/hosts.py), compile-only: schedules' ``check_against_ort`` checks the rule and
+skips the numbers, any other run of compiled code ends the test (``CompileOnly``), so the
+assertions it makes on what was compiled are checked as that host would compute them.
+The default tier calls the first case of each test; ``-m slow`` runs these tests' whole
+files, every case, with ``--fake-host``.
 """
 
 from __future__ import annotations
