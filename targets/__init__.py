@@ -41,8 +41,8 @@ class TargetError(ValueError):
 # arrowlake, diamondrapids) is checked on the rest only.  tests/targets/
 # test_fabricated_hosts.py lists what is left out for the CPUs the suite runs on, and why.
 X86_ISA = (
-    "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "cx16", "sahf", "avx",
-    "avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt", "movbe", "adx", "aes", "pclmul", "sha",
+    "sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx",
+    "avx2", "fma", "f16c", "bmi", "bmi2", "lzcnt", "movbe",
     "avxvnni", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx512vnni",
     "avx512bf16", "avx512fp16", "avx512ifma", "avx512vbmi", "avx512vbmi2", "avx512bitalg",
     "avx512vpopcntdq", "avx512vp2intersect", "gfni", "vaes", "vpclmulqdq", "amx-tile",
