@@ -11,8 +11,8 @@ import platform
 
 # LLVM feature name -> /proc/cpuinfo flag, where the two differ beyond '_' and '.'.
 _X86_ALIASES = {"sse3": "pni", "bmi": "bmi1", "lzcnt": "abm", "pclmul": "pclmulqdq",
-                "sha": "shani", "amx-tile": "amxtile", "amx-int8": "amxint8",
-                "amx-bf16": "amxbf16"}
+                "sha": "shani", "sahf": "lahf_lm", "amx-tile": "amxtile",
+                "amx-int8": "amxint8", "amx-bf16": "amxbf16"}
 _ARM_ALIASES = {"neon": "asimd", "dotprod": "asimddp", "fullfp16": "asimdhp"}
 
 

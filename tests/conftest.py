@@ -21,6 +21,26 @@ RTOL, ATOL = 1e-4, 1e-5
 SMALL = {"mlp": {}, "cnn": {}, "dwsep": {}, "transformer": {}}
 
 
+def pytest_addoption(parser):
+    from tests.hosts import HOSTS
+
+    parser.addoption("--fake-host", choices=sorted(HOSTS), default=None,
+                     help="compile as this fabricated host would (tests/hosts.py) and never "
+                          "run compiled code: each test is checked up to its first run, "
+                          "then skipped")
+
+
+@pytest.fixture(autouse=True)
+def _fabricated_host(request, monkeypatch, tmp_path_factory):
+    """--fake-host: every test sees that host's CPU and flags, compile-only."""
+    name = request.config.getoption("--fake-host")
+    if name:
+        from tests.hosts import compile_only, fake_host
+
+        fake_host(monkeypatch, name, tmp_path_factory.mktemp("host"))
+        compile_only(monkeypatch)
+
+
 @functools.lru_cache(maxsize=None)
 def zoo_model(name: str, **kw):
     return zoo.build(name, **kw)

@@ -7,12 +7,19 @@ loader compares an artifact's features with (``runtime.cpu_features.host_flags``
 happen on a Zen 5" on a Zen 3 and the other way round.  Nothing compiled under a fake host
 may be *run*: the code would use the fake host's instructions.
 
+:func:`compile_only` makes every way a test runs compiled code raise :class:`CompileOnly`, a
+pytest skip: ``python -m pytest --fake-host zen5 tests/schedules`` (tests/conftest.py) runs
+each test as that host would up to its first run, so the structure and rule assertions a
+test makes before running are checked as they would be there.
+
 The flag lines are those kernels print, trimmed to the ISA flags and a few others:
 Zen 3 (EPYC 7003: AVX2, no AVX-512), Zen 5 (EPYC 9005: AVX-512 with BF16/VNNI, no FP16,
 no AMX), Sapphire Rapids (Xeon 4th gen: AVX-512 with FP16, AMX tile/int8/bf16).
 """
 
 from __future__ import annotations
+
+import pytest
 
 _COMMON = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush "
            "mmx fxsr sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl "
@@ -60,3 +67,29 @@ def fake_host(monkeypatch, name: str, tmp_path, cores: int = 2) -> str:
     monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: cpu)
     monkeypatch.setattr(targets, "_host_cores", lambda: cores)
     return cpu
+
+
+class CompileOnly(pytest.skip.Exception):
+    """Raised where a test under a fabricated host would run compiled code (a pytest skip
+    outcome; a BaseException, so no ``except Exception`` in the code under test hides it)."""
+
+
+def compile_only(monkeypatch) -> None:
+    """Make running compiled code raise :class:`CompileOnly`: sessions (in memory, from a
+    ``.so``, on a device) and kernel lookup in a TVM module (a test that builds and calls a
+    kernel itself).  Compiling for a fabricated host is what the tests check; running its
+    code here could die of SIGILL."""
+    import tvm_ffi
+
+    import runtime
+    from runtime import device, session
+
+    def refuse(*args, **kwargs):
+        raise CompileOnly("compile-only (fabricated host): the test reached a run")
+
+    monkeypatch.setattr(session.Session, "__init__", refuse)
+    monkeypatch.setattr(device.DeviceSession, "__init__", refuse)
+    monkeypatch.setattr(runtime, "load", refuse)
+    monkeypatch.setattr(tvm_ffi.Module, "get_function", refuse)
+    monkeypatch.setattr(tvm_ffi.Module, "__getitem__", refuse)
+    monkeypatch.setattr(tvm_ffi.Module, "__call__", refuse)

@@ -8,6 +8,8 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
+from tests.hosts import CompileOnly
+
 # AVX-512, 2 cores: the rules' structure does not depend on the machine running the test
 TARGET = tvm.target.Target(
     {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver5", "num-cores": 2})
@@ -53,14 +55,17 @@ def onnx_model(nodes, inputs, outputs, inits=()):
 
 
 def check_against_ort(model, feeds, rule_name, **compile_kw):
-    """Compile with onnxc (``compile_kw`` passed on), check the rule scheduled a kernel,
-    compare with onnxruntime."""
+    """Compile with onnxc for ``host`` (``compile_kw`` passed on), check the rule scheduled a
+    kernel, compare with onnxruntime (not under a fabricated host, where nothing runs)."""
     import compiler
     import onnxruntime as ort
 
     cm = compiler.compile(model, target="host", **compile_kw)
     assert cm.report["schedules"].get(rule_name, 0) >= 1, cm.report["schedules"]
-    got = cm.session().run(None, feeds)
+    try:
+        got = cm.session().run(None, feeds)
+    except CompileOnly:  # compiled for a fabricated host (tests/hosts.py): the rule is the check
+        return
     ref = ort.InferenceSession(model.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, feeds)
     for g, r in zip(got, ref):
