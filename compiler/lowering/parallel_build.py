@@ -26,8 +26,9 @@ kernels, so the parent's thread pools are not needed there).  A child that fails
 its error; one killed by a signal is an error naming the signal.
 
 ``ONNXC_BUILD_WORKERS`` (default: the CPU count, at most 2) sets the number of groups;
-``ONNXC_BUILD_WORKERS=1`` schedules and builds the whole module here in one piece, the side
-module too, and leaves the code generation to export as before (the kill switch).  Modules
+``ONNXC_BUILD_WORKERS=1`` schedules and builds the whole module here in one piece (the side
+module after it, by the caller) and leaves the code generation to export as before (the
+kill switch).  Modules
 of fewer than :data:`MIN_KERNELS` kernels always build in one piece.
 """
 
