@@ -28,8 +28,7 @@ its error; one killed by a signal is an error naming the signal.
 ``ONNXC_BUILD_WORKERS`` (default: the CPU count, at most 2) sets the number of groups;
 ``ONNXC_BUILD_WORKERS=1`` schedules and builds the whole module here in one piece (the side
 module after it, by the caller) and leaves the code generation to export as before (the
-kill switch).  Modules
-of fewer than :data:`MIN_KERNELS` kernels always build in one piece.
+kill switch).  Modules of fewer than :data:`MIN_KERNELS` kernels always build in one piece.
 """
 
 from __future__ import annotations
