@@ -138,15 +138,16 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
             call.pop("checked", None)
     # groups of kernels are scheduled and built in worker processes while this one does
     # its own group (compiler/lowering/parallel_build.py): "schedule" and "build" time it
-    # (forked outside any stage: a child holding the stage's log pipe would keep it open)
-    with _start_build(graph.prim_funcs, tinfo, database) as workers:
+    # (forked outside any stage: a child holding the stage's log pipe would keep it open);
+    # the checked variants in a child of their own, else in "build_checked" after
+    with _start_build(graph.prim_funcs, tinfo, database, graph.checked) as workers:
         kernels_mod, rules = stage("schedule", _schedule_module, workers.local, tinfo,
                                    database)
         kernels, more_rules, build_groups = stage("build", _build, workers, kernels_mod,
                                                   tinfo, where)
     rules.update(more_rules)
     stage.cpu_seconds["build_workers"] = workers.worker_cpu  # the children, not a stage
-    if graph.checked:
+    if workers.side is not None:
         stage("build_checked", _build_checked, kernels, graph.checked, tinfo, where)
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
     payload = graph_meta.pop("params_payload")
@@ -352,14 +353,19 @@ def _schedule_module(mod, tinfo, database=None):
     return schedules.apply_schedules(mod, tinfo, database)
 
 
-def _start_build(prim_funcs: dict, tinfo, database):
+def _start_build(prim_funcs: dict, tinfo, database, checked: dict):
     """The parallel build plan: kernels for a CPU target built here (no cross toolchain)
-    are split over worker processes, each scheduling its share; others stay in one piece."""
+    are split over worker processes, each scheduling its share, and the checked variants
+    (if any) built in one more; others stay in one piece (``plan.side``: the checked
+    variants for ``_build_checked``)."""
     mod = _kernel_module(prim_funcs)
+    side = (_checked_module(checked), _checked_target(tinfo),
+            "the checked kernel variants") if checked else None
     if not (tinfo.is_cpu and tinfo.toolchain is None):
-        return parallel_build.Plan(mod, tinfo.tvm_target())
+        return parallel_build.Plan(mod, tinfo.tvm_target(), side=side)
     return parallel_build.start(mod, tinfo.tvm_target(),
-                                prepare=lambda group: _schedule_module(group, tinfo, database))
+                                prepare=lambda group: _schedule_module(group, tinfo, database),
+                                side=side)
 
 
 def _build(plan, mod, tinfo, where: str):
@@ -381,15 +387,27 @@ def _build_checked(kernels, checked: dict, tinfo, where: str) -> None:
     build at -O3."""
     import tvm
 
-    spec = {k: v for k, v in dict(tinfo.tvm_target().export()).items() if k != "tag"}
-    mod = tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in checked.items()})
     try:
-        lib = tvm.compile(mod, target=tvm.target.Target({**spec, "opt-level": 0}))
+        lib = tvm.compile(_checked_module(checked), target=_checked_target(tinfo))
     except Exception as e:
         lines = str(e).strip().splitlines()
         raise CompileError(f"{where}: building the checked kernel variants for {tinfo.name} "
                            f"failed: {lines[-1] if lines else type(e).__name__}") from e
     kernels.mod.import_module(lib.mod)
+
+
+def _checked_module(checked: dict):
+    import tvm
+
+    return tvm.IRModule({name: f.with_attr("global_symbol", name) for name, f in checked.items()})
+
+
+def _checked_target(tinfo):
+    """The kernels' target at LLVM -O0 (the checked variants: ``_build_checked``)."""
+    import tvm
+
+    spec = {k: v for k, v in dict(tinfo.tvm_target().export()).items() if k != "tag"}
+    return tvm.target.Target({**spec, "opt-level": 0})
 
 
 def _count(values) -> dict:

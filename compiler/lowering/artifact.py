@@ -6,7 +6,10 @@ reads it back from the ELF file without loading it.  The blob (and so the params
 inside it, see ``runtime/artifact.py``) starts on a page boundary, so that the loader maps
 the params from the file and the kernels read them in place.  The library also carries
 onnxc's parallel launcher (``runtime/native/parallel_launch.c``, compiled here with the same
-C compiler), which ``runtime/parallel.py`` installs at load.
+C compiler), which ``runtime/parallel.py`` installs at load.  When the build was split
+over processes (``compiler/lowering/parallel_build.py``) the kernels arrive as objects
+already emitted, so ``export_library`` only links; built in one piece, it first has LLVM
+emit their machine code.
 """
 
 from __future__ import annotations

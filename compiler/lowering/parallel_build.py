@@ -1,20 +1,24 @@
-"""Schedule and build the kernels split over worker processes, so they use every core.
+"""Schedule, build and emit the kernels split over worker processes, so they use every core.
 
 ``tvm.compile`` of the scheduled kernel module runs TVM's TIR lowering passes and LLVM's
-optimiser on one core (19 s of CPU for DenseNet-121's 134 kernels, with 7 s of
-scheduling before it: more than every other stage together), and LLVM emits the machine
-code later, at export or on the first call (26 s more).  The kernels are independent
-PrimFuncs (none calls another), so the module splits into groups that are scheduled and
-built separately, each by the same rules and pipeline for the same target:
+optimiser on one core (18 s of CPU for DenseNet-121's 134 kernels, with 3 s of
+scheduling before it), and LLVM emits the machine code only when the module is written
+(``write_to_file``, which ``export_library`` and the in-memory session's ``jit`` call): 24 s
+more, serially, at export.  The kernels are independent PrimFuncs (none calls another), so
+the module splits into groups that are scheduled, built and emitted separately, each by the
+same rules and pipeline for the same target:
 
 * the groups balance an estimate of each kernel's cost (the size of its IR, largest
   first onto the least loaded group: LPT scheduling, a heuristic);
-* group 0 is scheduled and built here; every other group in a forked child, which also
-  emits its machine code and writes it as an object file (so it gets the smaller share:
-  its kernels cost twice as much there);
-* each object is imported into group 0's module as a static library, which holds the
-  object's bytes: ``export_library`` links them all into the one ``.so``, and the
-  in-memory session's ``Executable.jit()`` links the same (``tvm.runtime.executable``).
+* group 0 is scheduled and built here; every other group in a forked child; each process
+  emits its group's machine code as an object file right after building it;
+* a *side* module (the checked kernel variants, ``compiler/lowering/checked.py``, built
+  unscheduled at -O0 for a target of their own: 6 s of build and 12 s of emission for
+  DenseNet) is built and emitted in one more forked child from the start;
+* each object is loaded as a static library (which holds the object's bytes), group 0's as
+  the root importing the others: ``export_library`` then only links the objects into the
+  one ``.so`` (no LLVM code generation left), and the in-memory session's
+  ``Executable.jit()`` links the same (``tvm.runtime.executable``).
 
 A forked child rather than a spawned one: spawning pays TVM's import (2 s of CPU) per
 build; the fork inherits it, and the child only schedules and compiles (it never launches
@@ -22,7 +26,8 @@ kernels, so the parent's thread pools are not needed there).  A child that fails
 its error; one killed by a signal is an error naming the signal.
 
 ``ONNXC_BUILD_WORKERS`` (default: the CPU count, at most 2) sets the number of groups;
-``ONNXC_BUILD_WORKERS=1`` schedules and builds the whole module here in one piece (the
+``ONNXC_BUILD_WORKERS=1`` schedules and builds the whole module here in one piece (the side
+module after it, by the caller) and leaves the code generation to export as before (the
 kill switch).  Modules of fewer than :data:`MIN_KERNELS` kernels always build in one piece.
 """
 
@@ -38,10 +43,8 @@ import tempfile
 ENV_WORKERS = "ONNXC_BUILD_WORKERS"
 MAX_WORKERS = 2  # the build machines have 2 cores; more groups would only contend
 MIN_KERNELS = 8  # below this a fork costs more than it saves
-# a child's load relative to group 0's: it also emits its machine code (26 s for DenseNet's
-# 134 kernels against 7 + 19 s of scheduling and building), which the parent defers to
-# export / the first call
-_CHILD_SHARE = 0.5
+# a child's load relative to group 0's: every group is scheduled, built and emitted alike
+_CHILD_SHARE = 1.0
 
 
 def build_workers() -> int:
@@ -74,17 +77,19 @@ def partition(mod, groups: int) -> list:
 
 
 class Plan:
-    """Groups 1.. of a module being prepared (scheduled) and built in forked children.
+    """Groups 1.. of a module (and a side module) being prepared and built in forked children.
 
     ``local`` is group 0, for this process to prepare; :meth:`finish` builds it, waits
     for the children and returns everything as one executable.  Use it as a context
     manager: leaving the block by an exception kills the children.
     """
 
-    def __init__(self, local, target, children=(), tmp=None, groups=()):
+    def __init__(self, local, target, children=(), tmp=None, groups=(), side=None):
         self.local, self.target = local, target
-        self._children, self._tmp = list(children), tmp
+        self._children, self._tmp = list(children), tmp  # (pid, object path, label)
         self.groups = list(groups) or [len(local.functions)]
+        # the side module when no child builds it: (module, target, label) for the caller
+        self.side = side
         self.worker_cpu = 0.0  # CPU seconds the children used, once finished
 
     def __enter__(self):
@@ -95,20 +100,32 @@ class Plan:
         return False
 
     def finish(self, prepared_local):
-        """``(executable, info from the children's prepare, kernels per group)``."""
+        """``(executable, info from the children's prepare, kernels per group)``.
+
+        Forked children: group 0 is emitted here too, and every object becomes a static
+        library, group 0's the root, the side module's imported.  One piece: the built
+        module as ``tvm.compile`` returns it (emitted at export), and :attr:`side` left to
+        the caller."""
         import tvm
 
         try:
             executable = tvm.compile(prepared_local, target=self.target)
+            if self._children:  # emit here while the children finish theirs
+                obj = os.path.join(self._tmp, "group0.o")
+                executable.mod.write_to_file(obj)
+                executable = tvm.runtime.Executable(tvm.runtime.load_static_library(
+                    obj, [gv.name_hint for gv in prepared_local.functions]))
             before = _children_cpu()
-            failures = [msg for msg in (_wait(pid, obj) for pid, obj in self._children) if msg]
+            failures = [f"{label}: {msg}" if label else msg
+                        for msg, label in ((_wait(pid, obj), label)
+                                           for pid, obj, label in self._children) if msg]
             self.worker_cpu = round(_children_cpu() - before, 3)
+            objects = [obj for _, obj, _ in self._children]
             self._children = []
             if failures:
                 raise RuntimeError(failures[0])
             info: dict = {}
-            for k in range(1, len(self.groups)):
-                obj = os.path.join(self._tmp, f"group{k}.o")
+            for obj in objects:
                 with open(obj + ".json", encoding="utf-8") as f:
                     part = json.load(f)
                 info.update(part["info"])
@@ -123,7 +140,7 @@ class Plan:
             self.abort()
 
     def abort(self):
-        for pid, _ in self._children:
+        for pid, _, _ in self._children:
             _kill(pid)
         self._children = []
         if self._tmp:
@@ -131,13 +148,18 @@ class Plan:
             self._tmp = None
 
 
-def start(mod, target, prepare=None, workers: int | None = None) -> Plan:
+def start(mod, target, prepare=None, workers: int | None = None, side=None) -> Plan:
     """Split ``mod`` and fork a child per group but the first: each runs
     ``prepare(group) -> (module, info dict)`` (None: the group as it is, no info), builds
-    the module and writes its object.  Returns the :class:`Plan` holding group 0."""
+    the module and writes its object.  ``side`` (``(module, target, label)``, or None): one
+    more module built, for a target of its own, in a child of its own (left in the plan's
+    :attr:`Plan.side` when the build stays in one piece); ``label`` names it in errors.  Returns the :class:`Plan`
+    holding group 0."""
     workers = build_workers() if workers is None else max(int(workers), 1)
+    if side is not None and not side[0].functions:
+        side = None
     if workers < 2 or len(mod.functions) < MIN_KERNELS:
-        return Plan(mod, target)
+        return Plan(mod, target, side=side)
     import tvm
 
     groups = [tvm.IRModule({gv: mod[gv] for gv in g}, attrs=mod.attrs)
@@ -147,22 +169,30 @@ def start(mod, target, prepare=None, workers: int | None = None) -> Plan:
     try:
         for k, g in enumerate(groups[1:], 1):
             obj = os.path.join(tmp, f"group{k}.o")
-            children.append((_fork_build(g, target, prepare, obj), obj))
+            children.append((_fork_build(g, target, prepare, obj), obj, ""))
+        if side is not None:
+            obj = os.path.join(tmp, "side.o")
+            children.append((_fork_build(side[0], side[1], None, obj), obj, side[2]))
     except BaseException:
         Plan(groups[0], target, children, tmp).abort()
         raise
     return Plan(groups[0], target, children, tmp, [len(g.functions) for g in groups])
 
 
-def build(mod, target, workers: int | None = None):
+def build(mod, target, workers: int | None = None, side=None):
     """``tvm.compile(mod, target)`` with its groups built in ``workers`` processes.
 
     Returns ``(executable, kernels per group)``: the kind of object ``tvm.compile``
     returns, whose functions (``executable[name]``) and ``export_library`` cover every
-    kernel.  Raises what ``tvm.compile`` raises, or RuntimeError for a child that died.
+    kernel (and ``side``'s: see :func:`start`).  Raises what ``tvm.compile`` raises, or
+    RuntimeError for a child that failed or died.
     """
-    with start(mod, target, workers=workers) as plan:
+    import tvm
+
+    with start(mod, target, workers=workers, side=side) as plan:
         executable, _, groups = plan.finish(plan.local)
+    if plan.side is not None:
+        executable.mod.import_module(tvm.compile(plan.side[0], target=plan.side[1]).mod)
     return executable, groups
 
 

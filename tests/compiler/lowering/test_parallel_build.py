@@ -48,6 +48,53 @@ def test_parallel_build_equals_serial(monkeypatch, tmp_path):
         assert all(np.array_equal(a, b) for a, b in zip(want, got))
 
 
+def _tree(module) -> list:
+    return [module] + [m for child in module.imports for m in _tree(child)]
+
+
+def test_parallel_build_leaves_export_only_linking(monkeypatch, tmp_path):
+    """Every group and the checked variants are emitted where they are built: the kernels'
+    import tree holds only static libraries (objects), so export and the in-memory session
+    link them and run no LLVM code generation; the artifact carries every kernel and every
+    checked variant (which still run)."""
+    cm = _compile("cnn", monkeypatch, "2")
+    assert cm.report["checked_kernels"] > 0 and "build_checked" not in cm.report["stages"]
+    kinds = [m.kind for m in _tree(cm._kernels.mod)]
+    assert kinds == ["static_library"] * 3  # group 0 (the root), group 1, the checked variants
+    path = tmp_path / "m.so"
+    cm.export(str(path))
+    out = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    checked = {ln.split()[-1] for ln in out.splitlines() if ln.endswith("__checked")}
+    assert len(checked) == cm.report["checked_kernels"]
+    sess = runtime.load(str(path))
+    feeds = zoo.random_inputs(zoo_model("cnn"), seed=4)
+    want = cm.session().run(None, feeds)
+    assert all(np.array_equal(a, b) for a, b in zip(want, sess.run(None, feeds)))
+
+
+def test_side_module_failure_names_it():
+    """The side module (the checked variants) fails in its own child: the error names it."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def ok(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(4):
+            b[i] = a[i] + T.float32(1)
+
+    @T.prim_func
+    def bad(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in T.thread_binding(4, thread="threadIdx.x"):
+            b[i] = a[i]
+
+    mod = tvm.IRModule({f"ok{k}": ok.with_attr("global_symbol", f"ok{k}") for k in range(8)})
+    side = tvm.IRModule({"bad": bad.with_attr("global_symbol", "bad")})
+    with pytest.raises(RuntimeError, match="^the side kernels: "):
+        parallel_build.build(mod, {"kind": "llvm"}, workers=2,
+                             side=(side, {"kind": "llvm"}, "the side kernels"))
+
+
 def test_small_module_builds_in_one_piece(monkeypatch):
     """dwsep has fewer kernels than MIN_KERNELS: no worker even when two are allowed."""
     cm = _compile("dwsep", monkeypatch, "2")
