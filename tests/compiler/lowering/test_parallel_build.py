@@ -76,17 +76,8 @@ def test_parallel_build_leaves_export_only_linking(monkeypatch, tmp_path):
 def test_side_module_failure_names_it():
     """The side module (the checked variants) fails in its own child: the error names it."""
     import tvm
-    from tvm.script import tirx as T
 
-    @T.prim_func
-    def ok(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
-        for i in range(4):
-            b[i] = a[i] + T.float32(1)
-
-    @T.prim_func
-    def bad(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
-        for i in T.thread_binding(4, thread="threadIdx.x"):
-            b[i] = a[i]
+    ok, bad = _ok_and_bad_kernels()
 
     mod = tvm.IRModule({f"ok{k}": ok.with_attr("global_symbol", f"ok{k}") for k in range(8)})
     side = tvm.IRModule({"bad": bad.with_attr("global_symbol", "bad")})
@@ -119,17 +110,8 @@ def test_worker_failure_is_an_error_naming_it():
     """A kernel LLVM cannot build (a GPU thread binding on a CPU target) fails the build
     whichever process it lands in, with TVM's message, never a hang or a partial module."""
     import tvm
-    from tvm.script import tirx as T
 
-    @T.prim_func
-    def ok(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
-        for i in range(4):
-            b[i] = a[i] + T.float32(1)
-
-    @T.prim_func
-    def bad(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
-        for i in T.thread_binding(4, thread="threadIdx.x"):
-            b[i] = a[i]
+    ok, bad = _ok_and_bad_kernels()
 
     funcs = {f"ok{k}": ok.with_attr("global_symbol", f"ok{k}") for k in range(8)}
     funcs["bad"] = bad.with_attr("global_symbol", "bad")
@@ -143,3 +125,20 @@ def test_bad_worker_count_is_refused(monkeypatch):
     monkeypatch.setenv(parallel_build.ENV_WORKERS, "two")
     with pytest.raises(ValueError, match="ONNXC_BUILD_WORKERS"):
         parallel_build.build_workers()
+
+
+def _ok_and_bad_kernels():
+    """A kernel LLVM builds, and one it cannot (a GPU thread binding on a CPU target)."""
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def ok(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(4):
+            b[i] = a[i] + T.float32(1)
+
+    @T.prim_func
+    def bad(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in T.thread_binding(4, thread="threadIdx.x"):
+            b[i] = a[i]
+
+    return ok, bad
