@@ -58,7 +58,7 @@ def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads
     if engine == "onnxc":
         import runtime
 
-        sess = runtime.load(path)
+        sess = runtime.load(path, runtime.SessionOptions(intra_op_num_threads=threads))
         inputs = [(i.name, i.shape, i.dtype) for i in sess.get_inputs()]
     else:
         import onnxruntime as ort

@@ -1,4 +1,4 @@
-"""compiler/tools/bench.py: the output comparison the benchmarks print as "match"."""
+"""compiler/tools/bench.py: the output comparison the benchmarks print as "match", and the workers."""
 
 import numpy as np
 
@@ -26,3 +26,23 @@ def test_nan_positions_shapes_and_integers():
     assert not outputs_match(np.zeros((2, 1), np.float32), np.zeros((1, 2), np.float32))
     assert outputs_match(np.array([1, 2]), np.array([1, 2]))
     assert not outputs_match(np.array([1, 2]), np.array([1, 3]))
+
+
+def test_onnxc_worker_runs_the_threads_it_is_given(tmp_path, monkeypatch):
+    """measure(threads=1) timed onnxc at its default thread count (every core) against a
+    one-thread onnxruntime: the worker must pass the count on, as it does to onnxruntime."""
+    import runtime
+    from compiler.tools import bench
+    from tests.conftest import compiled
+
+    so = compiled("mlp").export(str(tmp_path / "mlp.so"))
+    seen = []
+    real_load = runtime.load
+
+    def load(path, options=None):
+        seen.append(options.intra_op_num_threads if options is not None else None)
+        return real_load(path, options)
+
+    monkeypatch.setattr(runtime, "load", load)
+    bench.worker("onnxc", so, 1, 0, "", 1)
+    assert seen == [1]
