@@ -119,7 +119,6 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     where = stage.where
     tinfo = targets.resolve(target)
     pass_config, layout_report = _choose_layout(layout, tinfo, pass_config, disabled_passes)
-    pass_config = _matmul_tiles(tinfo, pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
@@ -192,7 +191,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
 
 
 def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
-    """(pass config with convert_layout's layout and block set, the report's layout entry).
+    """(pass config with convert_layout's layout and block set, and pack_matmul_weights'
+    rows (``_matmul_tiles``), the report's layout entry).
 
     ``auto`` is NCHW[b]c on CPU targets (b = fp32 lanes: the conv kernels' vector) and
     NCHW on CUDA (whose conv kernels are TVM's dlight rules over NCHW).  Options the user
@@ -216,7 +216,7 @@ def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
         why = "convert_layout disabled: the model's NCHW"
     entry = {"requested": layout, "chosen": opts["layout"] if "convert_layout" not in
              set(disabled) else "NCHW", "block": opts["block"], "why": why}
-    return config, entry
+    return _matmul_tiles(tinfo, config), entry
 
 
 def _matmul_tiles(tinfo, pass_config) -> dict:
@@ -491,7 +491,6 @@ def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_
     """(TargetInfo, PassContext, KernelGraph): the front half of compile_static() on its own."""
     tinfo = targets.resolve(target)  # the same refusals as compile_static()
     pass_config, _ = _choose_layout(layout, tinfo, pass_config, disabled_passes)
-    pass_config = _matmul_tiles(tinfo, pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     _, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=_build_only.get("dims"))
