@@ -351,6 +351,9 @@ for _h, _sq, _sk, _tag in ((12, 197, 197, "vit"), (12, 128, 128, "bert"), (12, 5
              source="attention scores, MatMul(Q, Transpose(K))")
 bmm_case("qk_s4096_h1", [1, 4096, 64], [1, 64, 4096], source="long sequence, 1 head")
 bmm_case("pv_vit", [12, 197, 197], [12, 197, 64], source="attention context P @ V")
+bmm_case("qkT_whisper", [8, 1500, 64], [8, 64, 1500], transposed=True,
+         source="Whisper-base encoder scores, 1500 frames")
+bmm_case("pv_whisper", [8, 1500, 1500], [8, 1500, 64], source="Whisper-base encoder context")
 bmm_case("pv_decode_kv1024", [12, 1, 1024], [12, 1024, 64], source="decode context P @ V")
 bmm_case("bcast_b2_w64", [2, 12, 128, 64], [64, 64], source="broadcast batch: rank-2 B")
 bmm_case("bcast_4d_x_3d", [1, 12, 128, 64], [12, 64, 128], source="broadcast batch: 4-D x 3-D")
