@@ -238,6 +238,8 @@ conv_case("conv2d", "r50_3x3s2_128", 128, 128, 3, [56, 56], stride=2,
           source="ResNet-50 v1.5 layer2.0 conv2")
 conv_case("conv2d", "r50_1x1_1024to256", 1024, 256, 1, [14, 14], quick=True,
           source="ResNet-50 layer4.0 conv1")
+conv_case("conv2d", "r50_3x3_512_7", 512, 512, 3, [7, 7], source="ResNet-50 layer4 conv2")
+conv_case("conv2d", "r50_1x1_512to2048_7", 512, 2048, 1, [7, 7], source="ResNet-50 layer4 conv3")
 conv_case("conv2d", "mbv2_dw3x3_144", 144, 144, 3, [56, 56], group=144,
           source="MobileNetV2 block depthwise")
 conv_case("conv2d", "mbv2_dw3x3s2_96", 96, 96, 3, [112, 112], stride=2, group=96,
