@@ -16,7 +16,7 @@ step one with ``seq`` = 1.  PyTorch's TorchScript exporter (``dynamo=False``), o
 eager attention; weights from a seeded config, no hub download.
 
 ``--size tiny`` (2 layers, n_embd 32, vocab 256, 128 positions: ~190 KB, what the tests
-use: tests/data/hf_gpt2_kv_tiny.onnx) or
+use: tests/data/gpt2_kv_tiny.onnx) or
 ``--size gpt2`` (the 124M gpt2 config, 12 layers, n_embd 768, vocab 50257: ~500 MB, for
 benchmarks; never committed).  torch and transformers are not onnxc dependencies; run
 from a separate venv (see scripts/export_hf.py)::
