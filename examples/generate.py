@@ -65,11 +65,12 @@ def compile_so(onnx_path: str, so_path: str, max_prompt: int, max_past: int) -> 
 class OnnxcDecoder:
     """Prefill + greedy steps through one runtime IOBinding."""
 
-    def __init__(self, so_path: str, threads: int):
+    def __init__(self, so_path: str, threads: int, profile: bool = False):
         import runtime
         from runtime.instruments import SessionOptions
 
-        self.sess = runtime.load(so_path, SessionOptions(intra_op_num_threads=threads))
+        self.sess = runtime.load(so_path, SessionOptions(intra_op_num_threads=threads,
+                                                         enable_profiling=profile))
         self.past, self.layers = signature([i.name for i in self.sess.get_inputs()])
         arg = next(i for i in self.sess.get_inputs() if i.name == self.past[0])
         self.heads, self.head_dim = arg.shape[1], arg.shape[3]

@@ -53,15 +53,15 @@ class IOBinding:
         self._last: dict = {}  # name -> index of the owned buffer written last
         self._results: list | None = None
         self._dtypes = {a.name: a for a in session.get_outputs()}
+        self._input_names = [a.name for a in session.get_inputs()]
 
     # -- binding ---------------------------------------------------------------------
     def bind_input(self, name: str, array: np.ndarray) -> None:
         """Bind input ``name`` to ``array`` (read at each run; shape and dtype are checked
         then, as ``Session.run`` checks a feed)."""
-        known = [a.name for a in self._session.get_inputs()]
-        if name not in known:
+        if name not in self._input_names:
             raise ValueError(f"bind_input: unknown input {name!r}; the model's inputs are "
-                             f"{known}")
+                             f"{self._input_names}")
         if not isinstance(array, np.ndarray):
             raise ValueError(f"bind_input({name!r}): expected a numpy array, got "
                              f"{type(array).__name__}")

@@ -97,10 +97,11 @@ class _Arena:
 class _Prepared:
     """Views and kernel argument tuples for one binding of the dims."""
 
-    __slots__ = ("views", "calls", "inputs", "outputs")
+    __slots__ = ("views", "calls", "inputs", "outputs", "tvm_views", "binding")
 
-    def __init__(self, views, calls, inputs, outputs):
+    def __init__(self, views, calls, inputs, outputs, tvm_views, binding):
         self.views, self.calls, self.inputs, self.outputs = views, calls, inputs, outputs
+        self.tvm_views, self.binding = tvm_views, binding
 
 
 # numpy dtype name -> ONNX type string as onnxruntime prints it
@@ -188,6 +189,18 @@ def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
     return direct_in, direct_out, buffer_uses
 
 
+def _names_in(exprs, names) -> set:
+    """The dim names that shape entries / expressions ``exprs`` read."""
+    import ast
+
+    found = set()
+    for e in exprs:
+        if isinstance(e, str):
+            found |= {n.id for n in ast.walk(ast.parse(e, mode="eval"))
+                      if isinstance(n, ast.Name) and n.id in names}
+    return found
+
+
 def _aligned_bytes(nbytes: int, alignment: int = 64) -> np.ndarray:
     """A uint8 array of ``nbytes`` whose data pointer is ``alignment``-aligned."""
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
@@ -259,6 +272,19 @@ class Session:
         # integer kernel arguments computed from the dims: (position, expression)
         self._scalars = [[(pos, ShapeExpr([e], names)) for pos, e in call.get("scalars", ())]
                          for call in graph["calls"]]
+        # which tensors' shapes and which calls' ints read each dim (_prepare rebuilds
+        # only those when a dim changes), and the calls each tensor is an argument of
+        self._tensors_of_dim: dict = {}
+        for t, tt in enumerate(graph["tensors"]):
+            for n in _names_in(tt["shape"], names):
+                self._tensors_of_dim.setdefault(n, []).append(t)
+        self._calls_of_dim: dict = {}
+        self._calls_of_tensor = [[] for _ in graph["tensors"]]
+        for k, (call, scalars) in enumerate(zip(graph["calls"], self._scalars)):
+            for t in set(call["args"]):
+                self._calls_of_tensor[t].append(k)
+            for n in _names_in([e for _, e in call.get("scalars", ())], names):
+                self._calls_of_dim.setdefault(n, []).append(k)
         # a tensor argument's place in the call's tuple, the scalars inserted before it
         self._arg_index = []
         for call, scalars in zip(graph["calls"], self._scalars):
@@ -301,7 +327,11 @@ class Session:
     # -- the arena pool ------------------------------------------------------------------
     def _prepare(self, arena: "_Arena", binding: dict) -> "_Prepared":
         """Views at their planned offsets with the shapes of ``binding`` ({dim: value}),
-        and one argument tuple per call (with the ints kernels take, from the dims)."""
+        and one argument tuple per call (with the ints kernels take, from the dims).
+
+        A new binding starts from the arena's most recent one and rebuilds only the
+        views and calls that read a dim whose value changed: a decoder's step with a
+        past one longer touches the cache-shaped tensors, not the whole graph."""
         import tvm
 
         key = tuple(sorted(binding.items()))
@@ -309,19 +339,35 @@ class Session:
         if prepared is not None:
             arena.prepared.move_to_end(key)
             return prepared
-        nps = [self._view(t, shape(binding), arena.data)
-               for t, shape in zip(self.graph["tensors"], self._shapes)]
-        tvm_views = [tvm.runtime.from_dlpack(v) if v.size else None for v in nps]
-        calls = []
-        for fn, call, scalars in zip(self._fns, self.graph["calls"], self._scalars):
+        tensors = self.graph["tensors"]
+        prev = next(reversed(arena.prepared.values())) if arena.prepared else None
+        if prev is None:
+            touched_t, touched_c = range(len(tensors)), range(len(self._fns))
+            nps, tvm_views, calls = [None] * len(tensors), [None] * len(tensors), []
+        else:
+            changed = [n for n, v in binding.items() if prev.binding.get(n) != v]
+            touched_t = sorted({t for n in changed for t in self._tensors_of_dim.get(n, ())})
+            touched_c = sorted({k for t in touched_t for k in self._calls_of_tensor[t]}
+                               | {k for n in changed for k in self._calls_of_dim.get(n, ())})
+            nps, tvm_views, calls = list(prev.views), list(prev.tvm_views), list(prev.calls)
+        for t in touched_t:
+            v = self._view(tensors[t], self._shapes[t](binding), arena.data)
+            nps[t] = v
+            tvm_views[t] = tvm.runtime.from_dlpack(v) if v.size else None
+        for k in touched_c:
+            call = self.graph["calls"][k]
             args = [tvm_views[i] if tvm_views[i] is not None else
                     tvm.runtime.empty(nps[i].shape, nps[i].dtype.name) for i in call["args"]]
-            for pos, e in scalars:  # in increasing position
+            for pos, e in self._scalars[k]:  # in increasing position
                 args.insert(pos, int(e(binding)[0]))
-            calls.append((fn, tuple(args)))
+            if prev is None:
+                calls.append((self._fns[k], tuple(args)))
+            else:
+                calls[k] = (self._fns[k], tuple(args))
         prepared = _Prepared(nps, calls,
                              [(i["name"], nps[i["tensor"]]) for i in self.graph["inputs"]],
-                             {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]})
+                             {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]},
+                             tvm_views, dict(binding))
         arena.prepared[key] = prepared
         if len(arena.prepared) > MAX_BINDINGS:
             arena.prepared.popitem(last=False)
