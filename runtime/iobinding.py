@@ -16,7 +16,9 @@ next input and the kernels read it where the previous step wrote it: no whole-ca
 into the arena or out of it.  Each runtime-owned output has two buffers, each of the
 output's size at the dims' maxima, used in turn: a run never writes the buffer an input it
 reads lies in, and an output view stays valid through the next run of the same binding
-(it is overwritten by the run after that).  Memory of the caller's (``bind_output(name,
+(it is overwritten by the run after that; an input is recognised as lying in an owned
+buffer through numpy's ``base`` chain, i.e. when it is a numpy view of a returned output).
+Memory of the caller's (``bind_output(name,
 array)``) is the caller's to manage: it may not overlap a bound input.
 
 An input array is read when the run happens, not when it is bound (as onnxruntime's
@@ -36,6 +38,13 @@ def _aligned_bytes(nbytes: int, alignment: int = 64) -> np.ndarray:
     raw = np.empty(nbytes + alignment, dtype=np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + nbytes]
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    """The array owning ``a``'s memory (the end of its ``base`` chain)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
 
 
 class IOBinding:
@@ -118,7 +127,7 @@ class IOBinding:
         if not self._outputs:
             for a in sess.get_outputs():
                 self._outputs[a.name] = None
-        inputs = list(arrays.values())
+        inputs = {id(_root(a)) for a in arrays.values()}  # the memory the run reads
         memory = {}
         for name, raw in self._outputs.items():
             need = sess.output_bytes(name, binding)
@@ -137,9 +146,10 @@ class IOBinding:
             memory[name] = self._owned_buffer(name, inputs, need)
         return list(self._outputs), memory
 
-    def _owned_buffer(self, name: str, inputs: list, need: int) -> np.ndarray:
+    def _owned_buffer(self, name: str, inputs: set, need: int) -> np.ndarray:
         """The runtime-owned buffer to write ``name`` into: the one not written last,
-        unless an input lies in it (then the other; both: a fresh pair)."""
+        unless an input lies in it (then the other).  ``inputs``: ids of the inputs' root
+        arrays (each owned buffer is a slice of an allocation of its own)."""
         bufs = self._owned.get(name)
         if bufs is None or bufs[0].nbytes < need:
             at_max = {d["name"]: d["max"] for d in self._session.dims}
@@ -148,7 +158,7 @@ class IOBinding:
             self._last[name] = 1
         order = (1 - self._last[name], self._last[name])
         for k in order:
-            if not any(np.may_share_memory(bufs[k], a) for a in inputs):
+            if id(bufs[k].base) not in inputs:
                 self._last[name] = k
                 return bufs[k]
         raise ValueError(f"output {name!r}: both of its runtime-owned buffers hold bound "
