@@ -52,11 +52,11 @@ class QdqConvInteger(GraphPass):
                 grouped += 1
             elif m is not None:
                 matches.append(m)
+        if grouped:
+            report.rewrites[GROUPED] = grouped
         if not any(m.rule == RULE for m in matches):
             return mod  # no integer conv: leave the Q / DQ ops of other models as they are
         record(report, df, matches)
-        if grouped:
-            report.rewrites[GROUPED] = grouped
         return rewrite(mod, matches, _plan)
 
 

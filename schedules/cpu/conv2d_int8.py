@@ -96,7 +96,7 @@ class Conv2dInt8(MatchingCPURule):
         init = sch.decompose_reduction(conv, co)
         if kind is not None:
             sch.tensorize(vl, dot_intrin(kind, a_dtype, w_dtype)[0])
-        for lp in (rx, fi, yi, xi, vo):
+        for lp in (fi, yi, xi, vo):
             sch.unroll(lp)
         _vectorize_tile(sch, init, lanes)
         _vectorize_tile(sch, wb, lanes)
