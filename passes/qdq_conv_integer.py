@@ -129,9 +129,13 @@ def _plan(m):
             r = relax.op.round(relax.op.divide(i["x"], relax.const(i["s"], "float32")))
             if i["z"]:
                 r = relax.op.add(r, relax.const(float(i["z"]), "float32"))
-            # max / min, not clip: TVM's ConvertLayout stops at relax.clip
-            r = relax.op.minimum(relax.op.maximum(r, relax.const(float(lo), "float32")),
-                                 relax.const(float(hi), "float32"))
+            # saturated in int32 with max / min: not relax.clip, at which TVM's ConvertLayout
+            # stops; not float max / min, whose NaN-keeping selects read their operand twice
+            # (a conv epilogue with two requantisations inlined held 16 copies of itself).
+            # |x / s| < 2^31 for any activation a calibration could give a scale to
+            r = relax.op.astype(r, "int32")
+            r = relax.op.minimum(relax.op.maximum(r, relax.const(int(lo), "int32")),
+                                 relax.const(int(hi), "int32"))
             return relax.op.astype(r, i["dtype"])
         return quantize
     if m.rule == RULE_DQ:
