@@ -153,6 +153,8 @@ def _plan(m):
         acc = em.emit(relax.op.nn.conv2d(
             x16, relax.const(i["w16"]), strides=a.strides, padding=a.padding,
             dilation=a.dilation, groups=1, out_dtype="int32"))
-        scale = relax.const(i["scale"].reshape(1, -1, 1, 1))
+        sc = i["scale"]
+        # per tensor: a scalar (a [1, 1, 1, 1] constant fails TVM's ConvertLayout)
+        scale = relax.const(sc.reshape(()) if sc.size == 1 else sc.reshape(1, -1, 1, 1))
         return relax.op.multiply(relax.op.astype(acc, "float32"), scale)
     return conv
