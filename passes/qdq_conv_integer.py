@@ -28,7 +28,7 @@ from .context import GraphPass, PassReport
 from .dataflow import Match, record, rewrite
 
 RULE = "conv2d(DQ(xq), DQ(Wq)) => float32(conv2d_int32(int16(xq) - zx, Wq - zw)) * sx * sw"
-RULE_Q = "Q(x) => clip(round(x / s) + z)"
+RULE_Q = "Q(x) => clip(round(x * (1 / s)) + z)"
 RULE_DQ = "DQ(q) => (float(q) - z) * s"
 GROUPED = "grouped/depthwise QDQ conv left float: no integer grouped kernel"
 _BYTE = ("uint8", "int8")
@@ -125,8 +125,11 @@ def _plan(m):
         lo, hi = np.iinfo(i["dtype"]).min, np.iinfo(i["dtype"]).max
 
         def quantize(em):
-            # x / s, as TVM's legalization and onnxruntime (not x * (1 / s)); round half to even
-            r = relax.op.round(relax.op.divide(i["x"], relax.const(i["s"], "float32")))
+            # x * (1 / s): a multiply in the conv epilogue where a divide cost as much as a 1x1
+            # conv's 64-deep sum (onnxruntime's QLinearConv, what its QDQ fusion runs, also
+            # requantises with one multiply); may round a tie the other way: one step, rarely
+            r = relax.op.round(relax.op.multiply(
+                i["x"], relax.const(np.float32(1.0) / np.float32(i["s"]), "float32")))
             if i["z"]:
                 r = relax.op.add(r, relax.const(float(i["z"]), "float32"))
             # saturated in int32 with max / min: not relax.clip, at which TVM's ConvertLayout
