@@ -50,7 +50,8 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
     ``co * 2 CP + 2 cp + k`` and pixel ``(h - top, w - left)``, 0 in the padding and past
     ``channels`` (``za`` a scalar tensor or None); then ``out[n, fo, y, x, v] = sum_{co, ry,
     rx, cp, k} int32(a16[n, co, y sh + ry dh, x sw + rx dw, cp, k]) * int32(wp[fo, co, ry,
-    rx, cp, v, k])``.  ``a`` is NCHW[b]c (5-D) or NCHW (4-D)."""
+    rx, cp, v, k])``.  ``a`` is NCHW[b]c (5-D) or NCHW (4-D).  An unpadded strided 1x1 conv
+    widens only the pixels it reads (``a16`` on the output grid, read at stride 1)."""
     blocked = len(a.shape) == 5
     n, h, w = (int(a.shape[k]) for k in (0, 2, 3))
     fo, co_n, kh, kw, cp_n, b, _ = (int(d) for d in wp.shape)
@@ -60,8 +61,12 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
     hp, wpd = h + pt + pb, w + pl + pr
     oh, ow = (hp - (kh - 1) * dh - 1) // sh + 1, (wpd - (kw - 1) * dw - 1) // sw + 1
 
+    # an unpadded 1x1 conv of stride > 1 (ResNet's downsampling shortcuts) widens only the
+    # pixels it reads: a16 on the output grid, a quarter of the input at stride 2
+    sub = kh == kw == 1 and not (pt or pl or pb or pr) and (sh, sw) != (1, 1)
+
     def widen(i, co, y, x, cp, k):
-        yy, xx = y - pt, x - pl
+        yy, xx = (y * sh, x * sw) if sub else (y - pt, x - pl)
         if blocked:
             v = a[i, co, yy, xx, cp * 2 + k]
             inside = [yy >= 0, yy < h, xx >= 0, xx < w] if (pt or pl or pb or pr) else []
@@ -77,7 +82,10 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
             return v
         return te.if_then_else(tvm.tirx.all(*inside), v, tvm.tirx.const(0, "int16"))
 
-    a16 = te.compute((n, co_n, hp, wpd, cp_n, 2), widen, name="conv_int_a16")
+    a16 = te.compute((n, co_n, oh, ow, cp_n, 2) if sub else (n, co_n, hp, wpd, cp_n, 2), widen,
+                     name="conv_int_a16")
+    if sub:
+        sh = sw = 1
     rco = te.reduce_axis((0, co_n), "rco")
     ry = te.reduce_axis((0, kh), "ry")
     rx = te.reduce_axis((0, kw), "rx")
