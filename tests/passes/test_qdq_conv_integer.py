@@ -173,3 +173,16 @@ def test_qdq_rules_counted():
     rw = _pass(cm)["rewrites"]
     # Q: x, conv out, r, y; DQ: x, conv out, r, y (the weight / bias DQs are constants)
     assert rw == {RULE: 1, RULE_Q: 4, RULE_DQ: 4}
+
+
+def test_unblockable_channels_keep_an_nchw_int32_conv():
+    # 4 -> 12 channels: neither count a multiple of the block, so convert_layout keeps the
+    # int32 conv NCHW (TVM's conv2d legalization, no packed kernel): still exact sums
+    model = qdq_conv_model(4, 12, 9, 3, pad=1, zx=60)
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["rewrites"][RULE] == 1
+    assert not any(r["rule"] == "cpu.conv2d_int8" for r in cm.report["kernel_table"])
+    feeds = _feeds(model)
+    got, ref = cm.session().run(None, feeds)[0], _ort(model, feeds)
+    assert np.abs(got - ref).max() <= 0.03 + 1e-6
+    assert np.mean(got != ref) < 0.02
