@@ -85,11 +85,22 @@ class Conv2dInt8(MatchingCPURule):
         yo, yi = sch.split(y, [None, yt])
         xo, xi = sch.split(x, [None, xt])
         vo, vl = sch.split(v, [None, lanes])
+        # rows outer, and the channel-block tiles in as few chunks as give every core
+        # four row tiles or more: the widened activation rows a chunk reads are computed
+        # inside it (a few KB per task, its halo rows recomputed by the next), so the
+        # kernel is one parallel loop, not two with a barrier between
+        rows, ftiles = ext[0] * (ext[2] // yt), ext[1] // ft
+        want = -(-4 * max(ncores, 1) // rows)
+        chunks = min(d for d in common.divisors(ftiles) if d >= min(want, ftiles))
+        fc, fo = sch.split(fo, [chunks, None])
         # tensorized: (lanes, pair) is the intrinsic's block; else the pair outside the lanes
         inner = (vl, k) if kind is not None else (k, vl)
-        sch.reorder(n, fo, yo, xo, co, ry, rx, cp, fi, yi, xi, vo, *inner)
+        sch.reorder(n, yo, fc, fo, xo, co, ry, rx, cp, fi, yi, xi, vo, *inner)
         wb, rest = common.write_back_at(sch, conv, xo, tail, pads, after)
-        common.parallel(sch, [n, fo, yo], ncores)
+        outer = sch.fuse(n, yo, fc)
+        if ncores > 1:
+            sch.parallel(outer)
+        sch.compute_at(a16[0], outer, preserve_unit_loops=True)
         if kind is None:
             sch.unroll(k)
             sch.vectorize(vl)
@@ -100,8 +111,14 @@ class Conv2dInt8(MatchingCPURule):
             sch.unroll(lp)
         _vectorize_tile(sch, init, lanes)
         _vectorize_tile(sch, wb, lanes)
+        a16_loops = sch.get_loops(a16[0])
+        if common.const_extent(sch, a16_loops[-1]) == 2:
+            sch.vectorize(sch.fuse(*a16_loops[-2:]) if common.const_extent(
+                sch, a16_loops[-2]) * 2 <= 4 * lanes else a16_loops[-1])
+        a16_name = sch.get(a16[0]).name_hint
         for p in rest:
-            common.schedule_elementwise(sch, p, lanes, ncores)
+            if sch.get(p).name_hint != a16_name:
+                common.schedule_elementwise(sch, p, lanes, ncores)
         return sch
 
 
