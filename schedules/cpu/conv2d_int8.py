@@ -3,8 +3,9 @@
 
 ``out[n, fo, y, x, v] += int32(a16[n, co, y*s + ry, x*s + rx, cp, k]) * int32(wp[fo, co, ry,
 rx, cp, v, k])``, ``a16`` the 8-bit activation widened to int16 minus its zero point and
-padded (a stage of the same kernel, its own parallel vectorised loop, as the fp32 conv's
-padded copy), ``wp`` int8 / int16, ``out`` int32.  The tile is conv2d_nchwc's (NeoCPU):
+padded (a stage of the same kernel, computed per task: the rows one row tile reads, a few
+KB private to the task and still in cache when the tile reads them; the next row tile
+recomputes the halo rows), ``wp`` int8 / int16, ``out`` int32.  The tile is conv2d_nchwc's (NeoCPU):
 ``ft`` output channel blocks x ``yt x xt`` pixels of i32 accumulators; per input-channel pair
 ``cp`` it loads ``ft`` weight vectors and broadcasts each pixel's i16 pair.  On x86 the step
 over (``lanes`` output channels, the pair) is ``cpu.matmul_int8``'s tensor intrinsic, one
@@ -12,7 +13,8 @@ over (``lanes`` output channels, the pair) is ``cpu.matmul_int8``'s tensor intri
 AVX512-VNNI targets): exact for every u8 / s8 combination.  Other targets get the same tile
 as plain vectorised i32 code.  The epilogue (int32 -> float, scale, bias, requantisation,
 residual add: what FuseOps fused after it) is applied in the tile's write-back, so the next
-conv reads 8-bit NCHW[b]c.  Parallel over (n, channel-block tile, row tile).
+conv reads 8-bit NCHW[b]c.  One parallel loop over (n, row tile, chunk of channel-block
+tiles), the chunks as few as give every core four tasks (one unless the rows are few).
 """
 
 from __future__ import annotations
