@@ -14,8 +14,11 @@ counts are multiples of ``b`` goes to ``NCHW{b}c`` with weights ``OIHW{b}i{b}o``
 depthwise conv (groups == C == F) to ``OIHW1i{b}o``; a conv whose input channels are not a
 multiple of ``b`` but whose outputs are (an RGB stem, MobileNetV2's 24 -> 144 expansions)
 reads NCHW and writes ``NCHW{b}c`` (weights ``OIHW{b}o``), so what follows is blocked
-without a transform; any other conv (SqueezeNet's 1000-class 1x1, MobileNetV2's 144 -> 24
-projections, grouped convs) stays NCHW for ``pack_conv_weights``.  The
+without a transform; a grouped conv whose groups hold whole channel blocks (in and out: RegNet's
+64-channel groups) goes to ``NCHW{b}c`` / ``OIHW{b}i{b}o`` as a dense one (each output
+block reads its group's input blocks); any other conv (SqueezeNet's 1000-class 1x1,
+MobileNetV2's 144 -> 24 projections, groups of 4 channels) stays NCHW for
+``pack_conv_weights``.  The
 weight and bias transforms of constants are computed here once (numpy), so no kernel
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
 ``compiler/lowering/legalize_conv_nchwc.py`` does.
@@ -194,6 +197,12 @@ def _desired(call, layout: str, block: int) -> list:
         return [f"NCHW{block}c", f"OIHW{block}i{block}o"]
     if int(a.groups) == c == f:
         return [f"NCHW{block}c", f"OIHW1i{block}o"]
+    g = int(a.groups)
+    if (c // g) % block == 0 and (f // g) % block == 0:
+        # grouped, whole channel blocks per group (RegNet's 64-wide groups, ResNeXt's
+        # wide ones): the dense blocked kernel, each output block reading its group's
+        # input blocks
+        return [f"NCHW{block}c", f"OIHW{block}i{block}o"]
     return keep
 
 

@@ -5,7 +5,7 @@ streams each panel straight into its ``mr x nr`` register tile: no per-call copy
 strided ``K x nr`` panel of W (rows ``4 N`` bytes apart), as ``cpu.matmul`` makes
 (single core, BERT-base M = 128: 207 -> 232 GFLOP/s on the 3072x768 weight, 231 -> 253 on
 768x768).  Fires on float32 ``x[.., M, K] @ W[K, N]`` with a constant 2-D W, static
-shapes; an ``N`` that is not a multiple of ``panel`` (two AVX-512 vectors by default) gets
+shapes; an ``N`` that is not a multiple of ``panel`` (two fp32 vectors of the target) gets
 zero columns up to whole panels, dropped again in the write-back (MobileNetV2's 1280 x 1001
 classifier: 2.8-9 ms under cpu.matmul, 20-60x onnxruntime, single-thread on Zen 3).  When M has no
 divisor that makes a register tile (prime M: 37, 197), the kernel computes M rounded up
@@ -35,8 +35,8 @@ class PackMatmulWeights(GraphPass):
 
     name = "pack_matmul_weights"
     opt_level = 2
-    # rows: the CPU rule's register tile; compile_static sets it from the target
-    # (compiler/driver.py _matmul_tiles); 12 is AVX-512's with 32-column panels
+    # panel and rows: the CPU rule's register tile; compile_static sets both from the
+    # target (compiler/driver.py _matmul_tiles: two fp32 vectors wide); these are AVX-512's
     options = {"panel": 32, "rows": 12}
 
     def rewrite(self, mod, report: PassReport, options: dict):

@@ -97,10 +97,11 @@ class _Arena:
 class _Prepared:
     """Views and kernel argument tuples for one binding of the dims."""
 
-    __slots__ = ("views", "calls", "inputs", "outputs")
+    __slots__ = ("views", "calls", "inputs", "outputs", "tvm_views", "binding")
 
-    def __init__(self, views, calls, inputs, outputs):
+    def __init__(self, views, calls, inputs, outputs, tvm_views, binding):
         self.views, self.calls, self.inputs, self.outputs = views, calls, inputs, outputs
+        self.tvm_views, self.binding = tvm_views, binding
 
 
 # numpy dtype name -> ONNX type string as onnxruntime prints it
@@ -150,9 +151,11 @@ def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
     {output name: buffer} for outputs whose buffer holds no other output: the kernels write
     the returned array, and the buffer's other tensors (written in place before it, or a
     model input it overwrites, copied in) move with it; {buffer: (bytes, [(tensor id,
-    [(call, arg position)])])}).  Buffers holding an empty tensor stay in the arena (DLPack
-    needs memory to point at)."""
+    [(call, arg position)])])}).  A symbolic graph's sizes are taken at the dims' maxima
+    (``graph["dims"]``): the bytes are what any binding needs at most.  Buffers holding a
+    tensor empty even at the maxima stay in the arena (DLPack needs memory to point at)."""
     tensors = graph["tensors"]
+    at_max = {d["name"]: d["max"] for d in graph.get("dims") or []}
     members: dict = {}
     for t, tt in enumerate(tensors):
         if tt["storage"] == "arena":
@@ -169,7 +172,8 @@ def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
         return tensors[t]["index"] if tensors[t]["storage"] == "arena" else None
 
     def nbytes(t):
-        return math.prod(tensors[t]["shape"]) * np.dtype(tensors[t]["dtype"]).itemsize
+        shape = ShapeExpr(tensors[t]["shape"], at_max)(at_max)
+        return math.prod(shape) * np.dtype(tensors[t]["dtype"]).itemsize
 
     in_bufs = [buf(i["tensor"]) for i in graph["inputs"]]
     out_bufs = [buf(o["tensor"]) for o in graph["outputs"]]
@@ -183,6 +187,18 @@ def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
                        [(t, uses.get(t, [])) for t in members[b]])
                    for b in set(direct_in.values()) | set(direct_out.values())}
     return direct_in, direct_out, buffer_uses
+
+
+def _names_in(exprs, names) -> set:
+    """The dim names that shape entries / expressions ``exprs`` read."""
+    import ast
+
+    found = set()
+    for e in exprs:
+        if isinstance(e, str):
+            found |= {n.id for n in ast.walk(ast.parse(e, mode="eval"))
+                      if isinstance(n, ast.Name) and n.id in names}
+    return found
 
 
 def _aligned_bytes(nbytes: int, alignment: int = 64) -> np.ndarray:
@@ -256,6 +272,25 @@ class Session:
         # integer kernel arguments computed from the dims: (position, expression)
         self._scalars = [[(pos, ShapeExpr([e], names)) for pos, e in call.get("scalars", ())]
                          for call in graph["calls"]]
+        # which tensors' shapes and which calls' ints read each dim (_prepare rebuilds
+        # only those when a dim changes), and the calls each tensor is an argument of
+        self._tensors_of_dim: dict = {}
+        for t, tt in enumerate(graph["tensors"]):
+            for n in _names_in(tt["shape"], names):
+                self._tensors_of_dim.setdefault(n, []).append(t)
+        self._calls_of_dim: dict = {}
+        self._calls_of_tensor = [[] for _ in graph["tensors"]]
+        for k, (call, scalars) in enumerate(zip(graph["calls"], self._scalars)):
+            for t in set(call["args"]):
+                self._calls_of_tensor[t].append(k)
+            for n in _names_in([e for _, e in call.get("scalars", ())], names):
+                self._calls_of_dim.setdefault(n, []).append(k)
+        # a tensor argument's place in the call's tuple, the scalars inserted before it
+        self._arg_index = []
+        for call, scalars in zip(graph["calls"], self._scalars):
+            at = {pos for pos, _ in scalars}
+            self._arg_index.append([i for i in range(len(call["args"]) + len(at))
+                                    if i not in at])
         self._declared = [(i["name"], graph["tensors"][i["tensor"]]["shape"])
                           for i in graph["inputs"]]
         self._index_bounds: dict = {}
@@ -281,10 +316,10 @@ class Session:
         if first is not None:  # static: the views the instruments and tools read
             self._np, self._calls = first.views, first.calls
         self._free = [self._first]
-        # inputs read in place, outputs written into the returned arrays (bind_io): for
-        # static shapes only; a symbolic artifact's run copies in and out as before
+        # inputs read in place, outputs written into the returned arrays (bind_io); a
+        # symbolic graph's bound memory is sized per run (at most the dims' maxima)
         self._direct_in, self._direct_out, self._buffer_uses = (
-            ({}, {}, {}) if instrumented or not self.options.bind_io or self.dims
+            ({}, {}, {}) if instrumented or not self.options.bind_io
             else direct_buffers(graph))
         self._arenas = 1
         self._pool = threading.Condition()
@@ -292,7 +327,11 @@ class Session:
     # -- the arena pool ------------------------------------------------------------------
     def _prepare(self, arena: "_Arena", binding: dict) -> "_Prepared":
         """Views at their planned offsets with the shapes of ``binding`` ({dim: value}),
-        and one argument tuple per call (with the ints kernels take, from the dims)."""
+        and one argument tuple per call (with the ints kernels take, from the dims).
+
+        A new binding starts from the arena's most recent one and rebuilds only the
+        views and calls that read a dim whose value changed: a decoder's step with a
+        past one longer touches the cache-shaped tensors, not the whole graph."""
         import tvm
 
         key = tuple(sorted(binding.items()))
@@ -300,19 +339,35 @@ class Session:
         if prepared is not None:
             arena.prepared.move_to_end(key)
             return prepared
-        nps = [self._view(t, shape(binding), arena.data)
-               for t, shape in zip(self.graph["tensors"], self._shapes)]
-        tvm_views = [tvm.runtime.from_dlpack(v) if v.size else None for v in nps]
-        calls = []
-        for fn, call, scalars in zip(self._fns, self.graph["calls"], self._scalars):
+        tensors = self.graph["tensors"]
+        prev = next(reversed(arena.prepared.values())) if arena.prepared else None
+        if prev is None:
+            touched_t, touched_c = range(len(tensors)), range(len(self._fns))
+            nps, tvm_views, calls = [None] * len(tensors), [None] * len(tensors), []
+        else:
+            changed = [n for n, v in binding.items() if prev.binding.get(n) != v]
+            touched_t = sorted({t for n in changed for t in self._tensors_of_dim.get(n, ())})
+            touched_c = sorted({k for t in touched_t for k in self._calls_of_tensor[t]}
+                               | {k for n in changed for k in self._calls_of_dim.get(n, ())})
+            nps, tvm_views, calls = list(prev.views), list(prev.tvm_views), list(prev.calls)
+        for t in touched_t:
+            v = self._view(tensors[t], self._shapes[t](binding), arena.data)
+            nps[t] = v
+            tvm_views[t] = tvm.runtime.from_dlpack(v) if v.size else None
+        for k in touched_c:
+            call = self.graph["calls"][k]
             args = [tvm_views[i] if tvm_views[i] is not None else
                     tvm.runtime.empty(nps[i].shape, nps[i].dtype.name) for i in call["args"]]
-            for pos, e in scalars:  # in increasing position
+            for pos, e in self._scalars[k]:  # in increasing position
                 args.insert(pos, int(e(binding)[0]))
-            calls.append((fn, tuple(args)))
+            if prev is None:
+                calls.append((self._fns[k], tuple(args)))
+            else:
+                calls[k] = (self._fns[k], tuple(args))
         prepared = _Prepared(nps, calls,
                              [(i["name"], nps[i["tensor"]]) for i in self.graph["inputs"]],
-                             {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]})
+                             {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]},
+                             tvm_views, dict(binding))
         arena.prepared[key] = prepared
         if len(arena.prepared) > MAX_BINDINGS:
             arena.prepared.popitem(last=False)
@@ -398,18 +453,54 @@ class Session:
             if n not in self._output_names:
                 raise ValueError(f"unknown output {n!r}; the model's outputs are "
                                  f"{self._output_names}")
-        arrays = self._check_feed(input_feed)
+        return self._execute(names, self._check_feed(input_feed), None)
+
+    def io_binding(self):
+        """A new :class:`runtime.iobinding.IOBinding` for :meth:`run_with_iobinding`
+        (onnxruntime's ``IOBinding``: inputs read in place, outputs into bound or
+        runtime-owned memory, a present key/value fed back as the next past without a copy)."""
+        from .iobinding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding) -> None:
+        """Run with the inputs and outputs bound in ``iobinding`` (see
+        :class:`runtime.iobinding.IOBinding`); its ``get_outputs()`` gives the results."""
+        if getattr(iobinding, "_session", None) is not self:
+            raise ValueError("this IOBinding was not made by this session's io_binding()")
+        arrays = self._check_feed(iobinding._inputs)
         binding = bind_dims(self.dims, self._declared, arrays) if self.dims else {}
+        names, memory = iobinding._prepare_run(arrays, binding)
+        iobinding._set_results(self._execute(names, arrays, memory, binding))
+
+    def output_bytes(self, name: str, binding: dict) -> int:
+        """Bytes of memory that output ``name`` is written into at ``binding`` ({dim: value};
+        ``{}`` for a static model): its arena buffer's, when the kernels may write it
+        directly (tensors computed in place before it share that buffer), else its own."""
+        b = self._direct_out.get(name)
+        if b is not None:
+            return self._bound_bytes(b, binding)
+        t = self._outputs_tensor[name]
+        return math.prod(self._shapes[t](binding)) * np.dtype(
+            self.graph["tensors"][t]["dtype"]).itemsize
+
+    def _execute(self, names, arrays: dict, memory: dict | None, binding=None) -> list:
+        """One run over checked ``arrays``; ``memory``: {output name: uint8 array} the
+        outputs are written into (directly when the kernels can, else copied), None for
+        fresh arrays.  Returns the outputs ``names``."""
+        if binding is None:
+            binding = bind_dims(self.dims, self._declared, arrays) if self.dims else {}
         arena = self._acquire()  # an arena of the pool; waits when all are busy
         try:
             prepared = self._prepare(arena, binding)
             if arena is self._first:  # what tools read after a run (onnxc debug, NaN checks)
                 self._np, self._calls = prepared.views, prepared.calls
             calls, outputs = prepared.calls, prepared.outputs
-            bound, in_place = self._bind(names, arrays)  # buffer -> caller's / fresh array
+            # buffer -> caller's / fresh / bound array
+            bound, in_place = self._bind(names, arrays, binding, memory)
             views: dict = {}  # tensor id -> its view on bound memory
             if bound:
-                calls, views = self._rebind(calls, bound)
+                calls, views = self._rebind(calls, bound, binding)
             for (name, view), t in zip(prepared.inputs, self._input_tensors):
                 if name not in in_place:
                     np.copyto(views.get(t, view), arrays[name], casting="no")
@@ -421,24 +512,50 @@ class Session:
             result, given = [], set()
             for n in names:
                 t = self._outputs_tensor[n]
-                out = outputs[n].copy() if t not in views else (
-                    views[t].copy() if t in given else views[t])  # asked twice: a copy
+                if memory is not None and n in memory:
+                    out = self._into(memory[n], views.get(t, outputs[n]))
+                else:
+                    out = outputs[n].copy() if t not in views else (
+                        views[t].copy() if t in given else views[t])  # asked twice: a copy
                 given.add(t)
                 result.append(out if n not in self._narrow else out.view(self._narrow[n][0]))
             return result
         finally:
             self._release(arena)
 
-    def _bind(self, names, arrays: dict) -> tuple[dict, set]:
-        """The arena buffers this run binds to other memory: each requested output's to a
-        fresh aligned array, an input's to the caller's array when the kernels can take it as
-        it is (aligned, contiguous, writable: DLPack exports no read-only memory); and the
-        names of the inputs so read in place."""
+    @staticmethod
+    def _into(raw: np.ndarray, value: np.ndarray) -> np.ndarray:
+        """``value`` as a view on ``raw`` (uint8): itself when the kernels wrote it there,
+        else copied in."""
+        if value.size and value.ctypes.data == raw.ctypes.data:
+            return value
+        out = raw[:value.nbytes].view(value.dtype).reshape(value.shape)
+        np.copyto(out, value)
+        return out
+
+    def _bound_bytes(self, b: int, binding: dict) -> int:
+        """Bytes arena buffer ``b``'s tensors take at ``binding``."""
+        tensors = self.graph["tensors"]
+        return max(math.prod(self._shapes[t](binding)) * np.dtype(tensors[t]["dtype"]).itemsize
+                   for t, _ in self._buffer_uses[b][1])
+
+    def _bind(self, names, arrays: dict, binding: dict, memory: dict | None = None
+              ) -> tuple[dict, set]:
+        """The arena buffers this run binds to other memory: each requested output's to
+        ``memory[name]`` when given and large and aligned enough, else to a fresh aligned
+        array; an input's to the caller's array when the kernels can take it as it is
+        (aligned, contiguous, writable: DLPack exports no read-only memory); and the names
+        of the inputs so read in place."""
         bound, in_place = {}, set()
         for n in names:
             b = self._direct_out.get(n)
             if b is not None and b not in bound:
-                bound[b] = _aligned_bytes(self._buffer_uses[b][0])
+                need = self._bound_bytes(b, binding)
+                raw = memory.get(n) if memory else None
+                if raw is not None and raw.nbytes >= need and raw.ctypes.data % 64 == 0:
+                    bound[b] = raw[:need]
+                else:
+                    bound[b] = _aligned_bytes(need)
         for name, b in self._direct_in.items():
             a = arrays[name]
             if (a.flags.c_contiguous and a.flags.writeable and a.ctypes.data % 64 == 0):
@@ -446,9 +563,10 @@ class Session:
                 in_place.add(name)
         return bound, in_place
 
-    def _rebind(self, calls: list, bound: dict) -> tuple[list, dict]:
+    def _rebind(self, calls: list, bound: dict, binding: dict) -> tuple[list, dict]:
         """``calls`` with the bound buffers' tensors swapped in (the arena's views stay as
-        they are for the next run), and {tensor id: its view on the bound memory}."""
+        they are for the next run), and {tensor id: its view on the bound memory}.  A
+        tensor empty at this binding keeps the prepared call's empty argument."""
         import tvm
 
         tensors = self.graph["tensors"]
@@ -456,13 +574,15 @@ class Session:
         views: dict = {}
         for b, raw in bound.items():
             for t, uses in self._buffer_uses[b][1]:
-                tt = tensors[t]
-                dtype = np.dtype(tt["dtype"])
-                v = raw[:math.prod(tt["shape"]) * dtype.itemsize].view(dtype).reshape(tt["shape"])
+                shape = self._shapes[t](binding)
+                dtype = np.dtype(tensors[t]["dtype"])
+                v = raw[:math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
                 views[t] = v
+                if not v.size:
+                    continue
                 tv = tvm.runtime.from_dlpack(v)
                 for k, pos in uses:
-                    patched.setdefault(k, list(calls[k][1]))[pos] = tv
+                    patched.setdefault(k, list(calls[k][1]))[self._arg_index[k][pos]] = tv
         new = list(calls)
         for k, args in patched.items():
             new[k] = (calls[k][0], tuple(args))

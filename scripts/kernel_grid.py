@@ -238,6 +238,8 @@ conv_case("conv2d", "r50_3x3s2_128", 128, 128, 3, [56, 56], stride=2,
           source="ResNet-50 v1.5 layer2.0 conv2")
 conv_case("conv2d", "r50_1x1_1024to256", 1024, 256, 1, [14, 14], quick=True,
           source="ResNet-50 layer4.0 conv1")
+conv_case("conv2d", "r50_3x3_512_7", 512, 512, 3, [7, 7], source="ResNet-50 layer4 conv2")
+conv_case("conv2d", "r50_1x1_512to2048_7", 512, 2048, 1, [7, 7], source="ResNet-50 layer4 conv3")
 conv_case("conv2d", "mbv2_dw3x3_144", 144, 144, 3, [56, 56], group=144,
           source="MobileNetV2 block depthwise")
 conv_case("conv2d", "mbv2_dw3x3s2_96", 96, 96, 3, [112, 112], stride=2, group=96,
@@ -351,6 +353,9 @@ for _h, _sq, _sk, _tag in ((12, 197, 197, "vit"), (12, 128, 128, "bert"), (12, 5
              source="attention scores, MatMul(Q, Transpose(K))")
 bmm_case("qk_s4096_h1", [1, 4096, 64], [1, 64, 4096], source="long sequence, 1 head")
 bmm_case("pv_vit", [12, 197, 197], [12, 197, 64], source="attention context P @ V")
+bmm_case("qkT_whisper", [8, 1500, 64], [8, 64, 1500], transposed=True,
+         source="Whisper-base encoder scores, 1500 frames")
+bmm_case("pv_whisper", [8, 1500, 1500], [8, 1500, 64], source="Whisper-base encoder context")
 bmm_case("pv_decode_kv1024", [12, 1, 1024], [12, 1024, 64], source="decode context P @ V")
 bmm_case("bcast_b2_w64", [2, 12, 128, 64], [64, 64], source="broadcast batch: rank-2 B")
 bmm_case("bcast_4d_x_3d", [1, 12, 128, 64], [12, 64, 128], source="broadcast batch: 4-D x 3-D")

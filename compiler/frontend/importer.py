@@ -215,6 +215,15 @@ class _Importer(_importer_base()):
         finally:
             self._nodes = outer
 
+    def declared_dims(self, name: str) -> list | None:
+        """The model's declared shape of tensor ``name`` (ints and dim_param names, None
+        for an unnamed unknown dim), or None when it declares none."""
+        vi = getattr(self, "_declared_vis", {}).get(name)
+        if vi is None or not vi.type.tensor_type.HasField("shape"):
+            return None
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in vi.type.tensor_type.shape.dim]
+
     def _construct_nodes(self, graph, scope: str | None = None):
         """Convert ``graph``'s nodes in order.  ``scope`` is set for a control-flow
         subgraph (``compiler/frontend/control_flow.py``): it prefixes every error's node label, and
@@ -222,6 +231,9 @@ class _Importer(_importer_base()):
         from tvm import relax
         from tvm.relax.frontend.onnx.onnx_frontend import onnx_input
 
+        if scope is None:  # the main graph's declared tensors, for declared_dims()
+            self._declared_vis = {vi.name: vi for vi in list(graph.value_info)
+                                  + list(graph.output)}
         for idx, node in enumerate(graph.node):
             self._tag = "sub" if scope else f"n{idx}"
             attr = self._parse_attr(node.attribute)

@@ -327,9 +327,10 @@ def _dims_of(exprs) -> list:
     return [found[k] for k in sorted(found)]
 
 
-def _emit_te(bb, build, exprs, name: str):
+def _emit_te(bb, build, exprs, name: str, opaque: bool = False):
     """``bb.emit_te`` of ``build(substitute)`` with the dims the expressions read passed as
-    scalar arguments (PrimValues), not left free: FuseTIR drops free vars' tir_vars."""
+    scalar arguments (PrimValues), not left free: FuseTIR drops free vars' tir_vars.
+    ``opaque``: the kernel is marked opaque (``op_pattern`` 8), so FuseOps leaves it alone."""
     from tvm import tirx
 
     dims = _dims_of(exprs)
@@ -339,7 +340,11 @@ def _emit_te(bb, build, exprs, name: str):
 
         return build(lambda e: e if isinstance(e, (int, tirx.IntImm)) else _subst(e, vmap))
 
-    return bb.emit_te(fn, *dims, primfunc_name_hint=name)
+    call = bb.call_te(fn, *dims, primfunc_name_hint=name)
+    if opaque:  # AnnotateTIROpPattern keeps an op_pattern already set
+        gv = call.args[0]
+        bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", 8))
+    return bb.emit(call)
 
 
 def _subst(e, vmap):
@@ -383,7 +388,12 @@ def materialize(bb, value: np.ndarray, dtype: str = "int64"):
 
         return te.compute(shape, elem, name="shape_value")
 
-    return _emit_te(bb, build, flat, "shape_value")
+    call = _emit_te(bb, build, flat, "shape_value", opaque=True)
+    # Kept out of fusion (opaque): fused with a kernel whose buffer shapes define the same
+    # dims (GPT-2's exported causal mask: Range(past + seq) compared with Shape(past)),
+    # TVM 0.27's FuseTIR defines the dim twice and RenewDefs aborts ("VarRemapGet(source)
+    # == nullptr").  A kernel writing a few ints costs nothing on its own.
+    return call
 
 
 def arange(bb, start, limit, delta, dtype: str):

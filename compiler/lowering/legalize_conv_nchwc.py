@@ -19,6 +19,12 @@ two blocked forms; every other conv2d keeps TVM's legalization:
     out[n, fo, y, x, v] = sum_{c, ry, rx} pad[n, c, y*sh + ry*dh, x*sw + rx*dw]
                                           * w[fo, c, ry, rx, v]
 
+* grouped (``groups == g``, whole blocks per group: ``fpg`` output and ``cpg`` input
+  blocks per group), the dense form reading the output block's group::
+
+    out[n, fo, y, x, fi] = sum_{co, ry, rx, ci} pad[n, fo // fpg * cpg + co, ..., ci]
+                                                * w[fo, co, ry, rx, ci, fi]
+
 * depthwise (``groups == C``, kernel block ``1i``)::
 
     out[n, c, y, x, v] = sum_{ry, rx} pad[n, c, y*sh + ry*dh, x*sw + rx*dw, v]
@@ -57,8 +63,8 @@ def blocked_layouts(attrs):
     return int(d.group(1)), int(k.group(1)), int(k.group(2))
 
 
-def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool):
-    """TE compute of a blocked conv (the three forms above; a 4-D ``data`` is the NCHW
+def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, groups: int = 1):
+    """TE compute of a blocked conv (the four forms above; a 4-D ``data`` is the NCHW
     input form); ``padding`` is (top, left, bottom, right)."""
     rank = len(data.shape)
     n, h, w = (int(data.shape[k]) for k in (0, 2, 3))
@@ -92,6 +98,14 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool):
             name="depthwise_conv2d_NCHWc")
     co = te.reduce_axis((0, int(kernel.shape[1])), "rco")
     ci = te.reduce_axis((0, int(kernel.shape[4])), "rci")
+    if groups > 1:
+        fpg, cpg = fo // groups, int(kernel.shape[1])
+        return te.compute(
+            (n, fo, oh, ow, ob),
+            lambda i, f, y, x, v: te.sum(
+                data[i, f // fpg * cpg + co, y * sh + ry * dh, x * sw + rx * dw, ci]
+                * kernel[f, co, ry, rx, ci, v], axis=[co, ry, rx, ci]),
+            name="group_conv2d_NCHWc")
     return te.compute(
         (n, fo, oh, ow, ob),
         lambda i, f, y, x, v: te.sum(
@@ -115,9 +129,13 @@ def _supported(call):
     if db == 0:
         return int(a.groups) == 1
     channels = int(x.ty.shape[1]) * db
-    if int(a.groups) == 1:
+    g = int(a.groups)
+    if g == 1:
         return ib == db
-    return int(a.groups) == channels and ib == 1 and ob == db
+    if g == channels:
+        return ib == 1 and ob == db
+    # grouped: whole input and output blocks per group
+    return (ib == db and int(x.ty.shape[1]) % g == 0 and int(k.ty.shape[0]) % g == 0)
 
 
 def install() -> None:
@@ -131,8 +149,11 @@ def install() -> None:
         if not _supported(call):
             return default(bb, call)
         a = call.attrs
+        g = int(a.groups)
+        depthwise = g != 1 and blocked_layouts(a)[1] == 1  # kernel OIHW1i{b}o
         return bb.call_te(conv2d_nchwc, call.args[0], call.args[1], a.strides, a.padding,
-                          a.dilation, int(a.groups) != 1, primfunc_name_hint="conv2d")
+                          a.dilation, depthwise, 1 if depthwise else g,
+                          primfunc_name_hint="conv2d")
 
     legalize.__onnxc_nchwc__ = True
     tvm.ir.register_op_attr("relax.nn.conv2d", _ATTR, legalize, level=11)

@@ -64,9 +64,11 @@ def resolve_ranges(names: list, declared: dict | None, where: str = "model") -> 
                 raise ValueError(f"{where}: dims[{name!r}] = {declared[name]}: expected "
                                    "(min, max) or (min, max, opt)")
             lo, hi, opt = rng
-            if not 1 <= lo <= opt <= hi:
+            # min 0 is allowed: an empty past key/value cache at a decoder's prefill step
+            # (kernels see a zero extent; the runtime binds empty tensors to no memory)
+            if not (0 <= lo <= opt <= hi and opt >= 1):
                 raise ValueError(f"{where}: dims[{name!r}] = {declared[name]}: need "
-                                   "1 <= min <= opt <= max")
+                                   "0 <= min <= opt <= max, opt >= 1")
             out.append({"name": name, "min": lo, "max": hi, "opt": opt, "declared": True})
         else:
             lo, hi, opt = DEFAULT_RANGE

@@ -25,13 +25,17 @@ height, width and channel blocks, so every shape is exact.
 
 from __future__ import annotations
 
+from tvm import tirx
+
 from ..base import MatchingCPURule
 from . import common
 
+
 def match_nchwc_conv(sch):
-    """(block rv, "dense" | "depthwise", vector block) of a blocked conv reading a 5-D input
-    and a 6-D weight and writing ``out[n, f, y, x, v]``, with only spatial blocks around
-    it; else None."""
+    """(block rv, "dense" | "nchw_in" | "depthwise" | ("grouped", output blocks per group),
+    vector block) of a blocked conv reading a 5-D input (4-D: nchw_in) and a 6-D weight
+    (5-D) and writing ``out[n, f, y, x, v]``, with only spatial blocks around it; else
+    None."""
     for kinds, kind in (("SSSSSRRRR", "dense"), ("SSSSSRRR", "nchw_in"),
                         ("SSSSSRR", "depthwise")):
         m = common.single_reduction(sch, kinds)
@@ -63,8 +67,11 @@ def match_nchwc_conv(sch):
               and common.same_vars(weight, [f, c, ry, rx, v]))
     elif kind == "dense":
         co, ry, rx, ci = ivs[5:]
-        ok = (data[0].same_as(n) and data[1].same_as(co) and data[4].same_as(ci)
+        fpg = _group_blocks(data[1], f, co)
+        ok = (data[0].same_as(n) and fpg is not None and data[4].same_as(ci)
               and common.same_vars(weight, [f, co, ry, rx, ci, v]))
+        if ok and fpg:
+            kind = ("grouped", fpg)
     else:
         ry, rx = ivs[5:]
         ok = (data[0].same_as(n) and data[1].same_as(f) and data[4].same_as(v)
@@ -72,6 +79,18 @@ def match_nchwc_conv(sch):
     if not ok:
         return None
     return rv, kind, int(out.source.shape[4])
+
+
+def _group_blocks(e, f, co):
+    """0 when the input channel block ``e`` is ``co`` (dense), ``fpg`` when it is
+    ``f // fpg * cpg + co`` (grouped: ``fpg`` output blocks per group), else None."""
+    if e.same_as(co):
+        return 0
+    if (isinstance(e, tirx.Add) and e.b.same_as(co) and isinstance(e.a, tirx.Mul)
+            and isinstance(e.a.b, tirx.IntImm) and isinstance(e.a.a, tirx.FloorDiv)
+            and e.a.a.a.same_as(f) and isinstance(e.a.a.b, tirx.IntImm)):
+        return int(e.a.a.b)
+    return None
 
 
 def tile(oh: int, ow: int, fblocks: int, width: int = 1, budget: int = 20) -> tuple:
@@ -108,9 +127,11 @@ class Conv2dNCHWc(MatchingCPURule):
         if any(e is None for e in ext):
             return None
         width = -(-b // lanes)  # registers per channel block
-        if kind in ("dense", "nchw_in"):
+        if kind in ("dense", "nchw_in") or kind[0] == "grouped":
             n, f, y, x, v, co, ry, rx, *ci = loops
-            yt, xt, ft = tile(ext[2], ext[3], ext[1], width, common.acc_budget(target))
+            # a grouped conv's channel tile stays in one group (one input block range)
+            fblocks = kind[1] if kind[0] == "grouped" else ext[1]
+            yt, xt, ft = tile(ext[2], ext[3], fblocks, width, common.acc_budget(target))
             fo, fi = sch.split(f, [None, ft])
             yo, yi = sch.split(y, [None, yt])
             xo, xi = sch.split(x, [None, xt])

@@ -82,6 +82,16 @@ def schedule_loops(sch, infos, target):
             # (a 1-pixel zero pad of [1, 64, 112, 112]: 831744 fused iterations, 4-8 ms
             # against onnxruntime's 0.2; attention's K^T transpose over seq 4x its static)
             n_lead -= 1
+        symbolic = [i for i, lp in enumerate(loops[:n_lead])
+                    if common.const_extent(sch, lp) is None]
+        if symbolic and 0 < symbolic[-1] < n_lead - 1:
+            # a symbolic loop inside the fusion costs divisions by a runtime extent per
+            # iteration: the constant loops inside the last symbolic one stay in the
+            # parallel body, so each iteration copies a whole row, not one vector behind
+            # three int64 divisions (GPT-2's Concat(past, new) over [1, 12, past + 1, 64]:
+            # 98k iterations of 8 floats per layer and step before).  An outermost
+            # symbolic loop (batch) costs no such division: nothing changes then.
+            n_lead = symbolic[-1] + 1
         if n_lead and cores > 1:
             fused = sch.fuse(*loops[:n_lead]) if n_lead > 1 else loops[0]
             ext = common.const_extent(sch, fused)

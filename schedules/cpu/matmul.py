@@ -32,6 +32,9 @@ from . import common
 
 # The size a symbolic M or N is tiled for (a typical sequence length).
 SYMBOLIC_EXTENT = 128
+# The most bytes of (padded) B that a row of tiles sweeps (from L2) when N is no whole
+# number of tiles; a larger B keeps the column-panel order and a separate cut of C.
+ROWWISE_B_BYTES = 1 << 19
 
 
 def match_matmul(sch):
@@ -186,14 +189,20 @@ class Matmul(MatchingCPURule):
                 # (K = 64): whole tiles go to C_pad, the cut (and epilogue) is a stage
                 rows = [tail] if tail is not None else after
                 pads, after, tail = pads, [], None
+        # N no whole tiles (QK^T over 197 or 1500 tokens): rows of tiles, so the padded
+        # columns are cut off an it x N block still in cache, not in a pass over C
+        rowwise = (M is not None and N is not None and N % jt != 0 and len(rows) == 1
+                   and K is not None and K * -(-N // jt) * jt * 4 <= ROWWISE_B_BYTES)
         *bat, i, j, k = sch.get_loops(mm)
         io, ii = sch.split(i, [None, it])
         jo, ji = sch.split(j, [None, jt])
-        sch.reorder(*bat, jo, io, k, ii, ji)
+        sch.reorder(*bat, *((io, jo) if rowwise else (jo, io)), k, ii, ji)
         panel = M is None or M > it or b_t or b_pad is not None
         if panel:  # copy the K x jt panel of B once per column tile: contiguous, reused
+            # (row-wise: all of B once, ahead of the tiles)
             pb = sch.cache_read(mm, _operand_index(sch.get(mm), b_t), "global")
-            sch.compute_at(pb, jo, preserve_unit_loops=True)
+            if not rowwise:
+                sch.compute_at(pb, jo, preserve_unit_loops=True)
             if b_pad is not None:
                 sch.compute_inline(b_pad)
             if b_t:  # laid out [k, j] as a [.., k, j] B is: the same micro-kernel
@@ -212,7 +221,7 @@ class Matmul(MatchingCPURule):
             sch.compute_at(a_pad, io, preserve_unit_loops=True)
             _vectorize_const(sch, sch.get_loops(a_pad)[-1])
         wb = sch.cache_write(mm, 0, "local")
-        sch.reverse_compute_at(wb, io, preserve_unit_loops=True)
+        sch.reverse_compute_at(wb, jo if rowwise else io, preserve_unit_loops=True)
         if tail is not None and padded:
             # the epilogue covers the real outputs, the tile the padded ones: the write-back
             # is guarded, the inner loop is not
@@ -223,13 +232,20 @@ class Matmul(MatchingCPURule):
             sch.reverse_compute_inline(tail)
         else:  # several consumers left (or a padded cut): schedule them as their own stages
             pads = pads + after
-        common.parallel(sch, bat if a_once else [*bat, jo] if panel else [*bat, jo, io],
-                        ncores)
+        if rowwise:  # the cut of the row block's padded columns, and its epilogue
+            sch.reverse_compute_at(rows.pop(), io, preserve_unit_loops=True)
+            cut = sch.get_consumers(wb)[0]
+            if panel:
+                common.parallel(sch, sch.get_loops(pb)[:nbat], ncores)
+        common.parallel(sch, bat if a_once else [*bat, io] if rowwise
+                        else [*bat, jo] if panel else [*bat, jo, io], ncores)
         sch.unroll(ii)
         sch.vectorize(ji)
         init = sch.decompose_reduction(mm, k)
         sch.vectorize(sch.get_loops(wb)[-1])
         sch.vectorize(sch.get_loops(init)[-1])
+        if rowwise:
+            common.vectorize_row(sch, cut, lanes)
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         for r in rows:  # rows of N, not whole vectors: LLVM vectorises the serial loop

@@ -139,7 +139,7 @@ class RowReduction(MatchingCPURule):
                 sch.reorder(ko, ki)
                 sch.vectorize(ki)
             elif "R" not in common.iter_kinds(b):
-                _vectorize_inner(sch, blk, lanes)
+                common.vectorize_row(sch, blk, lanes)
         if ncores > 1:
             _parallel_rows(sch, last, row, nrow, symbolic_rows, ncores)
         return sch
@@ -165,35 +165,3 @@ def _parallel_rows(sch, last, row, nrow: int, symbolic: bool, ncores: int) -> No
 
 def _is_rf(block) -> bool:
     return block.name_hint.endswith("_rf")
-
-
-def _vectorize_inner(sch, blk, lanes):
-    """Vectorise a row's elementwise loop ``ROW_VECTORS`` (or fewer) vectors per iteration:
-    independent vectors overlap the latency of exp's polynomial chain (one vector per
-    iteration ran 12x128x128 softmax at 0.24 ms, four at 0.17-0.20 ms, znver3 time_evaluator).
-    A row that is no whole number of vectors (197 tokens) is partitioned: whole vectors, then
-    a scalar loop over the rest (12x197x197 softmax 0.42-0.50 -> 0.36 ms, 4x77x77 0.026 ->
-    0.019 ms against a plain loop left to LLVM's vectoriser).  A predicated split instead
-    is scalarised lane by lane, with an ``if`` each (2x slower)."""
-    loops = sch.get_loops(blk)
-    if len(loops) < 2:
-        return
-    ext = common.const_extent(sch, loops[-1])
-    if ext is None or ext < 2:
-        return
-    if ext <= lanes:
-        sch.vectorize(loops[-1])
-        return
-    head = ext - ext % lanes
-    if head < 2 * lanes:  # one vector and a tail: left to LLVM
-        return
-    loop = loops[-1]
-    if head < ext:
-        loop, _ = sch.loop_partition(loop, [head, None])
-    width = next(v * lanes for v in (ROW_VECTORS, 2, 1) if head % (v * lanes) == 0)
-    if head > width:
-        _, loop = sch.split(loop, [None, width])
-    sch.vectorize(loop)
-
-
-ROW_VECTORS = 4

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import compiler
+
 from passes import FoldTransposeMatmul
 from tests.conftest import ort_run
 
@@ -50,3 +52,21 @@ def test_numerics_against_onnxruntime(h, s, d, t, kb):
     assert report(cm, "fold_transpose_matmul")["rewrites"] == {RULE: 1}
     assert cm.report["schedules"].get("cpu.matmul") == 1
     np.testing.assert_allclose(got, ort_run(m, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_symbolic_dims_fold_and_match_onnxruntime():
+    """Decoding with a cache: Q [2, seq, 16] @ K^T with K [2, past_seq, 16] (both symbolic):
+    folded, one artifact, right at several lengths (a length-1 query included)."""
+    m = scores(2, "seq", 16, t="past_seq")
+    m.graph.output[0].type.tensor_type.shape.dim[2].dim_param = "past_seq"
+    cm = compiler.compile(m, dims={"seq": (1, 8), "past_seq": (1, 40)})
+    assert isinstance(cm, compiler.CompiledModel)
+    assert report(cm, "fold_transpose_matmul")["rewrites"] == {RULE: 1}
+    assert [row["rule"] for row in cm.report["kernel_table"]] == ["cpu.matmul"]  # no copy
+    sess = cm.session()
+    rng = np.random.default_rng(1)
+    for s, t in ((1, 1), (1, 37), (5, 12)):
+        feeds = {"q": rng.standard_normal((2, s, 16)).astype("float32"),
+                 "k": rng.standard_normal((2, t, 16)).astype("float32")}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(m, feeds)[0],
+                                   rtol=1e-4, atol=1e-5)

@@ -47,9 +47,9 @@ def test_pad_rows_only_without_a_register_tile_divisor():
 
 
 def test_pad_rows_follows_the_targets_register_tile():
-    # AVX2: 4-vector panels in a 12-accumulator budget make 3-row tiles; Swin's 49-token
-    # windows and LLaMA's 77 would get 1-row tiles
-    assert [pad_rows(m, 3) for m in (49, 77, 128, 196, 1, 2)] == [3, 3, 1, 1, 1, 1]
+    # AVX2: 2-vector panels in a 12-accumulator budget make 6-row tiles; Swin's 49-token
+    # windows and LLaMA's 77 would get 1-row tiles, 197 too
+    assert [pad_rows(m, 6) for m in (49, 77, 128, 196, 197, 1, 2)] == [6, 6, 1, 1, 6, 1, 1]
     # AVX-512: 12-row tiles; 49 keeps its 7-row divisor
     assert [pad_rows(m, 12) for m in (49, 77, 128, 197, 37, 2)] == [1, 1, 1, 12, 12, 1]
 
@@ -58,12 +58,17 @@ def test_rows_option_set_from_the_target():
     import targets
     from compiler.driver import _matmul_tiles
 
-    rows = {name: _matmul_tiles(targets.resolve(name), None)["pack_matmul_weights"]["rows"]
-            for name in ("x86-avx2", "x86-avx512")}
-    assert rows == {"x86-avx2": 3, "x86-avx512": 12}
+    tiles = {name: _matmul_tiles(targets.resolve(name), None)["pack_matmul_weights"]
+             for name in ("x86-avx2", "x86-avx512")}
+    # panels two vectors wide, rows what the accumulator budget leaves
+    assert tiles == {"x86-avx2": {"panel": 16, "rows": 6},
+                     "x86-avx512": {"panel": 32, "rows": 12}}
     mine = {"pack_matmul_weights": {"rows": 5}}
     assert _matmul_tiles(targets.resolve("x86-avx2"), mine)["pack_matmul_weights"]["rows"] == 5
     assert mine == {"pack_matmul_weights": {"rows": 5}}  # the caller's dict is not changed
+    # a panel the user set keeps its rows in the budget: 4 AVX2 vectors, 3 rows
+    wide = _matmul_tiles(targets.resolve("x86-avx2"), {"pack_matmul_weights": {"panel": 32}})
+    assert wide["pack_matmul_weights"] == {"panel": 32, "rows": 3}
 
 
 def test_prime_rows_padded_plain_and_shared_outputs_match_ort():

@@ -52,6 +52,41 @@ def test_legalized_and_scheduled_depthwise():
     assert "T.parallel" in text and "T.vectorized(T.int64(16))" in text
 
 
+def test_legalized_and_scheduled_grouped():
+    """Two groups of 2 blocks in, 3 out: the register tile's channel blocks stay in one
+    group (its input block range read at the group's offset)."""
+    def build(bb, x, w, bias):
+        y = relax.op.nn.conv2d(x, w, padding=1, groups=2, data_layout="NCHW16c",
+                               kernel_layout="OIHW16i16o")
+        return bb.emit(relax.op.nn.relu(relax.op.add(bb.emit(y), bias)))
+    func = fused_primfunc(build, [(1, 4, 14, 14, 16), (6, 2, 3, 3, 16, 16), (1, 6, 1, 1, 16)],
+                          "conv2d")
+    sch = Conv2dNCHWc().apply(func, TARGET)
+    text = sch.mod["main"].script()
+    assert "group_conv2d_NCHWc" in text and "T.parallel" in text
+    assert "T.vectorized(T.int64(16))" in text
+    ft = sch.get(sch.get_loops(sch.get_sblock("group_conv2d_NCHWc_update"))[-4]).extent
+    assert 3 % int(ft) == 0  # a divisor of the 3 output blocks of one group
+
+
+def test_narrow_groups_stay_nchw():
+    """Groups of 4 channels (ResNeXt-50's 32 x 4d) are not whole blocks: the conv stays NCHW
+    (pack_conv_weights' kernel) and still matches onnxruntime."""
+    import compiler
+    import onnxruntime as ort
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((32, 4, 3, 3)) * 0.2).astype("float32")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4,
+                              group=8)]
+    model = onnx_model(nodes, [("x", (1, 32, 9, 9))], [("y", (1, 32, 9, 9))], {"w": w})
+    cm = compiler.compile(model, target="host")
+    assert "cpu.conv2d_nchwc" not in cm.report["schedules"]
+    x = rng.standard_normal((1, 32, 9, 9)).astype("float32")
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-4)
+
+
 def test_rejects_nchw_conv():
     conv = fused_primfunc(lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, padding=1)),
                           [(1, 16, 8, 8), (16, 16, 3, 3)], "conv2d")
@@ -67,6 +102,9 @@ def test_rejects_nchw_conv():
     (3, 1, 1, 1, 32, 32, 14, 32),    # depthwise
     (3, 2, 1, 1, 48, 48, 11, 48),    # depthwise strided, odd size
     (5, 1, 2, 1, 16, 16, 10, 16),    # depthwise 5x5
+    (3, 1, 1, 1, 32, 64, 10, 2),     # grouped: whole channel blocks per group (RegNet)
+    (3, 2, 1, 1, 48, 48, 11, 3),     # grouped, strided, odd size
+    (1, 1, 0, 1, 64, 128, 7, 4),     # grouped 1x1, more outputs than inputs per group
 ])
 def test_numerics_conv_bias_relu_residual(k, stride, pad, dil, c, f, hw, group):
     rng = np.random.default_rng(0)

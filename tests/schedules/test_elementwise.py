@@ -95,3 +95,17 @@ def test_pad_odd_rows_against_onnxruntime():
         model = onnx_model([helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)],
                            [("x", x.shape)], [("y", (1, 8, 16, 16))], {"p": pads})
         check_against_ort(model, {"x": x}, "cpu.elementwise")
+
+
+def test_constant_loops_inside_a_symbolic_one_stay_in_the_parallel_body():
+    """GPT-2's cache Concat(past, new) -> [batch, 12, past + seq, 64]: the parallel loop
+    fuses (batch, head, row) and each iteration copies a whole row of 64; fusing the 8
+    vectors of a row too divided the index by the row count per 8 floats (3x slower)."""
+    from tvm import tirx
+
+    b, p, s = (tirx.Var(n, "int64") for n in ("batch", "past", "seq"))
+    f = fused_primfunc(lambda bb, x, y: bb.emit(relax.op.concat([x, y], axis=2)),
+                       [(b, 12, p, 64), (b, 12, s, 64)], "concatenate")
+    text = Elementwise().apply(f, AVX2).mod["main"].script()
+    assert "T.parallel(batch * (past + seq) * T.int64(12))" in text
+    assert "in range(T.int64(8))" in text and "T.vectorized(T.int64(8))" in text

@@ -78,6 +78,27 @@ def test_structure_197_padded(target, transposed):
 
 
 @pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
+def test_structure_odd_columns_cut_per_row_block(target):
+    """Whisper's 1500 x 1500 scores: N is no whole number of tiles, so the tiles run a row
+    block at a time and the block's padded columns are cut off (with the epilogue) while
+    it is in cache, inside the tiles' parallel loop; a B too large to sweep per row block
+    keeps the column-panel order and cuts C in a stage of its own."""
+    lanes = targets.cpu_facts(target)["lanes"]
+    f, _ = _bmm((8, 1500, 64), (8, 1500, 64), transposed=True)
+    sch = Matmul().apply(f, target)
+    # the cut: whole vectors, then a scalar tail (blocks epi_ax20 / epi_ax21 in epi_ax2_common)
+    epi, tiles = (sch.get_loops(sch.get_sblock(n))[0] for n in ("epi_ax2_common", "mm_update"))
+    assert sch.get(epi).same_as(sch.get(tiles)) and "T.parallel" in sch.mod.script()
+    assert lanes in _widths(sch.mod["main"].script(), "vectorized")
+    assert f"range({1500 - 1500 % lanes}, 1500)" in sch.mod["main"].script()
+    # negative: K x N = 768 x 1001 floats of B (3 MB)
+    f, _ = _bmm((2, 64, 768), (2, 768, 1001))
+    sch = Matmul().apply(f, target)
+    epi, tiles = (sch.get_loops(sch.get_sblock(n))[0] for n in ("epi", "mm_update"))
+    assert not sch.get(epi).same_as(sch.get(tiles))
+
+
+@pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
 def test_structure_broadcast_batch_and_decode(target):
     f = fused_primfunc(lambda bb, a, b: bb.emit(relax.op.matmul(a, b)),
                        [(2, 12, 128, 64), (64, 64)], "matmul")

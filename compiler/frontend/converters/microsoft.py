@@ -519,9 +519,19 @@ def group_query_attention(bb, inputs, attrs, ctx):
     do_rotary with cos_cache / sin_cache (positions P + s, or position_ids);
     rotary_interleaved; attention_bias; scale.
 
-    The new keys are appended after the whole past buffer: onnxruntime writes them at
-    seqlens_k[b] + 1 - S instead, which differs only when a batch's past is shorter than the
-    buffer (batch padding while decoding); such constant seqlens_k are refused.  Refused:
+    Two cache forms, as onnxruntime's (present length max(P, total_sequence_length)):
+
+    * concatenated (present (B, Nkv, P + S, H)): the new keys are appended after the whole
+      past; onnxruntime writes them at seqlens_k[b] + 1 - S instead, which differs only
+      when a batch's past is shorter than the buffer; such constant seqlens_k are refused.
+    * shared buffer (onnxruntime-genai's past_present_share_buffer: the model declares
+      present_key with the past's length P, the cache's maximum): present is the past
+      with rows seqlens_k[b] + 1 - S .. seqlens_k[b] replaced by the new keys; keys after
+      seqlens_k[b] are masked, rotary positions start at seqlens_k[b] + 1 - S.  Shapes no
+      longer depend on the step (only seqlens_k's values do): one static artifact decodes
+      every step.
+
+    Refused:
     local_window_size, softcap, smooth_softmax / head_sink, qk_output, quantized KV caches,
     sliding_window_cache, q/k norms, query_seqlens."""
     (query, key, value, past_k, past_v, seqlens_k, _total, cos, sin, pos_ids, attn_bias,
@@ -574,15 +584,21 @@ def group_query_attention(bb, inputs, attrs, ctx):
         if len(pshape) != 4 or pshape[:2] != [b, nkv] or pshape[3] != h:
             refuse(ctx, f"past_key of shape {pshape} (expected ({b}, {nkv}, P, {h}))")
         p = pshape[2]
+    shared = p > 0 and _shares_buffer(ctx, p)
     lens = constant_value(seqlens_k)
-    if lens is not None and p > 0 and np.any(np.asarray(lens).reshape(-1) != p + s - 1):
+    if (not shared and lens is not None and p > 0
+            and np.any(np.asarray(lens).reshape(-1) != p + s - 1)):
         refuse(ctx, f"seqlens_k={np.asarray(lens).reshape(-1).tolist()} with a past buffer of "
                     f"{p} (pasts shorter than the buffer)")
     if int(attrs.get("do_rotary", 0)):
         if cos is None or sin is None:
             refuse(ctx, "do_rotary=1 without cos_cache / sin_cache")
         half = _dims(ctx, cos, "cos_cache")[-1]
-        if pos_ids is None:
+        if pos_ids is None and shared:
+            pos = bb.emit(relax.op.add(relax.op.reshape(_write_start(bb, seqlens_k, b, s),
+                                                        [b, 1]),
+                                       relax.const(np.arange(s, dtype=np.int64)[None], "int64")))
+        elif pos_ids is None:
             pos = relax.const(np.arange(p, p + s, dtype=np.int64).reshape(1, s), "int64")
         else:
             pos = _positions(bb, ctx, pos_ids, b, s)
@@ -590,10 +606,14 @@ def group_query_attention(bb, inputs, attrs, ctx):
                "rotary_embedding_dim": 2 * half}
         q = bb.emit(rotary_embedding(bb, [q, cos, sin, pos], rot, ctx))
         k = bb.emit(rotary_embedding(bb, [k, cos, sin, pos], rot, ctx))
-    if p:
+    if shared:
+        start = _write_start(bb, seqlens_k, b, s)
+        k, v = (_write_rows(bb, past, new, start, b, nkv, p, s, h)
+                for past, new in ((past_k, k), (past_v, v)))
+    elif p:
         k = bb.emit(relax.op.concat([past_k, k], axis=2))
         v = bb.emit(relax.op.concat([past_v, v], axis=2))
-    t = p + s
+    t = p if shared else p + s
     present_k, present_v = k, v
     if n != nkv:                                     # query head j uses KV head j // (n/nkv)
         k = bb.emit(relax.op.repeat(k, n // nkv, axis=1))
@@ -601,7 +621,12 @@ def group_query_attention(bb, inputs, attrs, ctx):
     cols = relax.const(np.arange(t, dtype=np.int32).reshape(1, 1, 1, t), "int32")
     last = relax.op.reshape(relax.op.astype(seqlens_k, "int32"), [b, 1, 1, 1])
     keeps = [bb.emit(relax.op.less_equal(cols, last))]
-    if int(attrs.get("causal", 1)):
+    if int(attrs.get("causal", 1)) and shared:  # query i sits at start[b] + i
+        rows = relax.op.add(relax.op.reshape(start, [b, 1, 1, 1]),
+                            relax.const(np.arange(s, dtype=np.int64).reshape(1, 1, s, 1), "int64"))
+        keeps.append(bb.emit(relax.op.less_equal(
+            relax.const(np.arange(t, dtype=np.int64).reshape(1, 1, 1, t), "int64"), rows)))
+    elif int(attrs.get("causal", 1)):
         keeps.append(_causal_keep(s, t, p))
     add = _additive_mask(bb, dtype, keeps, attn_bias, float(np.finfo(np.float32).min)
                          if dtype == "float32" else float(np.finfo(np.float16).min))
@@ -610,6 +635,36 @@ def group_query_attention(bb, inputs, attrs, ctx):
     if _wants(ctx, 1) or _wants(ctx, 2):
         return _outputs(o, present_k, present_v)
     return o
+
+
+def _shares_buffer(ctx, p: int) -> bool:
+    """Whether the model declares present_key with the past's length (onnxruntime-genai's
+    shared past/present buffer) rather than past + S."""
+    if not _wants(ctx, 1) or ctx.importer is None:
+        return False
+    present = ctx.importer.declared_dims(ctx.node.output[1])
+    return bool(present) and len(present) == 4 and present[2] == p
+
+
+def _write_start(bb, seqlens_k, b, s):
+    """(B,) int64 seqlens_k[b] + 1 - S: where a shared buffer takes the new keys."""
+    lens = relax.op.astype(relax.op.reshape(seqlens_k, [b]), "int64")
+    return bb.emit(relax.op.subtract(lens, relax.const(s - 1, "int64")))
+
+
+def _write_rows(bb, past, new, start, b, nkv, p, s, h):
+    """(B, Nkv, P, H): ``past`` with rows start[b] .. start[b] + S - 1 taken from ``new``
+    (B, Nkv, S, H)."""
+    rows = relax.const(np.arange(p, dtype=np.int64).reshape(1, 1, p, 1), "int64")
+    off = bb.emit(relax.op.subtract(rows, relax.op.reshape(start, [b, 1, 1, 1])))
+    inside = bb.emit(relax.op.logical_and(
+        relax.op.greater_equal(off, relax.const(0, "int64")),
+        relax.op.less(off, relax.const(s, "int64"))))
+    idx = relax.op.minimum(relax.op.maximum(off, relax.const(0, "int64")),
+                           relax.const(s - 1, "int64"))
+    idx = bb.emit(relax.op.broadcast_to(idx, [b, nkv, p, h]))
+    taken = bb.emit(relax.op.gather_elements(new, idx, axis=2))
+    return bb.emit(relax.op.where(inside, taken, past))
 
 
 # --------------------------------------------------------------------------- #

@@ -413,6 +413,72 @@ def test_gqa_prompt_right_padding_rotary_interleaved():
     np.testing.assert_allclose(got[1, :4], want[1, :4], rtol=1e-4, atol=1e-5)
 
 
+def _gqa_shared_buffer_model(max_len: int, s: int = 1):
+    """onnxruntime-genai's decoder layer core: x -> q/k/v projections -> GroupQueryAttention
+    with rotary, past and present both (B, NKV, max_len, HD) (the shared buffer), seqlens_k
+    and total_sequence_length fed per step -> output projection."""
+    rng = np.random.default_rng(7)
+    w = {n: (rng.standard_normal(shape) * 0.2).astype(np.float32) for n, shape in
+         (("wq", (D, N * HD)), ("wk", (D, NKV * HD)), ("wv", (D, NKV * HD)),
+          ("wo", (N * HD, D)))}
+    w["cos"], w["sin"] = _caches(max_len, HD // 2)
+    f, i32 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT32
+    cache = [B, NKV, max_len, HD]
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("MatMul", ["x", f"w{c}"], [c]) for c in "qkv"] + [
+        helper.make_node("GroupQueryAttention", ["q", "k", "v", "past_key", "past_value",
+                                                 "seqlens_k", "total_sequence_length",
+                                                 "cos", "sin"],
+                         ["attn", "present_key", "present_value"], domain="com.microsoft",
+                         num_heads=N, kv_num_heads=NKV, do_rotary=1),
+        helper.make_node("MatMul", ["attn", "wo"], ["y"])]
+    g = helper.make_graph(
+        nodes, "gqa_genai",
+        [vi("x", f, [B, s, D]), vi("past_key", f, cache), vi("past_value", f, cache),
+         vi("seqlens_k", i32, [B]), vi("total_sequence_length", i32, [])],
+        [vi("y", f, [B, s, D]), vi("present_key", f, cache), vi("present_value", f, cache)],
+        [numpy_helper.from_array(v, n) for n, v in w.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_gqa_shared_buffer_decodes_32_steps_like_onnxruntime():
+    """A max-length past/present buffer: one static artifact serves every step (only
+    seqlens_k's values change); 32 steps through an IOBinding (presents bound back as the
+    next pasts), the two sequences of the batch at different lengths (3 tokens apart),
+    against onnxruntime fed its own presents.  Rows past a sequence's length are
+    unspecified in onnxruntime's present: compared up to seqlens_k."""
+    max_len, steps, ahead = 48, 32, 3
+    model = _gqa_shared_buffer_model(max_len)
+    cm = compiler.compile(model)
+    assert isinstance(cm, compiler.CompiledModel) and not cm.report.get("dims")
+    sess = cm.session()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    past = np.zeros((B, NKV, max_len, HD), np.float32)
+    past[1, :, :ahead] = randn(NKV, ahead, HD)      # sequence 1 holds 3 tokens already
+    ours = {"past_key": past, "past_value": past[:, ::-1].copy()}
+    theirs = dict(ours)
+    b = sess.io_binding()
+    for n in ("y", "present_key", "present_value"):
+        b.bind_output(n)
+    for step in range(steps):
+        lens = np.array([step, step + ahead], np.int32)   # seqlens_k: length - 1
+        feeds = {"x": randn(B, 1, D), "seqlens_k": lens,
+                 "total_sequence_length": np.array(lens.max() + 1, np.int32)}
+        for k, v in {**feeds, **ours}.items():
+            b.bind_input(k, v)
+        sess.run_with_iobinding(b)
+        y, pk, pv = b.get_outputs()
+        want = ref.run(None, {**feeds, **theirs})
+        np.testing.assert_allclose(y, want[0], rtol=1e-4, atol=1e-5)
+        for got, exp in ((pk, want[1]), (pv, want[2])):
+            for i, n in enumerate(lens):
+                np.testing.assert_allclose(got[i, :, :n + 1], exp[i, :, :n + 1], rtol=1e-5,
+                                           atol=1e-6)
+        ours = {"past_key": pk, "past_value": pv}
+        theirs = {"past_key": want[1], "past_value": want[2]}
+
+
 @pytest.mark.parametrize("attr,value", [("local_window_size", 4), ("softcap", 30.0)])
 def test_gqa_refusals(attr, value):
     refused("GroupQueryAttention", _gqa(S, 0), num_heads=N, kv_num_heads=NKV, **{attr: value},

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Export a randomly initialised HuggingFace GPT-2 *with its key/value cache* to ONNX.
+
+The layout is Optimum's ``decoder_with_past`` export of GPT-2 (what onnxruntime-genai and
+HF/Optimum users feed):
+
+    inputs   input_ids [batch, seq] int64, attention_mask [batch, past + seq] int64,
+             position_ids [batch, seq] int64,
+             past_key_values.{i}.key / .value [batch, n_head, past, head_dim] float32
+    outputs  logits [batch, seq, vocab] float32,
+             present.{i}.key / .value [batch, n_head, past + seq, head_dim] float32
+
+with dynamic axes ``batch``, ``seq``, ``past`` (and ``past_seq`` = past + seq on the mask
+and the presents).  A prefill is a step with ``past`` = 0 (empty past tensors), a decode
+step one with ``seq`` = 1.  PyTorch's TorchScript exporter (``dynamo=False``), opset 17,
+eager attention; weights from a seeded config, no hub download.
+
+``--size tiny`` (2 layers, n_embd 32, vocab 256, 128 positions: ~190 KB, what the tests
+use: tests/data/gpt2_kv_tiny.onnx) or
+``--size gpt2`` (the 124M gpt2 config, 12 layers, n_embd 768, vocab 50257: ~500 MB, for
+benchmarks; never committed).  torch and transformers are not onnxc dependencies; run
+from a separate venv (see scripts/export_hf.py)::
+
+    /tmp/torchenv/bin/python scripts/export_gpt2_kv.py --size gpt2 --out /tmp/gpt2_kv.onnx --check
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+import numpy as np
+
+OPSET = 17
+SIZES = {
+    "tiny": dict(n_embd=32, n_layer=2, n_head=4, vocab_size=256, n_positions=128),
+    "gpt2": dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024),
+}
+
+
+def io_names(n_layer: int) -> tuple[list[str], list[str]]:
+    past = [f"past_key_values.{i}.{kv}" for i in range(n_layer) for kv in ("key", "value")]
+    present = [f"present.{i}.{kv}" for i in range(n_layer) for kv in ("key", "value")]
+    return ["input_ids", "attention_mask", "position_ids"] + past, ["logits"] + present
+
+
+def _model(size: str):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(**SIZES[size], use_cache=True, bos_token_id=0, eos_token_id=0,
+                        attn_implementation="eager")
+    return GPT2LMHeadModel(config).eval(), config
+
+
+def _wrapped(model, n_layer: int):
+    import torch
+    from transformers import DynamicCache
+
+    class WithPast(torch.nn.Module):
+        """Flat past tensors in, flat presents out (the ONNX signature above)."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(n_layer)])
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, cache=cache, use_cache=True,
+                             return_dict=True)
+            flat = []
+            for keys, values, _ in out.cache:
+                flat += [keys, values]
+            return (out.logits, *flat)
+
+    return WithPast().eval()
+
+
+def example_feeds(config, batch=1, seq=3, past=4, seed=0) -> dict:
+    """Seeded feeds for one step: random past, an all-ones mask, positions after the past."""
+    rng = np.random.default_rng(seed)
+    hd = config.n_embd // config.n_head
+    feeds = {"input_ids": rng.integers(0, config.vocab_size, (batch, seq), dtype=np.int64),
+             "attention_mask": np.ones((batch, past + seq), np.int64),
+             "position_ids": np.tile(np.arange(past, past + seq, dtype=np.int64), (batch, 1))}
+    for name in io_names(config.n_layer)[0][3:]:
+        feeds[name] = rng.standard_normal((batch, config.n_head, past, hd)).astype(np.float32)
+    return feeds
+
+
+def export(size: str, path: str, seed: int = 0, check: bool = False) -> str:
+    import onnx
+    import torch
+
+    torch.manual_seed(seed)
+    model, config = _model(size)
+    wrapped = _wrapped(model, config.n_layer)
+    inputs, outputs = io_names(config.n_layer)
+    feeds = example_feeds(config, seed=seed)
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "position_ids": {0: "batch", 1: "seq"},
+            "attention_mask": {0: "batch", 1: "past_seq"}, "logits": {0: "batch", 1: "seq"}}
+    axes.update({n: {0: "batch", 2: "past"} for n in inputs[3:]})
+    axes.update({n: {0: "batch", 2: "past_seq"} for n in outputs[1:]})
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapped, tuple(torch.from_numpy(feeds[n]) for n in inputs), path,
+                          input_names=inputs, output_names=outputs, dynamic_axes=axes,
+                          opset_version=OPSET, do_constant_folding=True, dynamo=False)
+    m = onnx.load(path)
+    m.producer_name = f"pytorch {torch.__version__} (scripts/export_gpt2_kv.py {size})"
+    m.doc_string = (f"random HuggingFace GPT2LMHeadModel with past/present key-values "
+                    f"({sum(p.numel() for p in model.parameters())} params, seed {seed}), "
+                    f"torch.onnx.export opset {OPSET} dynamo=False")
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+    ops = sorted({n.op_type for n in m.graph.node})
+    print(f"{path}: {os.path.getsize(path) / 1024:.0f} KiB, {len(m.graph.node)} nodes, "
+          f"ops {', '.join(ops)}")
+    if check:
+        _check(path, wrapped, config, inputs, seed)
+    return path
+
+
+def _check(path, wrapped, config, inputs, seed):
+    import torch
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("  (onnxruntime not installed here: no check)")
+        return
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for seq, past in ((5, 0), (1, 7), (2, 1)):
+        feeds = example_feeds(config, seq=seq, past=past, seed=seed + seq + past)
+        got = sess.run(None, feeds)
+        with torch.no_grad():
+            want = wrapped(*[torch.from_numpy(feeds[n]) for n in inputs])
+        err = max(float(np.abs(g - w.numpy()).max()) for g, w in zip(got, want))
+        print(f"  onnxruntime vs torch at seq {seq}, past {past}: max abs diff {err:.2e}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", choices=list(SIZES), default="tiny")
+    ap.add_argument("--out", required=True, help="the .onnx file to write")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check", action="store_true", help="compare with torch via onnxruntime")
+    args = ap.parse_args(argv)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    export(args.size, args.out, args.seed, args.check)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""I/O binding (runtime/iobinding.py, ``Session.run_with_iobinding``): a GPT-2 exported with
+its key/value cache (tests/data/gpt2_kv_tiny.onnx, scripts/export_gpt2_kv.py: 2 layers,
+n_embd 32, random weights) decodes from one artifact, prefill at past length 0, each
+present fed back as the next past without a copy, matching onnxruntime's logits."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import compiler
+from runtime.dims import DimError
+from tests.conftest import REPO, assert_close, ort_run
+
+MODEL = REPO / "tests" / "data" / "gpt2_kv_tiny.onnx"
+LAYERS, HEADS, HEAD_DIM, VOCAB = 2, 4, 8, 256
+MAX_PAST = 64
+DIMS = {"batch": (1, 1), "seq": (1, 16), "past": (0, MAX_PAST),
+        "past_seq": (1, MAX_PAST + 16)}
+PAST = [f"past_key_values.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
+PRESENT = [f"present.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    cm = compiler.compile(str(MODEL), dims=DIMS)
+    assert isinstance(cm, compiler.CompiledModel)  # one artifact, not one per past length
+    return onnx.load(str(MODEL)), cm
+
+
+def _step_feeds(ids, past_len: int) -> dict:
+    seq = ids.shape[1]
+    return {"input_ids": ids, "attention_mask": np.ones((1, past_len + seq), np.int64),
+            "position_ids": np.arange(past_len, past_len + seq, dtype=np.int64)[None]}
+
+
+def _empty_past() -> dict:
+    return {n: np.zeros((1, HEADS, 0, HEAD_DIM), np.float32) for n in PAST}
+
+
+def test_structure_present_fed_back_in_place(gpt2):
+    """Outputs land in two runtime-owned buffers used in turn; the present bound as the
+    next past is read where it lies (the kernels get its memory: no copy in)."""
+    _, cm = gpt2
+    sess = cm.session()
+    b = sess.io_binding()
+    ids = np.array([[1, 2, 3]], np.int64)
+    for k, v in {**_step_feeds(ids, 0), **_empty_past()}.items():
+        b.bind_input(k, v)
+    for n in ["logits"] + PRESENT:
+        b.bind_output(n)
+    seen = []
+    for step in range(3):
+        sess.run_with_iobinding(b)
+        outs = b.get_outputs()
+        key = outs[1]
+        bufs = b._owned[PRESENT[0]]
+        assert key.shape == (1, HEADS, 3 + step, HEAD_DIM)
+        assert any(np.shares_memory(key, buf) for buf in bufs)
+        seen.append(key.ctypes.data)
+        nxt = np.array([[int(outs[0][0, -1].argmax())]], np.int64)
+        for k, v in _step_feeds(nxt, 3 + step).items():
+            b.bind_input(k, v)
+        for name, present in zip(PAST, outs[1:]):
+            b.bind_input(name, present)
+    assert seen[0] != seen[1] and seen[0] == seen[2]  # ping-pong, never the input's buffer
+    # the past inputs are read in place: the session binds them, nothing is copied in
+    assert set(PAST) <= set(sess._direct_in) and set(PRESENT) <= set(sess._direct_out)
+
+
+def test_decode_32_steps_matches_onnxruntime(gpt2):
+    """Prefill (past 0) then 32 greedy steps; logits and presents against onnxruntime's,
+    with onnxruntime fed its own presents."""
+    import onnxruntime as ort
+
+    model, cm = gpt2
+    sess = cm.session()
+    ref = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
+    b = sess.io_binding()
+    ids = np.random.default_rng(0).integers(0, VOCAB, (1, 5), dtype=np.int64)
+    feeds = {**_step_feeds(ids, 0), **_empty_past()}
+    for k, v in feeds.items():
+        b.bind_input(k, v)
+    for n in ["logits"] + PRESENT:
+        b.bind_output(n)
+    past_len = 0
+    for step in range(33):
+        sess.run_with_iobinding(b)
+        got = b.get_outputs()
+        want = ref.run(None, feeds)
+        assert_close(got, want)
+        tok = int(want[0][0, -1].argmax())
+        assert int(got[0][0, -1].argmax()) == tok
+        past_len += feeds["input_ids"].shape[1]
+        step_in = _step_feeds(np.array([[tok]], np.int64), past_len)
+        feeds = {**step_in, **dict(zip(PAST, want[1:]))}
+        for k, v in {**step_in, **dict(zip(PAST, got[1:]))}.items():
+            b.bind_input(k, v)
+    assert past_len == 5 + 32
+    # run() on the same session (copies, fresh arrays) agrees with the bound run
+    assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def test_caller_memory_and_copies(gpt2):
+    """An output bound to the caller's array is written there; copy_outputs_to_cpu gives
+    arrays that later runs do not change."""
+    _, cm = gpt2
+    sess = cm.session()
+    b = sess.io_binding()
+    ids = np.array([[7, 8]], np.int64)
+    for k, v in {**_step_feeds(ids, 0), **_empty_past()}.items():
+        b.bind_input(k, v)
+    logits_mem = np.empty(16 * VOCAB, np.float32)  # room for the longest seq
+    b.bind_output("logits", logits_mem)
+    b.bind_output(PRESENT[0])
+    sess.run_with_iobinding(b)
+    logits, key = b.get_outputs()
+    assert logits.shape == (1, 2, VOCAB) and np.shares_memory(logits, logits_mem)
+    kept = b.copy_outputs_to_cpu()
+    assert not np.shares_memory(kept[0], logits_mem)
+    want = sess.run(["logits", PRESENT[0]], {**_step_feeds(ids, 0), **_empty_past()})
+    assert_close(kept, want)
+    b.bind_input("input_ids", np.array([[9, 10]], np.int64))
+    sess.run_with_iobinding(b)
+    assert not np.array_equal(b.get_outputs()[0], kept[0])  # rewritten in place
+    assert_close([kept[0]], [want[0]])
+
+
+def test_static_model_binding():
+    """A static model: input read in place, output in runtime-owned memory."""
+    w = np.random.default_rng(1).standard_normal((48, 40)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 48])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 40])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = compiler.compile(m).session()
+    b = sess.io_binding()
+    x = np.random.default_rng(2).standard_normal((5, 48)).astype(np.float32)
+    b.bind_input("x", x)  # no output bound: all of them, runtime-owned
+    sess.run_with_iobinding(b)
+    assert_close(b.get_outputs(), ort_run(m, {"x": x}))
+
+
+def test_bad_bindings_are_refused(gpt2):
+    _, cm = gpt2
+    sess = cm.session()
+    b = sess.io_binding()
+    with pytest.raises(ValueError, match="unknown input 'ids'"):
+        b.bind_input("ids", np.zeros((1, 1), np.int64))
+    with pytest.raises(ValueError, match="unknown output 'present.9.key'"):
+        b.bind_output("present.9.key")
+    with pytest.raises(ValueError, match=r"output is tensor\(float\), the array is int64"):
+        b.bind_output("logits", np.zeros(10, np.int64))
+    with pytest.raises(RuntimeError, match="no results yet"):
+        b.get_outputs()
+    with pytest.raises(ValueError, match="missing input"):
+        sess.run_with_iobinding(b)
+    with pytest.raises(ValueError, match="not made by this session"):
+        cm.session().run_with_iobinding(b)
+    ids = np.array([[1, 2]], np.int64)
+    for k, v in {**_step_feeds(ids, 0), **_empty_past()}.items():
+        b.bind_input(k, v)
+    b.bind_output("logits", np.zeros(VOCAB, np.float32))  # one token's worth: too small
+    with pytest.raises(ValueError, match=r"'logits'.*has 1024 bytes, this run's output "
+                                         r"needs 2048"):
+        sess.run_with_iobinding(b)
+    b.clear_binding_outputs()
+    shared = np.zeros((1, HEADS, 8, HEAD_DIM), np.float32)
+    b.bind_output(PRESENT[0], shared)
+    for k, v in _step_feeds(ids, 2).items():
+        b.bind_input(k, v)
+    for name in PAST:
+        b.bind_input(name, np.zeros((1, HEADS, 2, HEAD_DIM), np.float32))
+    b.bind_input(PAST[0], shared.reshape(-1)[:HEADS * 2 * HEAD_DIM].reshape(1, HEADS, 2, -1))
+    with pytest.raises(ValueError, match=f"overlaps input '{PAST[0]}'"):
+        sess.run_with_iobinding(b)
+    b.clear_binding_outputs()
+    too_long = np.zeros((1, HEADS, MAX_PAST + 1, HEAD_DIM), np.float32)
+    for name in PAST:
+        b.bind_input(name, too_long)
+    b.bind_input("attention_mask", np.ones((1, MAX_PAST + 3), np.int64))
+    with pytest.raises(DimError, match="past"):
+        sess.run_with_iobinding(b)
+
+
+def test_run_at_alternating_past_lengths(gpt2):
+    """Session.run with the past length going up and down (each new binding rebuilt from
+    the previous one, cached ones reused) matches onnxruntime every time."""
+    model, cm = gpt2
+    sess = cm.session()
+    rng = np.random.default_rng(3)
+    for past_len, seq in ((3, 1), (10, 2), (3, 1), (0, 4), (10, 2), (7, 1)):
+        feeds = _step_feeds(rng.integers(0, VOCAB, (1, seq), dtype=np.int64), past_len)
+        feeds.update({n: rng.standard_normal((1, HEADS, past_len, HEAD_DIM)).astype(np.float32)
+                      for n in PAST})
+        assert_close(sess.run(None, feeds), ort_run(model, feeds))
