@@ -99,14 +99,21 @@ def _broadcast_shape(sa, sb):
     return out[::-1]
 
 
-def _operand(t, out_ndim):
+def _operand(t, out_shape):
     """``idx -> value`` reading ``t`` (a tensor broadcast numpy-style, or a scalar)."""
     if not isinstance(t, te.Tensor):
         return lambda idx: t
-    shape, off = t.shape, out_ndim - len(t.shape)
+    shape, off = t.shape, len(out_shape) - len(t.shape)
+
+    def one(d):
+        return isinstance(d, (int, tirx.IntImm)) and int(d) == 1
 
     def read(idx):
-        sub = [0 if isinstance(d, tirx.IntImm) and int(d) == 1 else idx[off + j]
+        # a unit dim of the output too is read at its index, not at 0: ``x[0, c, ..]`` for a
+        # [1, C, ..] operand would make the kernel broadcast / injective rather than
+        # elementwise, and FuseOps would not fuse it into a conv's epilogue (the
+        # requantisation's saturation after an int8 conv)
+        sub = [0 if one(d) and not one(out_shape[off + j]) else idx[off + j]
                for j, d in enumerate(shape)]
         return t(*sub)
 
@@ -123,7 +130,7 @@ def _nan_binary(kind: str):
             if isinstance(b, (int, float)) else tirx.Cast(dtype, b)
         shape = (_broadcast_shape(a.shape, b.shape) if isinstance(a, te.Tensor)
                  and isinstance(b, te.Tensor) else tensors[0].shape)
-        ra, rb = _operand(a, len(shape)), _operand(b, len(shape))
+        ra, rb = _operand(a, shape), _operand(b, shape)
 
         def body(*idx):
             va, vb = ra(idx), rb(idx)
