@@ -223,6 +223,7 @@ def rewrite_calls(mod, op_name: str, replace, func: str = "main"):
 
         def visit_var_binding_(self, binding):
             value = binding.value
+            self.binding = binding  # the one being replaced, for replace() to name kernels
             new = replace(self, value) if (
                 isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
                 and value.op.name == op_name) else None

@@ -126,5 +126,26 @@ def _packed(m, call, panel: int, rows: int):
     pad = pad_rows(int(mdim), rows) if isinstance(mdim, tvm.tirx.IntImm) else rows
     x = m.visit_expr(x)
     wp = relax.const(pack_kn(w, panel))
+    lead = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in list(xt.shape)[:-1]]
+    if None not in lead and len(lead) > 1 and flatten_rows(lead[-1], int(np.prod(lead)), rows):
+        # [.., M, K] with a few rows per batch (ConvNeXt's [1, 7, 7, 768] tokens): one
+        # [B*M, K] matmul (reshapes are views), so the weight panel serves all B*M rows
+        # and the row tile is whole; the epilogue then follows in a kernel of its own
+        total, k = int(np.prod(lead)), int(xt.shape[-1])
+        flat = m.builder_.emit(relax.op.reshape(x, [total, k]))
+        y = m.builder_.emit(
+            m.builder_.call_te(matmul_packed, flat, wp, pad_rows(total, rows),
+                               int(w.shape[1]), primfunc_name_hint="matmul"),
+            name_hint=m.binding.var.name)
+        return relax.op.reshape(y, [*lead, int(w.shape[1])])
     return m.builder_.call_te(matmul_packed, x, wp, pad, int(w.shape[1]),
                               primfunc_name_hint="matmul")
+
+
+def flatten_rows(m: int, total: int, rows: int) -> bool:
+    """Whether ``x[.., M, K] @ W`` (``total`` rows over the batch dims) runs better as one
+    ``[total, K]`` matmul: when M is below four register tiles (7 or 14 tokens: the K x nr
+    weight panel would serve one or two tiles per batch row, streamed again for each)
+    and the batch dims hold more rows.  Flattening costs the epilogue's fusion (it
+    follows the reshape back), so M's of 49 and up keep the batched kernel."""
+    return total > m and m < 4 * max(int(rows), 1)

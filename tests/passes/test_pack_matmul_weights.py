@@ -199,3 +199,41 @@ def test_panel_option_and_disable():
                         disabled_passes=["pack_matmul_weights"])
     assert report(cm, "pack_matmul_weights")["skipped"] == "disabled"
     assert "cpu.matmul_packed" not in cm.report["schedules"]
+
+
+def test_flatten_rows_decision():
+    from passes.pack_matmul_weights import flatten_rows
+    # ConvNeXt stage 4 / 3 ([1, 7, 7, C], [1, 14, 14, C]) on AVX2's 6-row tiles: flattened
+    assert flatten_rows(7, 49, 6) and flatten_rows(14, 196, 6)
+    # a single batch row (BERT's [1, 128, 768]) or M of four tiles and more (Swin's 49-token
+    # windows, ConvNeXt's 56-wide stage 1): the batched kernel keeps its fused epilogue
+    assert not flatten_rows(128, 128, 6) and not flatten_rows(7, 7, 6)
+    assert not flatten_rows(49, 3136, 6) and not flatten_rows(56, 3136, 6)
+
+
+@pytest.mark.parametrize("shape,n", [((1, 7, 7, 48), 80), ((2, 3, 5, 16), 24)])
+def test_few_rows_per_batch_flattened_and_match_ort(shape, n):
+    """[.., M, K] @ W with a few rows per batch row runs as one [B*M, K] matmul (reshapes are
+    views): one packed matmul kernel over all rows, the bias + ReLU after it."""
+    k = shape[-1]
+    nodes = [node("MatMul", ["x", "w"], "mm"), node("Add", ["mm", "b"], "add"),
+             node("Relu", ["add"], "y")]
+    m = model(nodes, {"x": list(shape)}, {"y": [*shape[:-1], n]}, {"w": _w(k, n), "b": _w(n)})
+    feeds = {"x": RNG.standard_normal(shape).astype(np.float32)}
+    outs, cm = compile_run(m, feeds, target="host")
+    assert report(cm, "pack_matmul_weights")["nodes"] == ["mm"]
+    kernels = {e["kernel"]: e for e in cm.report["kernel_table"]}
+    mm = [e for e in kernels.values() if e["rule"] == "cpu.matmul_packed"]
+    assert len(mm) == 1 and mm[0]["nodes"] == ["mm"]  # the kernel still names its node
+    assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_many_rows_per_batch_keep_the_fused_epilogue():
+    nodes = [node("MatMul", ["x", "w"], "mm"), node("Add", ["mm", "b"], "add"),
+             node("Relu", ["add"], "y")]
+    m = model(nodes, {"x": [2, 64, 16]}, {"y": [2, 64, 24]}, {"w": _w(16, 24), "b": _w(24)})
+    feeds = {"x": RNG.standard_normal((2, 64, 16)).astype(np.float32)}
+    outs, cm = compile_run(m, feeds, target="host")
+    (mm,) = [e for e in cm.report["kernel_table"] if e["rule"] == "cpu.matmul_packed"]
+    assert set(mm["nodes"]) == {"mm", "add", "y"}  # bias and ReLU in the write-back
+    assert_close(outs, ort_run(m, feeds), rtol=1e-4, atol=1e-5)
