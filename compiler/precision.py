@@ -70,13 +70,15 @@ def max_rel_error(outs, refs) -> float:
 
 
 def random_feeds(manifest: dict, seed: int = 0) -> dict:
-    """One seeded random input: floats N(0, 1), integers in the range of the Gather they
-    index (token ids), else 0..1 (masks)."""
+    """One seeded random input (symbolic dims at their OPT value): floats N(0, 1), integers
+    in the range of the Gather they index (token ids), else 0..1 (masks)."""
     rng = np.random.default_rng(seed)
     bounds = {b["input"]: b["size"] for b in manifest.get("index_bounds", [])}
+    opt = {d["name"]: d["opt"] for d in manifest.get("dims", ())}  # symbolic dims: at OPT
     feeds = {}
     for inp in manifest["inputs"]:
-        shape, dtype = [int(d) for d in inp["shape"]], np.dtype(inp["dtype"])
+        shape = [int(opt.get(d, d)) if isinstance(d, str) else int(d) for d in inp["shape"]]
+        dtype = np.dtype(inp["dtype"])
         if np.issubdtype(dtype, np.floating):
             feeds[inp["name"]] = rng.standard_normal(shape).astype(dtype)
         elif dtype == np.bool_:

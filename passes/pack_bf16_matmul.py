@@ -12,7 +12,8 @@ fp32 over the codes widened back (``float32(u16 << 16)``), which the CPU rule
 with avx512bf16, and leaves as plain fp32 vector code elsewhere (``precision=
 "bf16-emulated"``: the same numbers on any host, for checking the error).  An odd K gets a
 zero k, N not a multiple of ``panel`` zero columns, an M with no register-tile divisor
-padded rows (as pack_matmul_weights), all cut off by a second stage.  Everything else stays
+padded rows (as pack_matmul_weights; a symbolic M always so), all cut off by a second
+stage.  Everything else stays
 float32.  Does nothing unless the option ``precision`` is ``bf16`` (compile_static sets it).
 Runs after fold_constants and the fusions, before pack_matmul_weights (which would take
 these matmuls as fp32).
@@ -100,12 +101,17 @@ def matmul_bf16(x, wp, n: int, rows: int = 1):
     float32; a second stage drops padded rows and the last panel's zero columns."""
     *bat, m, kk = x.shape
     no, k2, nr, _ = (int(d) for d in wp.shape)
-    kk, m = int(kk), int(m)
-    mp = -(-m // rows) * rows
+    kk = int(kk)
+    if isinstance(m, (int, tvm.tirx.IntImm)):
+        m = int(m)
+        mp = -(-m // rows) * rows
+    else:  # symbolic rows (batch x tokens): rounded up to whole multiples of ``rows``
+        mp = te.indexdiv(m + (rows - 1), rows) * rows
+    static = isinstance(mp, int) and mp == m
 
     def rounded(*idx):
         i, k = idx[-2:]
-        v = _round_bf16(x[(*idx[:-2], te.min(i, m - 1) if mp != m else i,
+        v = _round_bf16(x[(*idx[:-2], i if static else te.min(i, m - 1),
                            te.min(k, kk - 1) if kk != 2 * k2 else k)])
         if kk == 2 * k2:
             return v
@@ -121,14 +127,14 @@ def matmul_bf16(x, wp, n: int, rows: int = 1):
             * widen(wp[te.indexdiv(idx[-1], nr), ko, te.indexmod(idx[-1], nr), ki]),
             axis=[ko, ki]),
         name="matmul_bf16")
-    if n == no * nr and mp == m:
+    if n == no * nr and static:
         return acc
     return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_bf16_cut")
 
 
 def _packed(m, call, panel: int, rows: int):
     """``call`` (a relax.matmul) as matmul_bf16, emitted through ``m``; None when it does
-    not qualify (not float32, W not a constant 2-D float32 tensor, symbolic shapes)."""
+    not qualify (not float32, W not a constant 2-D float32 tensor, symbolic K)."""
     x, weight = call.args
     if not isinstance(weight, GenericConst):
         return None
@@ -140,11 +146,11 @@ def _packed(m, call, panel: int, rows: int):
         return None
     if xt.ndim is None or xt.ndim < 2 or xt.shape is None:
         return None
-    if any(not isinstance(d, tvm.tirx.IntImm) for d in xt.shape):
-        return None  # symbolic M: left to pack_matmul_weights (fp32)
-    if int(xt.shape[-1]) != w.shape[0]:
+    # K static; M and batch dims may be symbolic (then M is padded to ``rows``)
+    if not isinstance(xt.shape[-1], tvm.tirx.IntImm) or int(xt.shape[-1]) != w.shape[0]:
         return None
+    mdim = xt.shape[-2]
+    pad = pad_rows(int(mdim), rows) if isinstance(mdim, tvm.tirx.IntImm) else rows
     wp = relax.const(pack_bf16(w, panel))
-    return m.builder_.call_te(matmul_bf16, m.visit_expr(x), wp, int(w.shape[1]),
-                              pad_rows(int(xt.shape[-2]), rows),
+    return m.builder_.call_te(matmul_bf16, m.visit_expr(x), wp, int(w.shape[1]), pad,
                               primfunc_name_hint="matmul_bf16")

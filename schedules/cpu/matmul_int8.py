@@ -157,10 +157,14 @@ def schedule_pairs(sch, mm, nr: int, stage: str, intrin, lanes: int, target):
     loops = sch.get_loops(mm)
     *bat, i, j, ko, ki = loops
     ext = [common.const_extent(sch, lp) for lp in loops]
-    if any(e is None for e in ext) or ext[-3] % nr:
+    if any(e is None for e in ext[-3:]) or ext[-3] % nr:
+        return None
+    # a symbolic M (and batch dims): only as whole multiples of the pass's row padding
+    rows = ext[-4] if ext[-4] is not None else common.row_multiple(sch.get(i).extent)
+    if rows is None:
         return None
     nv = nr // lanes
-    it = common.reg_rows(ext[-4], nv, common.acc_budget(target, "matmul"))
+    it = common.reg_rows(rows, nv, common.acc_budget(target, "matmul"))
     io, ii = sch.split(i, [None, it])
     jo, jv, jl = sch.split(j, [None, nv, lanes])
     # panels outer (a K x nr panel stays in L2 across the row tiles), as cpu.matmul_packed
