@@ -204,7 +204,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     def rebuild(p, other_target):
         return compile_static(model, other_target or tinfo, opt_level=opt_level,
                               disabled_passes=disabled_passes, required_passes=required_passes,
-                              pass_config=None if other_target else pass_config_in,
+                              pass_config=pass_config_in,
                               layout=layout, memory_reuse=memory_reuse, dims=dims,
                               precision=p, precision_check=False)
 

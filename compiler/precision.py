@@ -29,9 +29,12 @@ def check(precision: str, tinfo, where: str) -> None:
     """Refuse an unknown precision, or ``bf16`` for a target without AVX512-BF16."""
     if precision not in PRECISIONS:
         raise CompileError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    if precision != "bf16":
+    if precision == "fp32":
         return
-    if not tinfo.is_cpu or "avx512bf16" not in tinfo.features:
+    if not tinfo.is_cpu:
+        raise CompileError(f"{where}: precision {precision!r} is for CPU targets; target "
+                           f"{tinfo.name!r} is not one (use precision 'fp32')")
+    if precision == "bf16" and "avx512bf16" not in tinfo.features:
         raise CompileError(
             f"{where}: precision 'bf16' needs a target with AVX512-BF16 (vdpbf16ps); target "
             f"{tinfo.name!r} ({tinfo.cpu}) has no avx512bf16. Compile for a CPU that has it "

@@ -34,6 +34,8 @@ def test_bf16_refused_for_a_target_without_avx512_bf16():
             compiler.compile(model, target=target, precision="bf16")
     with pytest.raises(CompileError, match="precision 'fp16' is not one of"):
         compiler.compile(model, target="host", precision="fp16")
+    with pytest.raises(CompileError, match="'bf16-emulated' is for CPU targets"):
+        compiler.compile(model, target="cuda:sm_90", precision="bf16-emulated")
 
 
 def test_bf16_target_report_error_and_manifest(tmp_path):
