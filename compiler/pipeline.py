@@ -28,6 +28,10 @@ def graph_passes() -> list:
         # the MatMulInteger form pack_int_matmul packs; first: fold_constants would fold
         # DQ(W) into a float weight
         passes.QdqMatmulInteger(),
+        # QDQ convs (DQ(x) conv DQ(W), W a constant 8-bit weight) => int32 conv * scales,
+        # and per-tensor activation Q / DQ => arithmetic that convert_layout carries through
+        # NCHW[b]c; before fold_constants for the same reason
+        passes.QdqConvInteger(),
         # weight reshapes/casts and shape arithmetic on initializers become constants,
         # so no kernel recomputes them on every run
         passes.FoldConstants(),
@@ -82,6 +86,10 @@ def graph_passes() -> list:
         # moves relax.sigmoid into NCHW[b]c with the convs but stops at the kernel this
         # emits (EfficientNet-B0: two layout transforms around every swish)
         passes.StableSigmoid(),
+        # blocked int32 convs (qdq_conv_integer's) => the packed integer conv kernel
+        # (cpu.conv2d_int8, vpmaddwd), the activation's widening and padding inside it;
+        # after convert_layout, which chose their blocked layout
+        passes.PackIntConv(),
         # spatial convs' constant weights OIHW -> OIHW[b]o once, here: the x86 conv kernel
         # vectorises over b output channels whatever the output width; after every pass
         # that changes conv weights (fold_batchnorm)

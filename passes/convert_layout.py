@@ -124,6 +124,7 @@ _VERIFIED = {
     "relax.concat", "relax.reshape", "relax.permute_dims", "relax.image.resize2d",
     "relax.nn.pad", "relax.strided_slice", "relax.nn.softmax", "relax.nn.lrn",
     "relax.nn.instance_norm", "relax.layout_transform", "relax.astype", "relax.flatten",
+    "relax.round",  # qdq_conv_integer's requantisation
 }
 # reductions: verified when they keep the channel axis (axis 1)
 _REDUCTIONS = {"relax.mean", "relax.sum", "relax.max", "relax.min"}
@@ -171,11 +172,16 @@ def _desired(call, layout: str, block: int) -> list:
     """[data layout, kernel layout] for one conv2d call."""
     keep = ["NCHW", "OIHW"]
     a, (x, w) = call.attrs, call.args
+    # float32 convs, and the int16 x int16 -> int32 convs of qdq_conv_integer (groups 1,
+    # NCHW[b]c only: pack_int_conv takes them onto the integer kernel)
+    integer = (str(x.ty.dtype) == "int16" and str(w.ty.dtype) == "int16"
+               and str(a.out_dtype) == "int32" and int(a.groups) == 1 and layout == "NCHWc")
     if (a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
-            or (a.out_layout or "NCHW") != "NCHW" or str(x.ty.dtype) != "float32"
-            or str(w.ty.dtype) != "float32" or x.ty.ndim != 4
+            or (a.out_layout or "NCHW") != "NCHW" or x.ty.ndim != 4
             or any(not isinstance(d, tirx.IntImm) for d in list(x.ty.shape) + list(w.ty.shape))
-            or (a.out_dtype and str(a.out_dtype) not in ("", "void", "float32"))):
+            or not (integer or (str(x.ty.dtype) == "float32" and str(w.ty.dtype) == "float32"
+                                and (not a.out_dtype
+                                     or str(a.out_dtype) in ("", "void", "float32"))))):
         return keep
     if layout == "NHWC":
         return ["NHWC", "HWIO"]  # output channels contiguous: the CPU NHWC kernel's vector

@@ -40,9 +40,20 @@ def _is_float(dtype: str) -> bool:
     return dtype.startswith("float") or dtype.startswith("bfloat")
 
 
+def _bound(x: te.Tensor, i, body):
+    """``body(v)`` with ``v = x(*i)`` bound once by a TIR Let: the producer a fused kernel
+    inlines into ``x`` (a conv's accumulator, DenseNet's 30-input concat select chain) is
+    then copied once, not into every use (relu's Select used it twice, clip's three
+    times: twice or three times the code to lower and compile, and to run unless LLVM
+    finds the copies equal)."""
+    v = tirx.Var("v", x.dtype)
+    return tirx.Let(v, x(*i), body(v))
+
+
 def _relu(x: te.Tensor) -> te.Tensor:
     zero = tirx.const(0, x.dtype)
-    return te.compute(x.shape, lambda *i: tirx.Select(x(*i) < zero, zero, x(*i)),
+    return te.compute(x.shape,
+                      lambda *i: _bound(x, i, lambda v: tirx.Select(v < zero, zero, v)),
                       name="relu", tag="elemwise")
 
 
@@ -52,7 +63,7 @@ def _prelu(x: te.Tensor, slope: te.Tensor, axis: int) -> te.Tensor:
 
     def body(*i):
         s = slope[i[axis]] if per_channel else slope[0]
-        return tirx.Select(x(*i) < zero, x(*i) * s, x(*i))
+        return _bound(x, i, lambda v: tirx.Select(v < zero, v * s, v))
 
     return te.compute(x.shape, body, name="prelu", tag="elemwise")
 
@@ -61,8 +72,7 @@ def _clip(x: te.Tensor, lo, hi) -> te.Tensor:
     lo, hi = tirx.Cast(x.dtype, lo), tirx.Cast(x.dtype, hi)
 
     def body(*i):
-        v = x(*i)
-        return tirx.Select(v < lo, lo, tirx.Select(hi < v, hi, v))
+        return _bound(x, i, lambda v: tirx.Select(v < lo, lo, tirx.Select(hi < v, hi, v)))
 
     return te.compute(x.shape, body, name="clip", tag="elemwise")
 
@@ -89,14 +99,21 @@ def _broadcast_shape(sa, sb):
     return out[::-1]
 
 
-def _operand(t, out_ndim):
+def _operand(t, out_shape):
     """``idx -> value`` reading ``t`` (a tensor broadcast numpy-style, or a scalar)."""
     if not isinstance(t, te.Tensor):
         return lambda idx: t
-    shape, off = t.shape, out_ndim - len(t.shape)
+    shape, off = t.shape, len(out_shape) - len(t.shape)
+
+    def one(d):
+        return isinstance(d, (int, tirx.IntImm)) and int(d) == 1
 
     def read(idx):
-        sub = [0 if isinstance(d, tirx.IntImm) and int(d) == 1 else idx[off + j]
+        # a unit dim of the output too is read at its index, not at 0: ``x[0, c, ..]`` for a
+        # [1, C, ..] operand would make the kernel broadcast / injective rather than
+        # elementwise, and FuseOps would not fuse it into a conv's epilogue (the
+        # requantisation's saturation after an int8 conv)
+        sub = [0 if one(d) and not one(out_shape[off + j]) else idx[off + j]
                for j, d in enumerate(shape)]
         return t(*sub)
 
@@ -113,7 +130,7 @@ def _nan_binary(kind: str):
             if isinstance(b, (int, float)) else tirx.Cast(dtype, b)
         shape = (_broadcast_shape(a.shape, b.shape) if isinstance(a, te.Tensor)
                  and isinstance(b, te.Tensor) else tensors[0].shape)
-        ra, rb = _operand(a, len(shape)), _operand(b, len(shape))
+        ra, rb = _operand(a, shape), _operand(b, shape)
 
         def body(*idx):
             va, vb = ra(idx), rb(idx)

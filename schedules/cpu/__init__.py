@@ -13,6 +13,7 @@ from tvm.s_tir.dlight.cpu import GEMV, Reduction
 
 from ..base import Dlight
 from .conv2d import Conv2dNCHW
+from .conv2d_int8 import Conv2dInt8
 from .conv2d_nchwc import Conv2dNCHWc
 from .conv2d_nhwc import Conv2dNHWC
 from .conv2d_packed import Conv2dPacked
@@ -35,6 +36,7 @@ from .upsample import UpsampleNearest
 __all__ = ["RULES", "Fallback"]
 
 RULES = [
+    Conv2dInt8(),  # integer convs pack_int_conv packed [F/b, CO, KH, KW, CP, b, 2]: vpmaddwd
     Conv2dNCHWc(),  # convs convert_layout put in NCHW[b]c (dense and depthwise)
     Conv2dNHWC(),  # --layout NHWC
     Conv2dPacked(),  # convs whose weights pack_conv_weights pre-packed OIHW[b]o

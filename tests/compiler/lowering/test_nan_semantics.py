@@ -133,6 +133,18 @@ def test_relu_lowers_to_a_select_not_max():
     assert "Select" in text and "T.max" not in text
 
 
+@pytest.mark.parametrize("op", ["relu", "clip", "prelu"])
+def test_input_bound_once(op):
+    """relu / clip / prelu read their input once, through a Let: a producer fused into it
+    (a concat's select chain, a conv's accumulator) is then inlined once, not per use."""
+    x = relax.Var("x", relax.TensorType((8, 16), "float32"))
+    s = relax.Var("s", relax.TensorType((16,), "float32"))
+    expr = {"relu": lambda: relax.op.nn.relu(x), "clip": lambda: relax.op.clip(x, 0.0, 6.0),
+            "prelu": lambda: relax.op.nn.prelu(x, s, axis=1)}[op]()
+    text = legalized_text(expr, x, s)
+    assert "T.Let" in text and text.count("x[") == 1 + text.count("T.reads(x[")
+
+
 def test_maximum_checks_nan_and_int_keeps_tvm():
     a = relax.Var("a", relax.TensorType((8, 16), "float32"))
     b = relax.Var("b", relax.TensorType((16,), "float32"))

@@ -1,0 +1,156 @@
+"""conv2d_int32(int16(a) - za, W) in NCHW[b]c => conv2d_int_packed(a16 = pad(int16(a) - za), pack(W)).
+
+The int32 convs ``qdq_conv_integer`` writes, once convert_layout has blocked them (data
+``NCHW{b}c`` with weights ``OIHW{b}i{b}o``, or an RGB stem reading ``NCHW`` with ``OIHW{b}o``,
+output ``NCHW{b}c``), become one TE kernel whose inner step is the CPU rule
+``cpu.conv2d_int8``'s ``vpmaddwd`` (two input channels of one output channel per i32 lane,
+i16 operands).  The constant weight is packed here once to ``[F/b, CO, KH, KW, CP, b, 2]``
+(input-channel pairs innermost; int8 when it fits), and the activation's widening to int16
+minus its zero point becomes the kernel's first stage, which also pads it (with the
+dequantized 0) and lays it out ``[N, CO, H+pads, W+pads, CP, 2]``: the kernel reads the
+8-bit activation as the previous kernel wrote it.  Blocked input: ``CO = C/b, CP = b/2``;
+NCHW input: ``CO = 1, CP = ceil(C/2)`` (an odd C gets a zero channel).  Every blocked int
+conv is taken (TVM cannot lower a blocked int conv2d); convs left NCHW keep TVM's int32
+conv2d.  Runs after convert_layout.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import tvm
+from tvm import relax, te
+
+from .context import GraphPass, PassReport
+from .dataflow import Dataflow, record_calls, rewrite_calls
+
+RULE = ("conv2d_int32(int16(a) - za, W) NCHW[b]c => conv2d_int_packed(pad(int16(a) - za), "
+        "[F/b, CO, KH, KW, CP, b, 2](W))")
+_BLOCKED = re.compile(r"^NCHW(\d+)c$")
+_BYTE = ("uint8", "int8", "int16")
+
+
+class PackIntConv(GraphPass):
+    """Blocked int32 conv of a widened 8-bit activation by a constant weight => packed
+    integer conv kernel (widening and padding inside it)."""
+
+    name = "pack_int_conv"
+    opt_level = 2
+
+    def rewrite(self, mod, report: PassReport, options: dict):
+        df = Dataflow(mod)
+        out, rewritten = rewrite_calls(mod, "relax.nn.conv2d", lambda m, call: _packed(m, df, call))
+        record_calls(report, RULE, rewritten)
+        return out
+
+
+def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
+    """TE compute.  ``a16[n, co, h, w, cp, k] = int16(a[..]) - za`` at input channel
+    ``co * 2 CP + 2 cp + k`` and pixel ``(h - top, w - left)``, 0 in the padding and past
+    ``channels`` (``za`` a scalar tensor or None); then ``out[n, fo, y, x, v] = sum_{co, ry,
+    rx, cp, k} int32(a16[n, co, y sh + ry dh, x sw + rx dw, cp, k]) * int32(wp[fo, co, ry,
+    rx, cp, v, k])``.  ``a`` is NCHW[b]c (5-D) or NCHW (4-D).  An unpadded strided 1x1 conv
+    widens only the pixels it reads (``a16`` on the output grid, read at stride 1)."""
+    blocked = len(a.shape) == 5
+    n, h, w = (int(a.shape[k]) for k in (0, 2, 3))
+    fo, co_n, kh, kw, cp_n, b, _ = (int(d) for d in wp.shape)
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    pt, pl, pb, pr = (int(p) for p in padding)
+    hp, wpd = h + pt + pb, w + pl + pr
+    oh, ow = (hp - (kh - 1) * dh - 1) // sh + 1, (wpd - (kw - 1) * dw - 1) // sw + 1
+
+    # an unpadded 1x1 conv of stride > 1 (ResNet's downsampling shortcuts) widens only the
+    # pixels it reads: a16 on the output grid, a quarter of the input at stride 2
+    sub = kh == kw == 1 and not (pt or pl or pb or pr) and (sh, sw) != (1, 1)
+
+    def widen(i, co, y, x, cp, k):
+        yy, xx = (y * sh, x * sw) if sub else (y - pt, x - pl)
+        if blocked:
+            v = a[i, co, yy, xx, cp * 2 + k]
+            inside = [yy >= 0, yy < h, xx >= 0, xx < w] if (pt or pl or pb or pr) else []
+        else:
+            c = cp * 2 + k
+            v = a[i, te.min(c, channels - 1), yy, xx]
+            inside = ([yy >= 0, yy < h, xx >= 0, xx < w] if (pt or pl or pb or pr) else []) + \
+                ([c < channels] if channels % 2 else [])
+        v = v.astype("int16")
+        if za is not None:
+            v = v - za().astype("int16")
+        if not inside:
+            return v
+        return te.if_then_else(tvm.tirx.all(*inside), v, tvm.tirx.const(0, "int16"))
+
+    a16 = te.compute((n, co_n, oh, ow, cp_n, 2) if sub else (n, co_n, hp, wpd, cp_n, 2), widen,
+                     name="conv_int_a16")
+    if sub:
+        sh = sw = 1
+    rco = te.reduce_axis((0, co_n), "rco")
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+    rcp = te.reduce_axis((0, cp_n), "rcp")
+    rk = te.reduce_axis((0, 2), "rk")
+    return te.compute(
+        (n, fo, oh, ow, b),
+        lambda i, f, y, x, v: te.sum(
+            a16[i, rco, y * sh + ry * dh, x * sw + rx * dw, rcp, rk].astype("int32")
+            * wp[f, rco, ry, rx, rcp, v, rk].astype("int32"),
+            axis=[rco, ry, rx, rcp, rk]),
+        name="conv2d_int")
+
+
+def pack_conv_int(w: np.ndarray, blocked: bool) -> np.ndarray:
+    """A blocked int weight ``[F/b, C/b, KH, KW, b, b]`` (OIHW[b]i[b]o) or ``[F/b, C, KH, KW,
+    b]`` (OIHW[b]o, NCHW input) -> ``[F/b, CO, KH, KW, CP, b, 2]``, input-channel pairs
+    innermost; int8 when every value fits, else int16."""
+    if blocked:
+        fo, co, kh, kw, bi, bo = w.shape
+        wp = w.reshape(fo, co, kh, kw, bi // 2, 2, bo).transpose(0, 1, 2, 3, 4, 6, 5)
+    else:
+        fo, c, kh, kw, bo = w.shape
+        w = np.pad(w, ((0, 0), (0, c % 2), (0, 0), (0, 0), (0, 0)))
+        wp = w.reshape(fo, -1, 2, kh, kw, bo).transpose(0, 3, 4, 1, 5, 2)[:, None]
+    dtype = np.int8 if wp.min(initial=0) >= -128 and wp.max(initial=0) <= 127 else np.int16
+    return np.ascontiguousarray(wp.astype(dtype))
+
+
+def _widened(df, x):
+    """(a, za or None) when ``x`` is ``astype(a, i16) - za`` (``za`` a scalar constant) with
+    ``a`` 8-bit; else (x, None) when ``x`` is already int16 or 8-bit; else None."""
+    sub = df.call(x, "subtract")
+    if sub is not None:
+        cast, z = df.call(sub.args[0], "astype"), df.const(sub.args[1])
+        if (cast is not None and z is not None and z.size == 1
+                and str(cast.args[0].ty.dtype) in ("uint8", "int8")):
+            return cast.args[0], z.reshape(()).astype(np.int16)
+    cast = df.call(x, "astype")
+    if cast is not None and str(cast.args[0].ty.dtype) in ("uint8", "int8"):
+        return cast.args[0], None
+    return (x, None) if str(x.ty.dtype) in _BYTE else None
+
+
+def _packed(m, df, call):
+    """``call`` (a blocked int32 relax.nn.conv2d) as conv2d_int_packed, emitted through
+    ``m``; None when it does not qualify."""
+    a = call.attrs
+    x, weight = call.args
+    out = _BLOCKED.match(str(a.out_layout or a.data_layout))
+    if out is None or str(call.ty.dtype) != "int32" or int(a.groups) != 1:
+        return None
+    blocked = str(a.data_layout) != "NCHW"
+    w = df.const(weight)
+    if w is None or not np.issubdtype(w.dtype, np.integer) or w.ndim != (6 if blocked else 5):
+        return None
+    if blocked and (w.shape[4] != w.shape[5] or w.shape[4] % 2):
+        return None
+    widened = _widened(df, x)
+    if widened is None:
+        return None
+    src, za = widened
+    channels = int(src.ty.shape[1]) * (int(src.ty.shape[4]) if blocked else 1)
+    wp = pack_conv_int(w, blocked)
+    za = relax.const(za) if za is not None else None
+    return m.builder_.call_te(conv2d_int_packed, m.visit_expr(src), za, relax.const(wp),
+                              a.strides, a.padding, a.dilation, channels,
+                              primfunc_name_hint="conv2d_integer")

@@ -1,0 +1,163 @@
+"""conv2d(DQ(xq, sx, zx), DQ(Wq, sw, zw)) => float32(conv2d_int32(int16(xq) - zx, Wq - zw)) * (sx * sw);
+Q(x) / DQ(q) per tensor => elementwise arithmetic.
+
+QDQ models (``quantize_static``) compute a quantized Conv as a float conv of dequantized
+operands.  With ``Wq`` a constant 8-bit weight (scale and zero point per tensor or per output
+channel, axis 0) and ``xq`` an 8-bit activation with one scale and zero point, the conv is
+rewritten as an int32-accumulating conv of the activation widened to int16 minus its zero
+point (the conv's zero padding is then the dequantized 0, as in the float model) by the
+integer weight ``Wq - zw``, then one float multiply by ``sx * sw[f]``.  Integer products are
+exact.  The bias add, and the QuantizeLinear after it (requantisation), stay elementwise ops
+that FuseOps fuses into the conv's epilogue.  ``pack_int_conv`` (after convert_layout) packs
+the blocked int conv onto the integer kernel, the widening becoming a stage of it.
+
+Per-tensor activation QuantizeLinear / DequantizeLinear become their arithmetic
+(``clip(round(x / s) + z)``, ``(float(q) - z) * s``), as TVM legalizes them: convert_layout
+carries that through NCHW[b]c, where it stops at relax.quantize, so the 8-bit activations
+between convs stay blocked.  Grouped / depthwise convs stay float (no integer kernel: the
+report counts them).  Runs before fold_constants, which would fold ``DQ(Wq)`` into a float
+weight and lose the integers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from .context import GraphPass, PassReport
+from .dataflow import Match, record, rewrite
+
+RULE = "conv2d(DQ(xq), DQ(Wq)) => float32(conv2d_int32(int16(xq) - zx, Wq - zw)) * sx * sw"
+RULE_Q = "Q(x) => clip(round(x * (1 / s)) + z)"
+RULE_DQ = "DQ(q) => (float(q) - z) * s"
+GROUPED = "grouped/depthwise QDQ conv left float: no integer grouped kernel"
+_BYTE = ("uint8", "int8")
+
+
+class QdqConvInteger(GraphPass):
+    """Float conv of a dequantized 8-bit activation by a dequantized constant 8-bit weight
+    => int32 conv and a scale; per-tensor activation Q / DQ => elementwise arithmetic."""
+
+    name = "qdq_conv_integer"
+    opt_level = 2
+
+    def rewrite(self, mod, report: PassReport, options: dict):
+        from .dataflow import Dataflow
+
+        df = Dataflow(mod)
+        matches, grouped = [], 0
+        for b in df.roots():
+            m = _match_conv(df, b.var) or _match_qdq(df, b.var)
+            if m == "grouped":
+                grouped += 1
+            elif m is not None:
+                matches.append(m)
+        if grouped:
+            report.rewrites[GROUPED] = grouped
+        if not any(m.rule == RULE for m in matches):
+            return mod  # no integer conv: leave the Q / DQ ops of other models as they are
+        record(report, df, matches)
+        return rewrite(mod, matches, _plan)
+
+
+def _scalar_param(df, x, dtype=None):
+    """The value of a one-element constant (of ``dtype`` when given), else None."""
+    c = df.const(x)
+    if c is None or c.size != 1 or (dtype is not None and str(c.dtype) != dtype):
+        return None
+    return c.reshape(())
+
+
+def _match_conv(df, var):
+    call = df.call(var, "nn.conv2d")
+    if call is None or str(call.ty.dtype) != "float32":
+        return None
+    a = call.attrs
+    if (a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
+            or (a.out_layout or "NCHW") != "NCHW"):
+        return None
+    x, w = call.args
+    dx, dw = df.call(x, "dequantize"), df.call(w, "dequantize")
+    if dx is None or dw is None:
+        return None
+    xq, sx, zx = dx.args
+    wq, sw, zw = (df.const(e) for e in dw.args)
+    if str(xq.ty.dtype) not in _BYTE or wq is None or sw is None or zw is None:
+        return None
+    sxc, zxc = _scalar_param(df, sx, "float32"), _scalar_param(df, zx)
+    if sxc is None or zxc is None or str(wq.dtype) not in _BYTE or wq.ndim != 4:
+        return None
+    f = wq.shape[0]
+    if sw.dtype != np.float32 or sw.size not in (1, f) or zw.size not in (1, f):
+        return None
+    if f > 1 and (sw.size == f or zw.size == f) and int(dw.attrs.axis) not in (0, -4):
+        return None
+    if int(a.groups) != 1:
+        return "grouped"
+    w16 = wq.astype(np.int16) - zw.astype(np.int16).reshape(-1, 1, 1, 1)
+    scale = (np.float32(sxc) * sw.reshape(-1)).astype(np.float32)
+    return Match(RULE, var, info={"xq": xq, "zx": int(zxc), "w16": w16, "scale": scale,
+                                  "attrs": a})
+
+
+def _match_qdq(df, var):
+    """A per-tensor Q / DQ of an activation (scale and zero point constant scalars)."""
+    call = df.call(var, "quantize", "dequantize")
+    if call is None:
+        return None
+    x, s, z = call.args
+    sc, zc = _scalar_param(df, s, "float32"), _scalar_param(df, z)
+    if sc is None or zc is None or df.const(x) is not None:
+        return None
+    if call.op.name == "relax.quantize":
+        if str(x.ty.dtype) != "float32" or str(call.ty.dtype) not in _BYTE:
+            return None
+        return Match(RULE_Q, var, info={"x": x, "s": float(sc), "z": int(zc),
+                                        "dtype": str(call.ty.dtype)})
+    if str(x.ty.dtype) not in _BYTE or str(call.ty.dtype) != "float32":
+        return None
+    return Match(RULE_DQ, var, info={"x": x, "s": float(sc), "z": int(zc)})
+
+
+def _plan(m):
+    i = m.info
+    if m.rule == RULE_Q:
+        lo, hi = np.iinfo(i["dtype"]).min, np.iinfo(i["dtype"]).max
+
+        def quantize(em):
+            # x * (1 / s): a multiply in the conv epilogue where a divide cost as much as a 1x1
+            # conv's 64-deep sum (onnxruntime's QLinearConv, what its QDQ fusion runs, also
+            # requantises with one multiply); may round a tie the other way: one step, rarely
+            r = relax.op.round(relax.op.multiply(
+                i["x"], relax.const(np.float32(1.0) / np.float32(i["s"]), "float32")))
+            if i["z"]:
+                r = relax.op.add(r, relax.const(float(i["z"]), "float32"))
+            # saturated in int32 with max / min: not relax.clip, at which TVM's ConvertLayout
+            # stops; not float max / min, whose NaN-keeping selects read their operand twice
+            # (a conv epilogue with two requantisations inlined held 16 copies of itself).
+            # |x / s| < 2^31 for any activation a calibration could give a scale to
+            r = relax.op.astype(r, "int32")
+            r = relax.op.minimum(relax.op.maximum(r, relax.const(int(lo), "int32")),
+                                 relax.const(int(hi), "int32"))
+            return relax.op.astype(r, i["dtype"])
+        return quantize
+    if m.rule == RULE_DQ:
+        def dequantize(em):
+            d = relax.op.astype(i["x"], "float32")
+            if i["z"]:
+                d = relax.op.subtract(d, relax.const(float(i["z"]), "float32"))
+            return relax.op.multiply(d, relax.const(i["s"], "float32"))
+        return dequantize
+
+    def conv(em):
+        a = i["attrs"]
+        x16 = em.emit(relax.op.subtract(relax.op.astype(i["xq"], "int16"),
+                                        relax.const(np.int16(i["zx"]))))
+        acc = em.emit(relax.op.nn.conv2d(
+            x16, relax.const(i["w16"]), strides=a.strides, padding=a.padding,
+            dilation=a.dilation, groups=1, out_dtype="int32"))
+        sc = i["scale"]
+        # per tensor: a scalar (a [1, 1, 1, 1] constant fails TVM's ConvertLayout)
+        scale = relax.const(sc.reshape(()) if sc.size == 1 else sc.reshape(1, -1, 1, 1))
+        return relax.op.multiply(relax.op.astype(acc, "float32"), scale)
+    return conv

@@ -1,0 +1,188 @@
+"""qdq_conv_integer: QDQ Conv (static quantisation) onto the integer conv kernel: structure
+(rewrite counts, kernel rule, requantisation fused, activations kept blocked), numerics
+against onnxruntime (per-tensor / per-channel, bias, Relu, residual Add, asymmetric zero
+points, stride 2, padding, shapes off the tiles, an RGB stem), and convs it must leave
+float."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import compiler
+from passes.qdq_conv_integer import GROUPED, RULE, RULE_DQ, RULE_Q
+
+
+def qdq_conv_model(c, f, hw, k, stride=1, pad=0, per_channel=True, bias=True, relu=False,
+                   residual=False, group=1, zx=131, seed=0):
+    """Q(x) -> DQ -> Conv(., DQ(Wq) [, DQ(bq)]) [-> Relu] [-> + DQ(Q(r))] -> Q -> DQ, the
+    form quantize_static writes (u8 activations, s8 weights, int32 bias at sx * sw)."""
+    rng = np.random.default_rng(seed)
+    # s8 weights in [-64, 64): onnxruntime's AVX2 u8 x s8 kernel saturates past that
+    wq = rng.integers(-64, 64, (f, c // group, k, k)).astype(np.int8)
+    sw = ((rng.random(f) * 0.004 + 0.001) if per_channel else np.array(0.003)).astype(np.float32)
+    sx = np.float32(0.02)
+    inits = {"sx": np.array(sx), "zx": np.array(zx, np.uint8), "wq": wq, "sw": sw,
+             "zw": np.zeros(f if per_channel else (), np.int8),
+             "sy": np.array(0.03, np.float32), "zy": np.array(0 if relu else 100, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dqx"),
+             helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], name="dqw",
+                              axis=0)]
+    conv_in = ["xd", "wd"]
+    if bias:
+        inits["bq"] = rng.integers(-2000, 2000, f).astype(np.int32)
+        inits["sb"] = (sx * sw).astype(np.float32)
+        inits["zb"] = np.zeros(f if per_channel else (), np.int32)
+        nodes.append(helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bd"],
+                                      name="dqb", axis=0))
+        conv_in.append("bd")
+    nodes.append(helper.make_node("Conv", conv_in, ["y0"], name="conv", kernel_shape=[k, k],
+                                  strides=[stride, stride], pads=[pad] * 4, group=group))
+    last = "y0"
+    if relu:
+        nodes.append(helper.make_node("Relu", [last], ["y1"], name="relu"))
+        last = "y1"
+    oh = (hw + 2 * pad - k) // stride + 1
+    if residual:
+        inits.update({"sr": np.array(0.025, np.float32), "zr": np.array(90, np.uint8)})
+        nodes += [helper.make_node("QuantizeLinear", [last, "sy", "zy"], ["cq"], name="qc"),
+                  helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["cd"], name="dqc"),
+                  helper.make_node("QuantizeLinear", ["r", "sr", "zr"], ["rq"], name="qr"),
+                  helper.make_node("DequantizeLinear", ["rq", "sr", "zr"], ["rd"], name="dqr"),
+                  helper.make_node("Add", ["cd", "rd"], ["y2"], name="add")]
+        last = "y2"
+    nodes += [helper.make_node("QuantizeLinear", [last, "sy", "zy"], ["yq"], name="qy"),
+              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"], name="dqy")]
+    ins = [helper.make_tensor_value_info("x", TP.FLOAT, [1, c, hw, hw])]
+    if residual:
+        ins.append(helper.make_tensor_value_info("r", TP.FLOAT, [1, f, oh, oh]))
+    g = helper.make_graph(nodes, "g", ins,
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, f, oh, oh])],
+                          [numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(model, seed=1):
+    rng = np.random.default_rng(seed)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+            .astype(np.float32) for i in model.graph.input}
+
+
+def _ort(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _pass(cm, name="qdq_conv_integer"):
+    return next(p for p in cm.report["passes"] if p["name"] == name)
+
+
+def _conv_rows(cm):
+    return [r for r in cm.report["kernel_table"] if "conv" in r["nodes"]]
+
+
+@pytest.mark.parametrize("c,f,hw,k,stride,pad,per_channel,bias,relu,residual,zx", [
+    (16, 16, 12, 3, 1, 1, True, True, True, False, 131),     # 3x3, Relu, per channel
+    (16, 32, 13, 3, 2, 1, False, True, False, False, 7),     # stride 2, per tensor, odd size
+    (32, 16, 9, 1, 1, 0, True, False, False, True, 200),     # 1x1, no bias, residual add
+    (24, 40, 11, 1, 2, 0, True, True, True, False, 0),       # 1x1 stride 2, 11 -> 6 pixels
+    (3, 16, 20, 7, 2, 3, True, True, True, False, 128),      # RGB stem: NCHW in, blocked out
+])
+def test_qdq_conv_matches_ort_on_the_integer_kernel(c, f, hw, k, stride, pad, per_channel,
+                                                      bias, relu, residual, zx):
+    model = qdq_conv_model(c, f, hw, k, stride, pad, per_channel, bias, relu, residual, zx=zx)
+    feeds = _feeds(model)
+    cm = compiler.compile(model, target="host")
+    rep = _pass(cm)
+    assert rep["rewrites"][RULE] == 1 and "conv" in rep["nodes"]
+    assert _pass(cm, "pack_int_conv")["rewrites"] and cm.report["layout"]["chosen"] == "NCHWc"
+    rows = [r for r in _conv_rows(cm) if r["rule"] == "cpu.conv2d_int8"]
+    # (the graph input's Q and widening, and its layout transform, are kernels of their own)
+    assert len(rows) == 1 and all(r["rule"] != "fallback" for r in cm.report["kernel_table"])
+    assert "qy" in rows[0]["nodes"]              # requantisation in the epilogue
+    if residual:
+        assert "add" in rows[0]["nodes"]         # the residual add too
+    got = cm.session().run(None, feeds)[0]
+    ref = _ort(model, feeds)
+    # at most one output quantisation step (0.03) apart where float sums round differently
+    assert np.abs(got - ref).max() <= 0.03 + 1e-6
+    # a residual add requantises twice (onnxruntime in fixed point): more ties land apart
+    assert np.mean(got != ref) < (0.08 if residual else 0.02)
+
+
+def test_qdq_activations_stay_blocked_between_two_convs():
+    # conv -> Q -> DQ -> conv: one transform in (none for the RGB-less input beyond the
+    # first) and one out, none between the convs
+    a = qdq_conv_model(16, 16, 10, 3, pad=1)
+    g = a.graph
+    conv2 = helper.make_node("Conv", ["y", "wd"], ["z0"], name="conv2", kernel_shape=[3, 3],
+                             pads=[1, 1, 1, 1])
+    q2 = helper.make_node("QuantizeLinear", ["z0", "sy", "zy"], ["zq"], name="qz")
+    dq2 = helper.make_node("DequantizeLinear", ["zq", "sy", "zy"], ["z"], name="dqz")
+    g.node.extend([conv2, q2, dq2])
+    g.output[0].name = "z"
+    cm = compiler.compile(a, target="host")
+    assert _pass(cm)["rewrites"][RULE] == 2
+    assert cm.report["layout"]["activation_transforms"] == 2
+    feeds = _feeds(a)
+    got, ref = cm.session().run(None, feeds)[0], _ort(a, feeds)
+    assert np.abs(got - ref).max() <= 2 * 0.03 + 1e-6
+
+
+def test_depthwise_stays_float_and_correct():
+    model = qdq_conv_model(16, 16, 8, 3, pad=1, group=16)
+    cm = compiler.compile(model, target="host")
+    rep = _pass(cm)
+    assert rep["rewrites"] == {GROUPED: 1}
+    assert not any(r["rule"] == "cpu.conv2d_int8" for r in cm.report["kernel_table"])
+    feeds = _feeds(model)
+    got, ref = cm.session().run(None, feeds)[0], _ort(model, feeds)
+    assert np.abs(got - ref).max() <= 0.03 + 1e-6
+
+
+def test_float_weight_conv_is_not_matched():
+    # the weight is a float initializer (no DQ): the pass must leave the graph alone,
+    # Q / DQ included
+    model = qdq_conv_model(16, 16, 8, 3, pad=1)
+    g = model.graph
+    w = next(i for i in g.initializer if i.name == "wq")
+    wf = numpy_helper.to_array(w).astype(np.float32) * 0.003
+    g.initializer.append(numpy_helper.from_array(wf, "wf"))
+    conv = next(n for n in g.node if n.name == "conv")
+    conv.input[1] = "wf"
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["rewrites"] == {}
+    feeds = _feeds(model)
+    got, ref = cm.session().run(None, feeds)[0], _ort(model, feeds)
+    assert np.abs(got - ref).max() <= 0.03 + 1e-6
+
+
+def test_disabled_pass_keeps_float_path():
+    model = qdq_conv_model(16, 16, 8, 3, pad=1)
+    cm = compiler.compile(model, target="host", disabled_passes=("qdq_conv_integer",))
+    assert not any(r["rule"] == "cpu.conv2d_int8" for r in cm.report["kernel_table"])
+
+
+def test_qdq_rules_counted():
+    model = qdq_conv_model(16, 16, 8, 3, pad=1, residual=True)
+    cm = compiler.compile(model, target="host")
+    rw = _pass(cm)["rewrites"]
+    # Q: x, conv out, r, y; DQ: x, conv out, r, y (the weight / bias DQs are constants)
+    assert rw == {RULE: 1, RULE_Q: 4, RULE_DQ: 4}
+
+
+def test_unblockable_channels_keep_an_nchw_int32_conv():
+    # 4 -> 12 channels: neither count a multiple of the block, so convert_layout keeps the
+    # int32 conv NCHW (TVM's conv2d legalization, no packed kernel): still exact sums
+    model = qdq_conv_model(4, 12, 9, 3, pad=1, zx=60)
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["rewrites"][RULE] == 1
+    assert not any(r["rule"] == "cpu.conv2d_int8" for r in cm.report["kernel_table"])
+    feeds = _feeds(model)
+    got, ref = cm.session().run(None, feeds)[0], _ort(model, feeds)
+    assert np.abs(got - ref).max() <= 0.03 + 1e-6
+    assert np.mean(got != ref) < 0.02

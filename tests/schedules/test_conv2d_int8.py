@@ -1,0 +1,137 @@
+"""cpu.conv2d_int8: the packed integer NCHW[b]c conv (passes/pack_int_conv.py): structure under
+AVX2 / AVX-512 / aarch64 targets (tensorized vpmaddwd, parallel, vectorised, epilogue in the
+write-back), exact results on the host, vpdpwssd on VNNI, and kernels it must not take."""
+
+from __future__ import annotations
+
+import platform
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from passes.pack_int_conv import conv2d_int_packed, pack_conv_int
+from schedules.cpu.conv2d_int8 import Conv2dInt8
+from schedules.cpu.conv2d_nchwc import Conv2dNCHWc
+
+AVX2 = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver3",
+                          "num-cores": 2})
+AVX512 = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu",
+                            "mcpu": "sapphirerapids", "num-cores": 4})
+ZEN5 = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver5",
+                          "num-cores": 2})
+ARM = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72",
+                         "num-cores": 4, "mattr": ["+neon"]})
+
+
+def weights(c, f, k, b, blocked=True, seed=0):
+    """A random int weight OIHW [f, c, k, k] in [-100, 100), and its blocked form."""
+    w = np.random.default_rng(seed).integers(-100, 100, (f, c, k, k))
+    if blocked:
+        wb = w.reshape(f // b, b, c // b, b, k, k).transpose(0, 2, 4, 5, 3, 1)
+    else:
+        wb = w.reshape(f // b, b, c, k, k).transpose(0, 2, 3, 4, 1)
+    return w, pack_conv_int(wb, blocked)
+
+
+def kernel(c, f, hw, k, b, stride=1, pad=0, blocked=True, a_dtype="uint8"):
+    """The packed integer conv with a dequantising epilogue (cast, scale) as one PrimFunc."""
+    w, wp = weights(c, f, k, b, blocked)
+    shape = (1, c // b, hw, hw, b) if blocked else (1, c, hw, hw)
+    a = te.placeholder(shape, a_dtype, "a")
+    za = te.placeholder((), "int16", "za")
+    wpt = te.placeholder(wp.shape, str(wp.dtype), "wp")
+    s = te.placeholder((), "float32", "s")
+    acc = conv2d_int_packed(a, za, wpt, (stride, stride), (pad,) * 4, (1, 1), c)
+    y = te.compute(acc.shape, lambda *i: acc[i].astype("float32") * s(), name="deq")
+    return te.create_prim_func([a, za, wpt, s, y]).with_attr("global_symbol", "k"), w, wp
+
+
+def test_structure_avx2_tensorized_parallel_epilogue_in_write_back():
+    f, _, _ = kernel(64, 64, 14, 3, 8, pad=1)
+    text = Conv2dInt8().apply(f, AVX2).mod["main"].script()
+    assert "llvm.x86.avx2.pmadd.wd" in text and "int16x16" in text
+    assert "T.parallel" in text and "T.vectorized" in text
+    assert "_local" in text and 'T.Cast("float32"' in text  # dequantised in the write-back
+    assert "conv_int_a16" in text  # widened + padded activation: a stage of its own
+
+
+def test_structure_avx512_uses_zmm_pmaddwd():
+    f, _, _ = kernel(32, 48, 7, 1, 16, stride=2)
+    text = Conv2dInt8().apply(f, AVX512).mod["main"].script()
+    assert "llvm.x86.avx512.pmaddw.d.512" in text and "int16x32" in text
+
+
+def test_structure_stem_reads_nchw():
+    f, _, _ = kernel(3, 16, 20, 7, 8, stride=2, pad=3, blocked=False)
+    text = Conv2dInt8().apply(f, AVX2).mod["main"].script()
+    assert "llvm.x86.avx2.pmadd.wd" in text and "T.parallel" in text
+
+
+def test_structure_aarch64_plain_vectors():
+    f, _, _ = kernel(16, 16, 6, 3, 4, pad=1)
+    text = Conv2dInt8().apply(f, ARM).mod["main"].script()
+    assert "llvm.x86" not in text and "T.vectorized" in text and "T.parallel" in text
+
+
+def test_float_conv_not_taken_and_int_conv_not_taken_by_float_rule():
+    x = te.placeholder((1, 2, 6, 6, 8), "float32", "x")
+    w = te.placeholder((2, 2, 3, 3, 8, 8), "float32", "w")
+    from compiler.lowering.legalize_conv_nchwc import conv2d_nchwc
+
+    y = conv2d_nchwc(x, w, (1, 1), (1, 1, 1, 1), (1, 1), False)
+    assert Conv2dInt8().apply(te.create_prim_func([x, w, y]), AVX2) is None
+    f, _, _ = kernel(16, 16, 6, 3, 8, pad=1)
+    assert Conv2dNCHWc().apply(f, AVX2) is None
+
+
+def _reference(a, za, w, stride, pad, blocked, b):
+    """Exact int64 conv of NCHW[b]c (or NCHW) ``a`` minus ``za`` (0 in the padding)."""
+    if blocked:
+        a = a.transpose(0, 1, 4, 2, 3).reshape(1, -1, a.shape[2], a.shape[3])
+    x = np.pad(a.astype(np.int64) - za, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    f, c, k, _ = w.shape
+    oh = (x.shape[2] - k) // stride + 1
+    out = np.zeros((1, f, oh, oh), np.int64)
+    for ry in range(k):
+        for rx in range(k):
+            patch = x[:, :, ry:ry + stride * oh:stride, rx:rx + stride * oh:stride]
+            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, ry, rx].astype(np.int64))
+    return out.reshape(1, f // b, b, oh, oh).transpose(0, 1, 3, 4, 2)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 assembly")
+@pytest.mark.parametrize("c,f,hw,k,stride,pad,blocked,a_dtype", [
+    (16, 24, 9, 3, 1, 1, True, "uint8"),     # odd size, 3 channel blocks out
+    (16, 16, 11, 1, 2, 0, True, "int8"),     # 1x1 stride 2, s8 activations
+    (3, 16, 12, 7, 2, 3, False, "uint8"),    # RGB stem: odd C
+])
+def test_host_assembly_has_vpmaddwd_and_result_is_exact(c, f, hw, k, stride, pad, blocked,
+                                                        a_dtype):
+    import targets
+
+    target = tvm.target.Target(targets.resolve("host").tvm)
+    if targets.cpu_facts(target)["int16_dot"] is None:
+        pytest.skip("host has no AVX2")
+    b = targets.cpu_facts(target)["lanes"]
+    fn, w, wp = kernel(c, f, hw, k, b, stride, pad, blocked, a_dtype)
+    lib = tvm.compile(Conv2dInt8().apply(fn, target).mod, target=target)
+    assert re.search(r"vpmaddwd|vpdpwssd", lib.mod.inspect_source("asm"))
+    rng = np.random.default_rng(1)
+    info = np.iinfo(a_dtype)
+    shape = (1, c // b, hw, hw, b) if blocked else (1, c, hw, hw)
+    a = rng.integers(info.min, info.max + 1, shape).astype(a_dtype)
+    za = np.array(info.max // 2 - 3, np.int16)
+    ref = _reference(a, int(za), w, stride, pad, blocked, b)
+    out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32))
+    lib["k"](*[tvm.runtime.tensor(v) for v in (a, za, wp, np.array(0.5, np.float32))], out)
+    np.testing.assert_array_equal(out.numpy(), ref.astype(np.float32) * 0.5)
+
+
+def test_avx512_vnni_target_gets_vpdpwssd():
+    # assembly only: nothing runs, so any host checks it
+    f, _, _ = kernel(32, 32, 7, 3, 16, pad=1)
+    asm = tvm.compile(Conv2dInt8().apply(f, ZEN5).mod, target=ZEN5).mod.inspect_source("asm")
+    assert "vpdpwssd" in asm
