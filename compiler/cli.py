@@ -39,6 +39,14 @@ def _add_compile(sub):
                    help="range of a symbolic input dimension (dim_param): one artifact serves "
                         "every value in it, the arena is planned for MAX, OPT (default MAX) is "
                         "what the report's FLOPs assume; undeclared dims get 1..128")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "bf16-emulated"],
+                   help="bf16: constant-weight matmuls with bf16 operands and fp32 "
+                        "accumulation (needs AVX512-BF16); bf16-emulated: the same numbers "
+                        "in fp32 code on any target; the report gives the max relative error "
+                        "against the fp32 build")
+    p.add_argument("--no-precision-check", action="store_true",
+                   help="with --precision bf16: skip the error measurement (the extra fp32 "
+                        "build it needs)")
     p.add_argument("--no-isolate", action="store_true",
                    help="compile in this process instead of a child process (a crash inside "
                         "TVM then kills onnxc itself; useful under a debugger)")
@@ -135,7 +143,8 @@ def cmd_compile(args) -> int:
     kwargs = dict(target=args.target, opt_level=args.opt_level,
                   disabled_passes=args.disable_pass, layout=args.layout,
                   tuning_db=args.tuning_db, memory_reuse=not args.no_memory_reuse,
-                  dump_ir=args.dump_ir, dims=_parse_dims(args.dim))
+                  dump_ir=args.dump_ir, dims=_parse_dims(args.dim), precision=args.precision,
+                  precision_check=not args.no_precision_check)
     if args.timeout is not None and (args.no_isolate or args.timeout <= 0):
         raise UsageError("--timeout needs a positive number of seconds and an isolated "
                          "compile (not --no-isolate)")

@@ -24,6 +24,7 @@ import schedules
 import targets
 
 from . import __version__
+from . import precision as precisions
 from .lowering import parallel_build
 from .lowering.artifact import write_artifact
 from .errors import CompileError
@@ -79,7 +80,8 @@ class CompiledModel:
 
 def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=(),
             required_passes=(), pass_config=None, layout: str = "auto", tuning_db=None,
-            memory_reuse: bool = True, dump_ir=None, dims=None) -> CompiledModel:
+            memory_reuse: bool = True, dump_ir=None, dims=None, precision: str = "fp32",
+            precision_check: bool = True) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) with static shapes for ``target``.
 
     The stages themselves, in this process; ``compiler.compile`` (``compiler/api.py``) is
@@ -107,6 +109,14 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         range, the arena is planned for the maxima, and the session refuses a feed outside
         them.  A dim not given gets ``lowering.symbolic.DEFAULT_RANGE`` (the report's
         ``dims`` and ``warnings`` say so).
+    precision : str
+        ``fp32``; ``bf16`` (constant-weight matmuls in bf16 with fp32 accumulation, on
+        targets with AVX512-BF16; refused elsewhere); ``bf16-emulated`` (the same numbers
+        in fp32 code, any target).  See ``compiler/precision.py``.
+    precision_check : bool
+        For bf16: measure the max relative error against an fp32 build (one more compile,
+        two where this host cannot run the build and emulates it); the report's
+        ``precision`` entry.
 
     Raises
     ------
@@ -114,11 +124,14 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         With a message naming what is wrong.
     """
     t0 = time.perf_counter()
+    pass_config_in = pass_config  # the caller's, for the fp32 build precision_check makes
     database = _open_tuning_db(tuning_db)
     stage = _Stages(model_label(model))
     where = stage.where
     tinfo = targets.resolve(target)
+    precisions.check(precision, tinfo, where)
     pass_config, layout_report = _choose_layout(layout, tinfo, pass_config, disabled_passes)
+    pass_config = precisions.pass_config(precision, tinfo, pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
@@ -152,6 +165,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     payload = graph_meta.pop("params_payload")
 
     manifest = _manifest(proto, tinfo, graph_meta, payload)
+    manifest["precision"] = precision
     if ranges:
         manifest["dims"] = ranges
     meta = {"manifest": manifest, "graph": graph_meta, "memory_plan": plan.to_dict()}
@@ -185,9 +199,28 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         f"dim {d['name']!r} has no declared range: default {d['min']}..{d['max']} (arena "
         f"planned for {d['max']}); declare it with --dim {d['name']}=MIN..MAX[:OPT]"
         for d in ranges if not d["declared"]]
+    cm = CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
+
+    def rebuild(p, other_target):
+        return compile_static(model, other_target or tinfo, opt_level=opt_level,
+                              disabled_passes=disabled_passes, required_passes=required_passes,
+                              pass_config=pass_config_in,
+                              layout=layout, memory_reuse=memory_reuse, dims=dims,
+                              precision=p, precision_check=False)
+
+    runnable = (tinfo.is_cpu and tinfo.toolchain is None
+                and not runtime.cpu_features.missing_features(tinfo.features, tinfo.arch))
+    report["precision"] = stage("precision_check", precisions.error_entry, cm, precision,
+                                rebuild, runnable, precision_check)
+    err = report["precision"]["max_rel_error"]
+    if err is not None and err > precisions.WARN_ABOVE:
+        report["warnings"].append(
+            f"precision {precision}: max relative error {err:.3g} against the fp32 build "
+            f"({report['precision']['error_source']}) is above {precisions.WARN_ABOVE}")
+    report["compile_seconds"] = round(time.perf_counter() - t0, 3)
     log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
              report["compile_seconds"])
-    return CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
+    return cm
 
 
 def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:

@@ -65,6 +65,10 @@ def graph_passes() -> list:
         # instead of a transpose kernel writing a copy; after fuse_attention, which matches
         # the transpose as part of attention
         passes.FoldTransposeMatmul(),
+        # --precision bf16: constant-weight matmuls => bf16 weights [N/32, K/2, 32, 2] and
+        # activations, fp32 accumulation (cpu.matmul_bf16: vdpbf16ps); does nothing at
+        # fp32; before pack_matmul_weights, which would take them as fp32
+        passes.PackBf16Matmul(),
         # constant matmul weights [K, N] -> [N/32, K, 32] panels once, here: the x86 kernel
         # streams contiguous panels instead of copying strided ones per call; after the fusions
         passes.PackMatmulWeights(),

@@ -9,6 +9,7 @@ from .fold_constants import FoldConstants
 from .pack_conv_weights import PackConvWeights
 from .pack_conv_transpose import PackConvTranspose
 from .pack_matmul_weights import PackMatmulWeights
+from .pack_bf16_matmul import PackBf16Matmul
 from .pack_int_matmul import PackIntMatmul
 from .pack_int_conv import PackIntConv
 from .qdq_matmul_integer import QdqMatmulInteger
@@ -28,7 +29,7 @@ from .stable_softplus import StableSoftplus
 from .stable_variance import StableVariance
 from .accumulate_fp32 import AccumulateFp32
 
-__all__ = ["PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
+__all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",

@@ -188,15 +188,22 @@ def int16_dot(arch: str, features) -> str | None:
     return "avx2" if "avx2" in features else None
 
 
+def bf16_dot(arch: str, features) -> str | None:
+    """The x86 bf16 pair dot (``vdpbf16ps``: 2 bf16 products added into each fp32 lane):
+    "avx512" (512-bit, AVX512-BF16: Zen 4/5, Cooper Lake, Sapphire Rapids and later), else
+    None (``precision="bf16"`` is refused for such a target: compiler/driver.py)."""
+    return "avx512" if arch == "x86_64" and "avx512bf16" in features else None
+
+
 def cpu_facts(tvm_target) -> dict:
     """What schedule rules ask of an LLVM CPU target (a ``tvm.target.Target``): ``lanes``
     (fp32 per vector), ``vector_registers``, ``cores`` (the target's ``num-cores``),
-    ``int16_dot`` (see ``int16_dot``)."""
+    ``int16_dot`` (see ``int16_dot``), ``bf16_dot`` (see ``bf16_dot``)."""
     arch, feats = _llvm_facts(str(tvm_target), tvm_target)
     return {"arch": arch, "lanes": vector_bits(arch, feats) // 32,
             "vector_registers": vector_registers(arch, feats),
             "cores": int(tvm_target.attrs.get("num-cores", 1) or 1),
-            "int16_dot": int16_dot(arch, feats)}
+            "int16_dot": int16_dot(arch, feats), "bf16_dot": bf16_dot(arch, feats)}
 
 
 def _this_arch() -> str:

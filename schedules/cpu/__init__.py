@@ -25,6 +25,7 @@ from .inner_reduction import InnerReduction
 from .matmul import Matmul
 from .matmul_packed import MatmulPacked
 from .matmul_int8 import MatmulInt8
+from .matmul_bf16 import MatmulBf16
 from .pool import Pool2dNCHW, Pool2dNCHWc
 from .pool_strided import PoolStrided
 from .row_reduction import RowReduction
@@ -47,6 +48,7 @@ RULES = [
     Pool2dNCHWc(),
     MatmulPacked(),  # matmuls whose weights pack_matmul_weights pre-packed [N/nr, K, nr]
     MatmulInt8(),  # integer matmuls pack_int_matmul packed [N/nr, K/2, nr, 2]: vpmaddwd
+    MatmulBf16(),  # --precision bf16 matmuls pack_bf16_matmul packed [N/nr, K/2, nr, 2]
     Matmul(),  # any M / N (padded to whole tiles), B [K, N] or [N, K], M = 1 streamed
     RowReduction(),  # softmax / layer norm rows: vectorised (rfactored) reductions
     # any other reduction vectorisable over its innermost output dim: grouped and

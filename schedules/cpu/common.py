@@ -345,3 +345,12 @@ def conv_loops(sch, conv, b: int, nd: int):
     planes, y, x = sp[:-2], (sp[-2] if nd >= 2 else None), sp[-1]
     oh, ow = (ext[nd] if nd >= 2 else 1), ext[1 + nd]
     return n, f, planes, y, x, loops[2 + nd:], oh, ow
+
+
+def row_multiple(extent) -> int | None:
+    """``r`` when a symbolic row extent is ``((M + r - 1) // r) * r`` (rows padded to whole
+    register tiles by pack_matmul_weights / pack_bf16_matmul), else None."""
+    if isinstance(extent, tirx.Mul) and isinstance(extent.b, tirx.IntImm) and isinstance(
+            extent.a, tirx.FloorDiv):
+        return int(extent.b)
+    return None

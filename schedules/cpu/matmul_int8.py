@@ -76,6 +76,14 @@ def match_int_matmul(sch):
     """(block rv, nr, A dtype, Wp dtype) of the only reduction block when it reduces over
     (ko, ki) (``S..SRR``) into an int32 buffer indexed by its spatial iters, reading an
     int16 ``A[.., i, ko * 2 + ki]`` and ``Wp[j // nr, ko, j % nr, ki]``; else None."""
+    return match_pair_matmul(sch, "int32", ("int16",), ("int8", "int16", "uint8"))
+
+
+def match_pair_matmul(sch, out_dtype: str, a_dtypes, w_dtypes):
+    """(block rv, nr, A dtype, Wp dtype) of the only reduction block when it reduces over
+    (ko, ki) (``S..SRR``) into an ``out_dtype`` buffer indexed by its spatial iters,
+    reading ``A[.., i, ko * 2 + ki]`` (a dtype in ``a_dtypes``) and ``Wp[j // nr, ko, j %
+    nr, ki]`` (in ``w_dtypes``); else None.  cpu.matmul_bf16 matches with it too."""
     found = common.only_reduction(sch)
     if found is None:
         return None
@@ -88,7 +96,7 @@ def match_int_matmul(sch):
     if len(block.writes) != 1:
         return None
     out = block.writes[0]
-    if out.source.dtype != "int32" or not common.same_vars(common.region_vars(out), ivs[:-2]):
+    if out.source.dtype != out_dtype or not common.same_vars(common.region_vars(out), ivs[:-2]):
         return None
     nr = a_dtype = w_dtype = None
     for r in block.reads:
@@ -99,9 +107,9 @@ def match_int_matmul(sch):
                 and _is(idx[0], tirx.FloorDiv, j, shape[2]) and idx[1].same_as(ko)
                 and _is(idx[2], tirx.FloorMod, j, shape[2]) and idx[3].same_as(ki)):
             nr, w_dtype = int(shape[2]), str(r.source.dtype)
-        elif len(idx) >= 2 and idx[-2].same_as(i) and str(r.source.dtype) == "int16":
+        elif len(idx) >= 2 and idx[-2].same_as(i) and str(r.source.dtype) in a_dtypes:
             a_dtype = str(r.source.dtype)
-    if nr is None or a_dtype is None or w_dtype not in ("int8", "int16", "uint8"):
+    if nr is None or a_dtype is None or w_dtype not in w_dtypes:
         return None
     return rv, nr, a_dtype, w_dtype
 
@@ -122,48 +130,63 @@ class MatmulInt8(MatchingCPURule):
     def schedule(self, sch, m, target):
         mm, nr, a_dtype, w_dtype = m
         facts = common.targets.cpu_facts(target)
-        kind, ncores = facts["int16_dot"], facts["cores"]
+        kind = facts["int16_dot"]
         lanes = _LLVM[kind][0] if kind else 4 * common.lanes_fp32(target) // 4
         if nr % lanes:
             kind, lanes = None, common.lanes_fp32(target)
             if nr % lanes:
                 return None
-        a16 = [b for b in sch.get_producers(mm) if sch.get(b).name_hint.endswith("_a16")]
-        if len(a16) != 1:
-            return None
-        # the widened activation stays a stage of its own: inlined, the tensorized step
-        # would no longer read a plain i16 buffer
-        a16 = sch.get(a16[0]).name_hint
-        pads, after, tail = common.inline_around(sch, mm, keep_pads=False, keep=(a16,))
-        loops = sch.get_loops(mm)
-        *bat, i, j, ko, ki = loops
-        ext = [common.const_extent(sch, lp) for lp in loops]
-        if any(e is None for e in ext) or ext[-3] % nr:
-            return None
-        nv = nr // lanes
-        it = common.reg_rows(ext[-4], nv, common.acc_budget(target, "matmul"))
-        io, ii = sch.split(i, [None, it])
-        jo, jv, jl = sch.split(j, [None, nv, lanes])
-        # panels outer (a K x nr panel stays in L2 across the row tiles), as cpu.matmul_packed
-        # tensorized: (lanes, k pair) is the intrinsic's block; else the k pair outside the
-        # lanes, each step a broadcast times a vector
-        inner = (jl, ki) if kind is not None else (ki, jl)
-        sch.reorder(*bat, jo, io, ko, ii, jv, *inner)
-        wb, rest = common.write_back_at(sch, mm, io, tail, pads, after)
-        common.parallel(sch, [*bat, jo, io], ncores)
-        if kind is None:  # before decompose_reduction, as cpu.matmul_packed
-            sch.unroll(ki)
-            sch.vectorize(jl)
-        init = sch.decompose_reduction(mm, ko)
-        if kind is not None:
-            sch.tensorize(jl, dot_intrin(kind, a_dtype, w_dtype)[0])
-        sch.unroll(jv)
-        sch.unroll(ii)
-        _vectorize_inner(sch, init, lanes)
-        _vectorize_inner(sch, wb, lanes)
-        for p in rest:
-            common.schedule_elementwise(sch, p, lanes, ncores)
-        return sch
+        intrin = dot_intrin(kind, a_dtype, w_dtype)[0] if kind is not None else None
+        return schedule_pairs(sch, mm, nr, "_a16", intrin, lanes, target)
+
+
+def schedule_pairs(sch, mm, nr: int, stage: str, intrin, lanes: int, target):
+    """The register tile of a matmul over k pairs (``S..SRR``: packed ``[N/nr, K/2, nr, 2]``
+    weights), shared with cpu.matmul_bf16: ``mr`` rows x ``nr`` columns, the (``lanes``
+    columns, k pair) step tensorized as ``intrin`` (None: the k pair outside the lanes, plain
+    vectors), the epilogue in the write-back, parallel over (batch, panels, row tiles).  The
+    activation's producer block whose name ends with ``stage`` stays a stage of its own
+    (inlined, the tensorized step would no longer read a plain buffer).  None when the
+    loops do not fit."""
+    ncores = common.targets.cpu_facts(target)["cores"]
+    act = [b for b in sch.get_producers(mm) if sch.get(b).name_hint.endswith(stage)]
+    if len(act) != 1:
+        return None
+    act = sch.get(act[0]).name_hint
+    pads, after, tail = common.inline_around(sch, mm, keep_pads=False, keep=(act,))
+    loops = sch.get_loops(mm)
+    *bat, i, j, ko, ki = loops
+    ext = [common.const_extent(sch, lp) for lp in loops]
+    if any(e is None for e in ext[-3:]) or ext[-3] % nr:
+        return None
+    # a symbolic M (and batch dims): only as whole multiples of the pass's row padding
+    rows = ext[-4] if ext[-4] is not None else common.row_multiple(sch.get(i).extent)
+    if rows is None:
+        return None
+    nv = nr // lanes
+    it = common.reg_rows(rows, nv, common.acc_budget(target, "matmul"))
+    io, ii = sch.split(i, [None, it])
+    jo, jv, jl = sch.split(j, [None, nv, lanes])
+    # panels outer (a K x nr panel stays in L2 across the row tiles), as cpu.matmul_packed
+    # tensorized: (lanes, k pair) is the intrinsic's block; else the k pair outside the
+    # lanes, each step a broadcast times a vector
+    inner = (jl, ki) if intrin is not None else (ki, jl)
+    sch.reorder(*bat, jo, io, ko, ii, jv, *inner)
+    wb, rest = common.write_back_at(sch, mm, io, tail, pads, after)
+    common.parallel(sch, [*bat, jo, io], ncores)
+    if intrin is None:  # before decompose_reduction, as cpu.matmul_packed
+        sch.unroll(ki)
+        sch.vectorize(jl)
+    init = sch.decompose_reduction(mm, ko)
+    if intrin is not None:
+        sch.tensorize(jl, intrin)
+    sch.unroll(jv)
+    sch.unroll(ii)
+    _vectorize_inner(sch, init, lanes)
+    _vectorize_inner(sch, wb, lanes)
+    for p in rest:
+        common.schedule_elementwise(sch, p, lanes, ncores)
+    return sch
 
 
 def _vectorize_inner(sch, blk, lanes):

@@ -84,7 +84,7 @@ class MatmulPacked(MatchingCPURule):
             return None
         M = ext[-3]
         if M is None:  # symbolic rows: whole multiples of the pass's row padding, else none
-            M = _row_multiple(sch.get(loops[-3]).extent) if padded else None
+            M = common.row_multiple(sch.get(loops[-3]).extent) if padded else None
             if M is None:
                 return None
         nv = -(-nr // lanes)
@@ -117,14 +117,6 @@ class MatmulPacked(MatchingCPURule):
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         return sch
-
-
-def _row_multiple(extent) -> int | None:
-    """``r`` when a symbolic row extent is ``((M + r - 1) // r) * r``, else None."""
-    if isinstance(extent, tirx.Mul) and isinstance(extent.b, tirx.IntImm) and isinstance(
-            extent.a, tirx.FloorDiv):
-        return int(extent.b)
-    return None
 
 
 def _last_dim(sch, blk):

@@ -152,3 +152,18 @@ def test_memplan_png(compiled_cli, tmp_path):
     r = onnxc("memplan", compiled_cli / "cnn.so", "--png", tmp_path / "plan.png")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "plan.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compile_precision_bf16_refused_on_a_target_without_it_and_emulated_reported(tmp_path):
+    from tests.passes.test_pack_bf16_matmul import mlp
+
+    model = tmp_path / "mlp.onnx"
+    model.write_bytes(mlp()[0].SerializeToString())
+    r = onnxc("compile", model, "-o", tmp_path / "a.so", "--target", "x86-avx2",
+              "--precision", "bf16", "--no-isolate")
+    assert r.returncode == 1 and "AVX512-BF16" in r.stderr and "Traceback" not in r.stderr
+    r = onnxc("compile", model, "-o", tmp_path / "b.so", "--precision", "bf16-emulated",
+              "--report", tmp_path / "r.json", "--no-isolate")
+    assert r.returncode == 0, r.stderr
+    p = json.loads((tmp_path / "r.json").read_text())["precision"]
+    assert p["mode"] == "bf16-emulated" and 0 < p["max_rel_error"] < 2e-2
