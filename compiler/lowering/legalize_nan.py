@@ -180,6 +180,24 @@ def _odd_legalize(name: str, f):
     return make
 
 
+def _tanh_f32(x: te.Tensor) -> te.Tensor:
+    """float32 tanh as vectorisable arithmetic (passes/math_f32.tanh_f32: keeps NaN and
+    -0.0); TVM's is one scalar ``tanhf`` per vector lane."""
+    from passes.math_f32 import tanh_f32
+
+    return te.compute(x.shape, lambda *i: _bound(x, i, tanh_f32), name="tanh", tag="elemwise")
+
+
+def _tanh_legalize(default):
+    odd = _odd_legalize("tir_tanh", topi.tanh)(default)
+
+    def legalize(bb, call):
+        if str(call.args[0].ty.dtype) != "float32":
+            return odd(bb, call)
+        return bb.call_te(_tanh_f32, call.args[0], primfunc_name_hint="tir_tanh")
+    return legalize
+
+
 def _clip_legalize(default):
     def legalize(bb, call):
         if not _is_float(str(call.args[0].ty.dtype)):
@@ -211,7 +229,7 @@ def install() -> None:
     clip, maximum and minimum (once)."""
     _install("relax.nn.relu", _relu_legalize)
     _install("relax.nn.prelu", _prelu_legalize)
-    _install("relax.tanh", _odd_legalize("tir_tanh", topi.tanh))
+    _install("relax.tanh", _tanh_legalize)
     _install("relax.atanh", _odd_legalize("tir_atanh", topi.atanh))
     _install("relax.clip", _clip_legalize)
     _install("relax.maximum", _binary_legalize("maximum"))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from passes.math_f32 import const, erf_f32, exp_nonpositive_f32  # noqa: F401 (tests import them here)
+from passes.math_f32 import const, erf_f32, exp_nonpositive_f32, tanh_f32  # noqa: F401 (tests import them here)
 
 
 def _gelu(bb, call):
@@ -58,6 +58,28 @@ def _legalize_gelu(bb, call):
 
         return _nn_gelu(bb, call)
     return out
+
+
+def _legalize_gelu_tanh(bb, call):
+    """gelu_tanh (GPT-2's ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``) with the
+    vectorisable tanh: TVM's is a scalar ``tanhf`` per lane (GPT-2's 128 x 3072 GELU kernel
+    took 3.9 ms, a tenth of the model)."""
+    x = call.args[0]
+    if str(x.ty.dtype) != "float32":
+        from tvm.relax.transform.legalize_ops.nn import _nn_gelu_tanh
+
+        return _nn_gelu_tanh(bb, call)
+
+    def te_gelu_tanh(a):
+        def body(*i):
+            v, t = tirx.Var("v", "float32"), tirx.Var("t", "float32")
+            inner = const(0.7978845608028654) * (v + const(0.044715) * v * v * v)
+            return tirx.Let(v, a(*i), tirx.Let(t, inner, const(0.5) * v * (
+                const(1.0) + tanh_f32(t))))
+
+        return te.compute(a.shape, body, name="T_gelu_tanh")
+
+    return bb.call_te(te_gelu_tanh, x, primfunc_name_hint="gelu_tanh")
 
 
 ROW_CHUNK = 16
@@ -113,6 +135,7 @@ def _legalize_softmax(bb, call):
     return out
 
 
-LEGALIZE_MAP = {"relax.nn.gelu": _legalize_gelu, "relax.nn.softmax": _legalize_softmax}
+LEGALIZE_MAP = {"relax.nn.gelu": _legalize_gelu, "relax.nn.gelu_tanh": _legalize_gelu_tanh,
+                "relax.nn.softmax": _legalize_softmax}
 """For ``relax.transform.LegalizeOps(customize_legalize_map=...)`` (``compiler.lowering.install``
 returns it)."""

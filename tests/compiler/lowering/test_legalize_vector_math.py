@@ -13,7 +13,8 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, te
 
-from compiler.lowering.legalize_vector_math import LEGALIZE_MAP, erf_f32, exp_nonpositive_f32
+from compiler.lowering.legalize_vector_math import (LEGALIZE_MAP, erf_f32, exp_nonpositive_f32,
+                                                    tanh_f32)
 from tests.conftest import assert_close, ort_run
 from tests.passes.helpers import compile_run, model, node
 
@@ -59,6 +60,36 @@ def test_gelu_accuracy_against_float64():
     # the float32 rounding of x * (...) alone is up to 4.5e-7 at |x| ~ 5
     assert np.abs(got - ref).max() < 6e-7
     assert np.all(np.abs(got - ref) <= 1e-6 + 1e-6 * np.abs(ref))
+
+
+def test_tanh_accuracy_against_float64():
+    """The rational tanh (Eigen's / MLAS's) against float64, compiled for this host: within
+    4e-7 everywhere, NaN kept, +-inf to +-1, -0.0 kept."""
+    x = np.concatenate([np.linspace(-12, 12, 200001, dtype=np.float32),
+                        np.float32([np.nan, np.inf, -np.inf, -0.0, 1e-30, -3e-4])])
+    got, _ = _run_elementwise(tanh_f32, x)
+    want = np.tanh(x.astype(np.float64))
+    fin = np.isfinite(x)
+    assert np.abs(got[fin] - want[fin]).max() < 4e-7
+    # +-inf: the value at the clamp, 2 ulp below 1 (as MLAS's)
+    assert np.isnan(got[-6]) and abs(got[-5] - 1) < 4e-7 and abs(got[-4] + 1) < 4e-7
+    assert np.signbit(got[-3]) and got[-2] == np.float32(1e-30)
+
+
+def test_gelu_tanh_model_against_onnxruntime():
+    """GPT-2's tanh GELU (fuse_gelu makes it gelu_tanh): onnxruntime's values, no libm tanh."""
+    c = {"c": np.array(0.044715, np.float32), "s": np.array(math.sqrt(2 / math.pi), np.float32),
+         "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
+    nodes = [node("Mul", ["x", "x"], "x2"), node("Mul", ["x2", "x"], "x3"),
+             node("Mul", ["x3", "c"], "t0"), node("Add", ["x", "t0"], "t1"),
+             node("Mul", ["t1", "s"], "t2"), node("Tanh", ["t2"], "t3"),
+             node("Add", ["t3", "one"], "t4"), node("Mul", ["x", "t4"], "t5"),
+             node("Mul", ["t5", "half"], "y")]
+    m = model(nodes, {"x": [4, 1024]}, {"y": [4, 1024]}, c)
+    x = np.linspace(-9, 9, 4096, dtype=np.float32).reshape(4, 1024)
+    got, cm = compile_run(m, {"x": x})
+    assert any(p["name"] == "fuse_gelu" and p["changed"] for p in cm.report["passes"])
+    assert_close(got, ort_run(m, {"x": x}))
 
 
 def test_exp_accuracy_against_float64():
