@@ -20,7 +20,10 @@ over a symbolic K (decoding's P V reduces over the past).  A single row against 
 transposed ``B`` (decoding's Q K^T over the key cache ``[.., past + 1, K]``) is a dot
 product per output of two contiguous K-vectors: vector FMAs into one accumulator, a
 horizontal sum, the epilogue (scale, mask) applied to the sum; ``B`` is read once in place,
-with no padded, transposed panel copy and no pass over a padded C.
+with no padded, transposed panel copy and no pass over a padded C.  A symbolic M whose
+dim the compile optimises for 1 (``dims={"seq": (1, 128, 1)}``, what examples/generate.py
+compiles a decoder with) takes these one-row schedules too: every decode step runs them,
+a prefill runs its rows one after another.
 
 Symbolic extents (``seq`` in attention: ``Q K^T`` is seq x seq, ``P V`` reduces over seq)
 take the padded path: a symbolic M or N is always padded to whole tiles (the tile chosen
@@ -181,6 +184,22 @@ def _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores):
 DOT_ROWS = 64
 
 
+def _opt_extent(sch, loop):
+    """The extent ``loop`` is compiled for when it is a symbolic dim: the dim's ``opt``
+    (``dims={"seq": (1, 128, 1)}``: a decoder tuned for its one-token steps, whose
+    attention then runs one query row), from the kernel's ``onnxc.dim_opt``; else None."""
+    from tvm import tirx
+
+    from compiler.lowering.symbolic import DIM_OPT_ATTR
+
+    ext = sch.get(loop).extent
+    attrs = sch.mod["main"].attrs
+    if not isinstance(ext, tirx.Var) or attrs is None or DIM_OPT_ATTR not in attrs:
+        return None
+    opt = attrs[DIM_OPT_ATTR].get(ext.name)
+    return None if opt is None else int(opt)
+
+
 class Matmul(MatchingCPURule):
     """matmul / dense / batch_matmul, B as [.., K, N] or [.., N, K], + elementwise epilogue."""
 
@@ -196,9 +215,10 @@ class Matmul(MatchingCPURule):
         ext = [common.const_extent(sch, lp) for lp in sch.get_loops(mm)]
         M, N, K = ext[-3:]
         stages = pads if tail is not None else pads + after
-        if M == 1 and N is not None and not b_t and N % lanes == 0:
+        one_row = M == 1 or (M is None and _opt_extent(sch, sch.get_loops(mm)[-3]) == 1)
+        if one_row and N is not None and not b_t and N % lanes == 0:
             return _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores)
-        if M == 1 and b_t and K is not None and K % lanes == 0:
+        if one_row and b_t and K is not None and K % lanes == 0:
             return _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores)
         it, jt = common.gemm_tile(M or SYMBOLIC_EXTENT, N or SYMBOLIC_EXTENT, lanes,
                                   common.acc_budget(target, "matmul"))

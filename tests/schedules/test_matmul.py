@@ -317,3 +317,53 @@ def test_numerics_decode_attention_symbolic_past_vs_ort():
                  "v": rng.standard_normal((1, 4, past, 16)).astype("float32"),
                  "m": rng.standard_normal((1, 1, 1, past)).astype("float32")}
         assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def _seq_scores(opt):
+    """Q K^T * scale + mask with a symbolic query count ``seq`` and key count ``n``, the
+    kernel annotated with seq's opt as compile_static() does (None: no annotation)."""
+    from tvm import tirx
+
+    from compiler.lowering.symbolic import DIM_OPT_ATTR
+
+    h, d = (tirx.IntImm("int64", x) for x in (12, 64))
+    seq, n = tirx.Var("seq", "int64"), tirx.Var("n", "int64")
+    f = _bmm((h, seq, d), (h, n, d), transposed=True)[0]
+    return f if opt is None else f.with_attr(DIM_OPT_ATTR, {"seq": opt, "n": 512})
+
+
+def test_structure_symbolic_rows_at_opt_one_are_dot_rows():
+    """A decoder compiled with seq's opt 1 (its one-token steps): the symbolic query rows
+    take the one-row schedule; opt 128 or no annotation keep the padded register tiles."""
+    assert "_rf_local" in Matmul().apply(_seq_scores(1), AVX2).mod["main"].script()
+    for opt in (128, None):
+        text = Matmul().apply(_seq_scores(opt), AVX2).mod["main"].script()
+        assert "_rf_local" not in text and "_pad" in text
+
+
+def test_numerics_decoder_attention_seq_opt_one_vs_ort():
+    """Attention of a decoder step, queries ``seq`` (opt 1) against ``total`` keys: the
+    one-row schedules, also at a prefill of several rows, against onnxruntime."""
+    from tests.conftest import assert_close, ort_run
+
+    import compiler
+
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2], name="kt"),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"], name="qk"),
+             helper.make_node("Add", ["qk", "m"], ["sm"], name="mask"),
+             helper.make_node("Softmax", ["sm"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="pv")]
+    model = onnx_model(nodes, [("q", [1, 4, "seq", 16]), ("k", [1, 4, "total", 16]),
+                               ("v", [1, 4, "total", 16]), ("m", [1, 1, "seq", "total"])],
+                       [("y", [1, 4, "seq", 16])])
+    cm = compiler.compile(model, dims={"seq": (1, 8, 1), "total": (1, 64)})
+    assert isinstance(cm, compiler.CompiledModel)
+    assert cm.report["schedules"].get("cpu.matmul") == 2, cm.report["schedules"]
+    sess = cm.session()
+    rng = np.random.default_rng(0)
+    for seq, total in ((1, 1), (1, 40), (5, 5), (8, 64)):
+        feeds = {"q": rng.standard_normal((1, 4, seq, 16)).astype("float32"),
+                 "k": rng.standard_normal((1, 4, total, 16)).astype("float32"),
+                 "v": rng.standard_normal((1, 4, total, 16)).astype("float32"),
+                 "m": rng.standard_normal((1, 1, seq, total)).astype("float32")}
+        assert_close(sess.run(None, feeds), ort_run(model, feeds))
