@@ -160,15 +160,23 @@ def size_expr(shape_values):
 def annotate_dim_opt(prim_funcs: dict, at_opt: dict) -> dict:
     """``prim_funcs`` with :data:`DIM_OPT_ATTR` ``{dim: opt}`` on each kernel whose buffer
     shapes or scalar parameters use dims of ``at_opt`` (the others unchanged)."""
+    import tvm
     from tvm import tirx
 
     out = {}
     for name, f in prim_funcs.items():
         used = set()
         for p in f.params:  # a scalar dim (past: T.int64), or a buffer of shape [.., dim]
-            shape = list(getattr(p, "shape", None) or [])
-            for e in shape or [p]:
-                used |= {v.name for v in tirx.analysis.undefined_vars(e) if v.name in at_opt}
+            if p.name in at_opt:
+                used.add(p.name)
+            for e in getattr(p, "shape", None) or []:
+                if isinstance(e, (int, tirx.IntImm)):
+                    continue
+                try:
+                    used |= {v.name for v in tirx.analysis.undefined_vars(e)
+                             if v.name in at_opt}
+                except tvm.error.InternalError:  # no expression (a scalar's shape)
+                    pass
         out[name] = (f.with_attr(DIM_OPT_ATTR, {n: at_opt[n] for n in sorted(used)})
                      if used else f)
     return out
