@@ -165,12 +165,15 @@ def _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores):
     if _shares(sch, bat) < ncores:
         jo, j = sch.split(j, [None, DOT_ROWS])
         sch.reorder(jo, i)
-    sch.compute_at(rf, j, preserve_unit_loops=False)
+    sch.compute_at(rf, j, preserve_unit_loops=True)
     sch.set_scope(rf, 0, "local")
     if tail is not None:
         sch.reverse_compute_at(tail, j, preserve_unit_loops=False)
     common.parallel(sch, [*bat] + ([jo] if jo is not None else []), ncores)
-    rkl, rko = sch.get_loops(rf)[-2:]  # rfactor puts the lanes first
+    loops = sch.get_loops(rf)
+    at = next(n for n, lp in enumerate(loops) if sch.get(lp).same_as(sch.get(j)))
+    # rfactor put the lanes first and the k blocks last (unit loops kept: K = one vector)
+    rkl, rko = loops[at + 1], loops[-1]
     sch.reorder(rko, rkl)
     sch.vectorize(rkl)
     init = sch.decompose_reduction(rf, rko)

@@ -263,6 +263,9 @@ def test_structure_decode_scores_dot_rows(target):
     # one head: the keys are split in blocks of DOT_ROWS for the cores
     from schedules.cpu.matmul import DOT_ROWS
 
+    # a head_dim of one vector (LLaMA-tiny's 8 on AVX2): the k-block loop is a unit loop
+    text = Matmul().apply(_decode_scores(12, lanes), target).mod["main"].script()
+    assert "_pad" not in text and "_rf_local" in text
     text = Matmul().apply(_decode_scores(1, 64), target).mod["main"].script()
     assert "_pad" not in text and "T.parallel(" in text
     assert re.search(rf"\b{DOT_ROWS}\b", text.split("T.parallel(", 1)[1])
