@@ -38,7 +38,7 @@ from .pipeline import FUSE, graph_passes, lowering
 from .lowering.checked import attach_checked, fused_steps
 from .lowering.layouts import binding_layouts
 from .lowering.provenance import name_fused_calls
-from .lowering.symbolic import resolve_ranges
+from .lowering.symbolic import annotate_dim_opt, resolve_ranges
 from .native_log import routed
 
 log = logging.getLogger("onnxc")
@@ -143,6 +143,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     at_opt = {d["name"]: d["opt"] for d in ranges}
     if ranges:
         flops_at(graph, at_opt)
+        # rules read each dim's opt (a decoder's seq opt 1: one-row attention kernels)
+        graph.prim_funcs = annotate_dim_opt(graph.prim_funcs, at_opt)
     if tinfo.is_cuda or ranges:  # unscheduled GPU kernels do not build; checked variants
         # of symbolic kernels would need their temporaries' shapes bound: none for now
         graph.checked = {}

@@ -95,8 +95,9 @@ def workload_hash(func) -> str:
     """
     import tvm_ffi
 
-    if func.attrs is not None and "global_symbol" in func.attrs:
-        func = func.without_attr("global_symbol")
+    for attr in ("global_symbol", "onnxc.dim_opt"):  # the opts: compiler/lowering/symbolic.py
+        if func.attrs is not None and attr in func.attrs:
+            func = func.without_attr(attr)
     return format(tvm_ffi.structural_hash(func) & (2**64 - 1), "016x")
 
 
@@ -384,6 +385,7 @@ def private_copy(func):
     """
     import tvm
 
-    if func.attrs is not None and "global_symbol" in func.attrs:
-        func = func.without_attr("global_symbol")
+    for attr in ("global_symbol", "onnxc.dim_opt"):  # the opts: compiler/lowering/symbolic.py
+        if func.attrs is not None and attr in func.attrs:
+            func = func.without_attr(attr)
     return tvm.ir.load_json(tvm.ir.save_json(func)).with_attr("global_symbol", "main")

@@ -6,6 +6,9 @@ kernels.  Here:
 
 * :func:`resolve_ranges`: each dim's ``(min, max, opt)`` from ``dims=`` / ``--dim``, else
   :data:`DEFAULT_RANGE` (reported as not declared);
+* :func:`annotate_dim_opt`: each kernel over symbolic dims carries their ``opt`` values
+  (attribute :data:`DIM_OPT_ATTR`), so a schedule rule can pick the schedule for the size
+  it will mostly run at (a decoder compiled with ``seq`` opt 1: its one-token steps);
 * :func:`expr_text`: a TIR shape expression as the runtime's expression text
   (``runtime/dims.py``), refusing what the runtime could not bind;
 * :func:`monotone`: whether a size expression never shrinks when a dim grows.  The arena is
@@ -25,6 +28,10 @@ from ..errors import UnsupportedError
 # (--dim NAME=MIN..MAX[:OPT]) for anything else.  The report lists every defaulted dim.
 DEFAULT_MIN, DEFAULT_MAX = 1, 128
 DEFAULT_RANGE = (DEFAULT_MIN, DEFAULT_MAX, DEFAULT_MAX)
+
+
+# The kernel attribute {dim name: opt} that annotate_dim_opt sets (left out of tuning keys).
+DIM_OPT_ATTR = "onnxc.dim_opt"
 
 
 def parse_dim_option(text: str) -> tuple[str, tuple]:
@@ -148,3 +155,28 @@ def size_expr(shape_values):
     for d in shape_values:
         n = n * d
     return Analyzer().simplify(n)
+
+
+def annotate_dim_opt(prim_funcs: dict, at_opt: dict) -> dict:
+    """``prim_funcs`` with :data:`DIM_OPT_ATTR` ``{dim: opt}`` on each kernel whose buffer
+    shapes or scalar parameters use dims of ``at_opt`` (the others unchanged)."""
+    import tvm
+    from tvm import tirx
+
+    out = {}
+    for name, f in prim_funcs.items():
+        used = set()
+        for p in f.params:  # a scalar dim (past: T.int64), or a buffer of shape [.., dim]
+            if p.name in at_opt:
+                used.add(p.name)
+            for e in getattr(p, "shape", None) or []:
+                if isinstance(e, (int, tirx.IntImm)):
+                    continue
+                try:
+                    used |= {v.name for v in tirx.analysis.undefined_vars(e)
+                             if v.name in at_opt}
+                except tvm.error.InternalError:  # no expression (a scalar's shape)
+                    pass
+        out[name] = (f.with_attr(DIM_OPT_ATTR, {n: at_opt[n] for n in sorted(used)})
+                     if used else f)
+    return out

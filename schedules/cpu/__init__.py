@@ -12,6 +12,7 @@ from __future__ import annotations
 from tvm.s_tir.dlight.cpu import GEMV, Reduction
 
 from ..base import Dlight
+from .concat import Concat
 from .conv2d import Conv2dNCHW
 from .conv2d_int8 import Conv2dInt8
 from .conv2d_nchwc import Conv2dNCHWc
@@ -59,6 +60,7 @@ RULES = [
     InnerReduction(),
     TransposeTiled(),  # out[.., x, c] = in[.., c, .., x] (NCHW -> NHWC): lanes x lanes tiles
     UpsampleNearest(),  # out[.., x] = in[.., x // s] (Resize nearest x2): no per-lane loads
+    Concat(),  # Concat on an outer axis (a decoder's cache + new row): a copy per input
     # no reduction at all (after the two spatial rules above): elementwise chains,
     # layout transforms, pads
     Elementwise(),

@@ -15,7 +15,15 @@ The elementwise epilogue (scale, mask add, bias, GELU) is inlined into the write
 the tile.  Parallel over (batch, N tiles).
 
 A single row (GEMV, decoding: M = 1) has no rows to reuse a panel: the rule streams ``B``
-row by row instead (``k`` outer, contiguous ``j`` inner, the output row block in L1).
+row by row instead (``k`` outer, contiguous ``j`` inner, the output row block in L1), also
+over a symbolic K (decoding's P V reduces over the past).  A single row against a
+transposed ``B`` (decoding's Q K^T over the key cache ``[.., past + 1, K]``) is a dot
+product per output of two contiguous K-vectors: vector FMAs into one accumulator, a
+horizontal sum, the epilogue (scale, mask) applied to the sum; ``B`` is read once in place,
+with no padded, transposed panel copy and no pass over a padded C.  A symbolic M whose
+dim the compile optimises for 1 (``dims={"seq": (1, 128, 1)}``, what examples/generate.py
+compiles a decoder with) takes these one-row schedules too: every decode step runs them,
+a prefill runs its rows one after another.
 
 Symbolic extents (``seq`` in attention: ``Q K^T`` is seq x seq, ``P V`` reduces over seq)
 take the padded path: a symbolic M or N is always padded to whole tiles (the tile chosen
@@ -120,10 +128,10 @@ def _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores):
     """One output row (GEMV, decoding): ``k`` outer, the row's columns inner, so ``B`` streams
     contiguously (a register tile would read it a column panel at a time, one page per
     ``k``); the row block (at most 1024 columns) accumulates in L1, ``ku`` rows of ``B``
-    per load/store of it."""
+    per load/store of it (one over a symbolic K)."""
     *bat, i, j, k = sch.get_loops(mm)
     chunk = max(d for d in common.divisors(N) if d % lanes == 0 and d <= 1024)
-    ku = max(u for u in (4, 2, 1) if K % u == 0)
+    ku = 1 if K is None else max(u for u in (4, 2, 1) if K % u == 0)
     jc, jv, jl = sch.split(j, [None, chunk // lanes, lanes])
     ko, ki = sch.split(k, [None, ku])
     sch.reorder(*bat, jc, i, ko, jv, ki, jl)
@@ -143,6 +151,58 @@ def _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores):
     return sch
 
 
+def _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores):
+    """One row of A against the rows of a transposed B ``[.., N, K]``, K whole vectors: per
+    output, ``K / lanes`` vector FMAs of two contiguous K-vectors into one accumulator
+    (``rfactor`` over the lanes, the accumulator in registers), a horizontal sum, then the
+    epilogue on that output.  Parallel over the batch (attention's heads) when it gives
+    every core a share, else over blocks of ``DOT_ROWS`` outputs too."""
+    *bat, i, j, k = sch.get_loops(mm)
+    _, kl = sch.split(k, [None, lanes])
+    rf = sch.rfactor(kl, factor_axis=nbat + 2)
+    *bat, i, j, kl = sch.get_loops(mm)
+    jo = None
+    if _shares(sch, bat) < ncores:
+        jo, j = sch.split(j, [None, DOT_ROWS])
+        sch.reorder(jo, i)
+    sch.compute_at(rf, j, preserve_unit_loops=True)
+    sch.set_scope(rf, 0, "local")
+    if tail is not None:
+        sch.reverse_compute_at(tail, j, preserve_unit_loops=False)
+    common.parallel(sch, [*bat] + ([jo] if jo is not None else []), ncores)
+    loops = sch.get_loops(rf)
+    at = next(n for n, lp in enumerate(loops) if sch.get(lp).same_as(sch.get(j)))
+    # rfactor put the lanes first and the k blocks last (unit loops kept: K = one vector)
+    rkl, rko = loops[at + 1], loops[-1]
+    sch.reorder(rko, rkl)
+    sch.vectorize(rkl)
+    init = sch.decompose_reduction(rf, rko)
+    sch.vectorize(sch.get_loops(init)[-1])
+    for p in stages:
+        common.schedule_elementwise(sch, p, lanes, ncores)
+    return sch
+
+
+# Outputs per parallel task of ``_schedule_dot_rows`` when the batch is too small to share.
+DOT_ROWS = 64
+
+
+def _opt_extent(sch, loop):
+    """The extent ``loop`` is compiled for when it is a symbolic dim: the dim's ``opt``
+    (``dims={"seq": (1, 128, 1)}``: a decoder tuned for its one-token steps, whose
+    attention then runs one query row), from the kernel's ``onnxc.dim_opt``; else None."""
+    from tvm import tirx
+
+    from compiler.lowering.symbolic import DIM_OPT_ATTR
+
+    ext = sch.get(loop).extent
+    attrs = sch.mod["main"].attrs
+    if not isinstance(ext, tirx.Var) or attrs is None or DIM_OPT_ATTR not in attrs:
+        return None
+    opt = attrs[DIM_OPT_ATTR].get(ext.name)
+    return None if opt is None else int(opt)
+
+
 class Matmul(MatchingCPURule):
     """matmul / dense / batch_matmul, B as [.., K, N] or [.., N, K], + elementwise epilogue."""
 
@@ -157,9 +217,12 @@ class Matmul(MatchingCPURule):
         pads, after, tail = common.inline_around(sch, mm, keep_pads=False)
         ext = [common.const_extent(sch, lp) for lp in sch.get_loops(mm)]
         M, N, K = ext[-3:]
-        if M == 1 and N is not None and K is not None and not b_t and N % lanes == 0:
-            return _schedule_row(sch, mm, tail, pads if tail is not None else pads + after,
-                                 N, K, lanes, ncores)
+        stages = pads if tail is not None else pads + after
+        one_row = M == 1 or (M is None and _opt_extent(sch, sch.get_loops(mm)[-3]) == 1)
+        if one_row and N is not None and not b_t and N % lanes == 0:
+            return _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores)
+        if one_row and b_t and K is not None and K % lanes == 0:
+            return _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores)
         it, jt = common.gemm_tile(M or SYMBOLIC_EXTENT, N or SYMBOLIC_EXTENT, lanes,
                                   common.acc_budget(target, "matmul"))
         padded = M is None or N is None or M % it or N % jt

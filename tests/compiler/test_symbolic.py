@@ -318,3 +318,28 @@ def test_cli_dim_option(tmp_path):
     assert "[2, 4, 32]" in r.stdout  # random inputs at the dims' opt
     r = onnxc("compile", path, "-o", tmp_path / "n.so", "--dim", "seq=1:5")
     assert r.returncode == 2 and "expected NAME=MIN..MAX" in r.stderr
+
+
+def test_annotate_dim_opt_names_the_dims_each_kernel_uses():
+    """Each kernel over symbolic dims carries their opt values (buffer shapes and scalar
+    dim parameters); a static kernel is left as it is; tuning keys ignore the attribute."""
+    import tvm
+    from tvm import te, tirx
+
+    from compiler.lowering.symbolic import DIM_OPT_ATTR, annotate_dim_opt
+    from schedules.database import workload_hash
+
+    seq, past = tirx.Var("seq", "int64"), tirx.Var("past", "int64")
+    a = te.placeholder((seq, tirx.IntImm("int64", 4)), name="a")
+    sym = te.create_prim_func([a, te.compute(a.shape, lambda i, j: a[i, j] * 2.0)])
+    b = te.placeholder((3, 4), name="b")
+    static = te.create_prim_func([b, te.compute(b.shape, lambda i, j: b[i, j] + 1.0)])
+    c = te.placeholder((past + 1,), name="c")
+    shifted = te.create_prim_func([c, te.compute((past + 1,), lambda i: c[i])])
+    out = annotate_dim_opt({"sym": sym, "static": static, "shifted": shifted},
+                           {"seq": 1, "past": 512, "batch": 4})
+    assert dict(out["sym"].attrs[DIM_OPT_ATTR]) == {"seq": 1}
+    assert dict(out["shifted"].attrs[DIM_OPT_ATTR]) == {"past": 512}
+    assert out["static"].same_as(static)
+    assert workload_hash(out["sym"]) == workload_hash(sym)
+    assert isinstance(out["sym"], tvm.tirx.PrimFunc)

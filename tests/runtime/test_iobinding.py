@@ -197,3 +197,88 @@ def test_run_at_alternating_past_lengths(gpt2):
         feeds.update({n: rng.standard_normal((1, HEADS, past_len, HEAD_DIM)).astype(np.float32)
                       for n in PAST})
         assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
+# LLaMA-style decoder (tests/data/llama_kv_tiny.onnx, scripts/export_gpt2_kv.py --arch llama:
+# transformers' LlamaForCausalLM, 2 layers, hidden 32, 4 query heads sharing 2 key/value
+# heads (GQA), RoPE from position_ids, RMSNorm, SwiGLU; torch.onnx opset 17, random weights)
+LLAMA = REPO / "tests" / "data" / "llama_kv_tiny.onnx"
+LLAMA_KV_HEADS, LLAMA_VOCAB = 2, 128
+
+
+# seq optimised for 1, as examples/generate.py compiles a decoder: the attention matmuls
+# take cpu.matmul's one-row schedules (the 5-token prefill runs them row by row)
+LLAMA_DIMS = {**DIMS, "seq": (1, 16, 1)}
+
+
+@pytest.fixture(scope="module")
+def llama():
+    cm = compiler.compile(str(LLAMA), dims=LLAMA_DIMS)
+    # one artifact for every (seq, past): the exporter's mask arithmetic (Shape, Gather,
+    # Range, Expand, Where, ConstantOfShape) and RoPE's cos/sin imported symbolically
+    assert isinstance(cm, compiler.CompiledModel)
+    return onnx.load(str(LLAMA)), cm
+
+
+def _llama_empty_past() -> dict:
+    return {n: np.zeros((1, LLAMA_KV_HEADS, 0, HEAD_DIM), np.float32) for n in PAST}
+
+
+def test_llama_structure_symbolic_cache(llama):
+    """The past/present carry the key/value heads with the symbolic past; the exporter's
+    shape arithmetic became no per-shape input (nothing specialised, dims as declared)."""
+    model, cm = llama
+    ops = {n.op_type for n in model.graph.node}
+    assert {"Range", "Expand", "Where", "ConstantOfShape", "Shape", "Cos", "Sin"} <= ops
+    sess = cm.session()
+    shapes = {i.name: i.shape for i in sess.get_inputs()}
+    assert shapes[PAST[0]] == ["batch", LLAMA_KV_HEADS, "past", HEAD_DIM]
+    outs = {o.name: o.shape for o in sess.get_outputs()}
+    assert outs[PRESENT[0]][2] == "past + seq" and outs["logits"][2] == LLAMA_VOCAB
+    assert {d["name"] for d in cm.report["dims"] if d["declared"]} == set(LLAMA_DIMS)
+    assert cm.report["schedules"].get("cpu.matmul") == 2  # Q K^T dot rows and P V
+    assert not cm.report["warnings"]
+
+
+def test_llama_decode_32_steps_matches_onnxruntime(llama):
+    """Prefill of 5 tokens (past 0) then 32 greedy steps through one IOBinding, each
+    present bound back as the next past; logits, presents and the greedy token against
+    onnxruntime fed its own presents."""
+    import onnxruntime as ort
+
+    model, cm = llama
+    sess = cm.session()
+    ref = ort.InferenceSession(str(LLAMA), providers=["CPUExecutionProvider"])
+    b = sess.io_binding()
+    ids = np.random.default_rng(4).integers(0, LLAMA_VOCAB, (1, 5), dtype=np.int64)
+    feeds = {**_step_feeds(ids, 0), **_llama_empty_past()}
+    for k, v in feeds.items():
+        b.bind_input(k, v)
+    for n in ["logits"] + PRESENT:
+        b.bind_output(n)
+    past_len, tokens = 0, []
+    for _ in range(33):
+        sess.run_with_iobinding(b)
+        got = b.get_outputs()
+        want = ref.run(None, feeds)
+        assert_close(got, want)
+        tok = int(want[0][0, -1].argmax())
+        assert int(got[0][0, -1].argmax()) == tok
+        tokens.append(tok)
+        past_len += feeds["input_ids"].shape[1]
+        step_in = _step_feeds(np.array([[tok]], np.int64), past_len)
+        feeds = {**step_in, **dict(zip(PAST, want[1:]))}
+        for k, v in {**step_in, **dict(zip(PAST, got[1:]))}.items():
+            b.bind_input(k, v)
+    assert past_len == 5 + 32 and len(set(tokens)) > 1  # not a constant-token degenerate run
+    assert set(PAST) <= set(sess._direct_in)  # the cache read in place
+
+
+def test_llama_past_with_wrong_kv_heads_is_refused(llama):
+    """A past with the query heads' count (4) instead of the key/value heads' (2)."""
+    _, cm = llama
+    sess = cm.session()
+    feeds = {**_step_feeds(np.array([[1]], np.int64), 3),
+             **{n: np.zeros((1, HEADS, 3, HEAD_DIM), np.float32) for n in PAST}}
+    with pytest.raises(ValueError, match=PAST[0].replace(".", r"\.")):
+        sess.run(None, feeds)

@@ -238,3 +238,135 @@ def test_numerics_symbolic_attention_scores_vs_ort():
                  "k": rng.standard_normal((b, 4, 8, s)).astype("float32"),
                  "m": rng.standard_normal((b, 1, s, s)).astype("float32")}
         assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def _decode_scores(heads: int, head_dim: int):
+    """Decoding's Q K^T * scale + mask over a symbolic key length ``n``, the key cache
+    [heads, n, head_dim] read transposed in place (as after fold_transpose_matmul)."""
+    from tvm import tirx
+
+    h, d = (tirx.IntImm("int64", x) for x in (heads, head_dim))  # int64 like the importer's
+    return _bmm((h, tirx.IntImm("int64", 1), d), (h, tirx.Var("n", "int64"), d),
+                transposed=True)[0]
+
+
+@pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
+def test_structure_decode_scores_dot_rows(target):
+    """One query row against the key cache: a dot product per key (vector FMAs into a
+    register accumulator, rfactor over the lanes), the cache read in place (no padded,
+    transposed panel), the scale + mask applied per key inside the heads' parallel loop."""
+    lanes = targets.cpu_facts(target)["lanes"]
+    text = Matmul().apply(_decode_scores(12, 64), target).mod["main"].script()
+    assert "_pad" not in text and "_rf_local" in text
+    assert lanes in _widths(text, "vectorized")
+    assert text.count("T.parallel(") == 1 and re.search(r"T\.parallel\((T\.int64\()?12\)", text)
+    # one head: the keys are split in blocks of DOT_ROWS for the cores
+    from schedules.cpu.matmul import DOT_ROWS
+
+    # a head_dim of one vector (LLaMA-tiny's 8 on AVX2): the k-block loop is a unit loop
+    text = Matmul().apply(_decode_scores(12, lanes), target).mod["main"].script()
+    assert "_pad" not in text and "_rf_local" in text
+    text = Matmul().apply(_decode_scores(1, 64), target).mod["main"].script()
+    assert "_pad" not in text and "T.parallel(" in text
+    assert re.search(rf"\b{DOT_ROWS}\b", text.split("T.parallel(", 1)[1])
+
+
+def test_structure_decode_dot_rows_negative():
+    """Not dot rows: a head_dim that is no whole number of vectors (12 on AVX2's 8 lanes,
+    the padded panel path), or more than one query row."""
+    text = Matmul().apply(_decode_scores(12, 12), AVX2).mod["main"].script()
+    assert "_rf_local" not in text and "_pad" in text
+    f, _ = _bmm((12, 2, 64), (12, 197, 64), transposed=True)
+    assert "_rf_local" not in Matmul().apply(f, AVX2).mod["main"].script()
+
+
+def test_structure_decode_values_symbolic_k():
+    """P V over a symbolic key length (one row): B streamed row by row, vector over N, no
+    padding (the reduction over the symbolic K taken as it is)."""
+    from tvm import tirx
+
+    n = tirx.Var("n", "int64")
+    f = fused_primfunc(lambda bb, p, v: bb.emit(relax.op.matmul(p, v)),
+                       [(12, 1, n), (12, n, 64)], "matmul")
+    text = Matmul().apply(f, AVX2).mod["main"].script()
+    assert "_pad" not in text and "T.parallel(T.int64(12))" in text
+    assert 8 in _widths(text, "vectorized") and "matmul_global" in text
+
+
+def test_numerics_decode_attention_symbolic_past_vs_ort():
+    """Decode attention over a symbolic past (one query row, 4 heads of 16): Q K^T * scale
+    + mask as dot rows, softmax, P V streamed; against onnxruntime at past 1 .. 64."""
+    from tests.conftest import assert_close, ort_run
+
+    import compiler
+
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2], name="kt"),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"], name="qk"),
+             helper.make_node("Mul", ["qk", "scale"], ["s"], name="scale"),
+             helper.make_node("Add", ["s", "m"], ["sm"], name="mask"),
+             helper.make_node("Softmax", ["sm"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="pv")]
+    model = onnx_model(nodes, [("q", [1, 4, 1, 16]), ("k", [1, 4, "past", 16]),
+                               ("v", [1, 4, "past", 16]), ("m", [1, 1, 1, "past"])],
+                       [("y", [1, 4, 1, 16])], {"scale": np.array(0.25, "float32")})
+    cm = compiler.compile(model, dims={"past": (1, 64)})
+    assert isinstance(cm, compiler.CompiledModel)
+    assert cm.report["schedules"].get("cpu.matmul") == 2, cm.report["schedules"]
+    sess = cm.session()
+    rng = np.random.default_rng(0)
+    for past in (1, 7, 33, 64):
+        feeds = {"q": rng.standard_normal((1, 4, 1, 16)).astype("float32"),
+                 "k": rng.standard_normal((1, 4, past, 16)).astype("float32"),
+                 "v": rng.standard_normal((1, 4, past, 16)).astype("float32"),
+                 "m": rng.standard_normal((1, 1, 1, past)).astype("float32")}
+        assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def _seq_scores(opt):
+    """Q K^T * scale + mask with a symbolic query count ``seq`` and key count ``n``, the
+    kernel annotated with seq's opt as compile_static() does (None: no annotation)."""
+    from tvm import tirx
+
+    from compiler.lowering.symbolic import DIM_OPT_ATTR
+
+    h, d = (tirx.IntImm("int64", x) for x in (12, 64))
+    seq, n = tirx.Var("seq", "int64"), tirx.Var("n", "int64")
+    f = _bmm((h, seq, d), (h, n, d), transposed=True)[0]
+    return f if opt is None else f.with_attr(DIM_OPT_ATTR, {"seq": opt, "n": 512})
+
+
+def test_structure_symbolic_rows_at_opt_one_are_dot_rows():
+    """A decoder compiled with seq's opt 1 (its one-token steps): the symbolic query rows
+    take the one-row schedule; opt 128 or no annotation keep the padded register tiles."""
+    assert "_rf_local" in Matmul().apply(_seq_scores(1), AVX2).mod["main"].script()
+    for opt in (128, None):
+        text = Matmul().apply(_seq_scores(opt), AVX2).mod["main"].script()
+        assert "_rf_local" not in text and "_pad" in text
+
+
+def test_numerics_decoder_attention_seq_opt_one_vs_ort():
+    """Attention of a decoder step, queries ``seq`` (opt 1) against ``total`` keys: the
+    one-row schedules, also at a prefill of several rows, against onnxruntime."""
+    from tests.conftest import assert_close, ort_run
+
+    import compiler
+
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2], name="kt"),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"], name="qk"),
+             helper.make_node("Add", ["qk", "m"], ["sm"], name="mask"),
+             helper.make_node("Softmax", ["sm"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="pv")]
+    model = onnx_model(nodes, [("q", [1, 4, "seq", 16]), ("k", [1, 4, "total", 16]),
+                               ("v", [1, 4, "total", 16]), ("m", [1, 1, "seq", "total"])],
+                       [("y", [1, 4, "seq", 16])])
+    cm = compiler.compile(model, dims={"seq": (1, 8, 1), "total": (1, 64)})
+    assert isinstance(cm, compiler.CompiledModel)
+    assert cm.report["schedules"].get("cpu.matmul") == 2, cm.report["schedules"]
+    sess = cm.session()
+    rng = np.random.default_rng(0)
+    for seq, total in ((1, 1), (1, 40), (5, 5), (8, 64)):
+        feeds = {"q": rng.standard_normal((1, 4, seq, 16)).astype("float32"),
+                 "k": rng.standard_normal((1, 4, total, 16)).astype("float32"),
+                 "v": rng.standard_normal((1, 4, total, 16)).astype("float32"),
+                 "m": rng.standard_normal((1, 1, seq, total)).astype("float32")}
+        assert_close(sess.run(None, feeds), ort_run(model, feeds))
