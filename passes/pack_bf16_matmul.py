@@ -24,11 +24,10 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax, te
-from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
 from .dataflow import record_calls, rewrite_calls
-from .pack_matmul_weights import pad_rows
+from .pack_matmul_weights import float_weight_matmul, pad_rows
 
 RULE = "matmul(x, W) => matmul_bf16(bf16(x), [N/nr, K/2, nr, 2](bf16(W)))"
 PRECISIONS = ("fp32", "bf16")
@@ -135,22 +134,10 @@ def matmul_bf16(x, wp, n: int, rows: int = 1):
 def _packed(m, call, panel: int, rows: int):
     """``call`` (a relax.matmul) as matmul_bf16, emitted through ``m``; None when it does
     not qualify (not float32, W not a constant 2-D float32 tensor, symbolic K)."""
-    x, weight = call.args
-    if not isinstance(weight, GenericConst):
+    qualified = float_weight_matmul(call, rows)
+    if qualified is None or qualified[1].shape[0] < 2:
         return None
-    out_dtype = call.attrs.out_dtype if call.attrs is not None else None
-    if (str(out_dtype) if out_dtype is not None else "") not in ("", "void", "float32"):
-        return None
-    xt, w = x.ty, weight.value.numpy()
-    if str(xt.dtype) != "float32" or w.dtype != np.float32 or w.ndim != 2 or w.shape[0] < 2:
-        return None
-    if xt.ndim is None or xt.ndim < 2 or xt.shape is None:
-        return None
-    # K static; M and batch dims may be symbolic (then M is padded to ``rows``)
-    if not isinstance(xt.shape[-1], tvm.tirx.IntImm) or int(xt.shape[-1]) != w.shape[0]:
-        return None
-    mdim = xt.shape[-2]
-    pad = pad_rows(int(mdim), rows) if isinstance(mdim, tvm.tirx.IntImm) else rows
+    x, w, pad = qualified
     wp = relax.const(pack_bf16(w, panel))
     return m.builder_.call_te(matmul_bf16, m.visit_expr(x), wp, int(w.shape[1]), pad,
                               primfunc_name_hint="matmul_bf16")

@@ -104,9 +104,11 @@ def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(k, np_ // nr, nr).transpose(1, 0, 2))
 
 
-def _packed(m, call, panel: int, rows: int):
-    """``call`` (a relax.matmul) as matmul_packed on W packed in ``panel`` columns, emitted
-    through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
+def float_weight_matmul(call, rows: int):
+    """(x, W as numpy, rows to pad M to) of a float32 ``relax.matmul`` ``x[.., M, K] @ W``
+    with W a constant 2-D float32 array and K static (M and batch dims may be symbolic:
+    then M is padded to ``rows``); None for any other matmul.  Shared by the passes that
+    pack such weights (this one, pack_bf16_matmul)."""
     x, weight = call.args
     if not isinstance(weight, GenericConst):
         return None
@@ -119,11 +121,20 @@ def _packed(m, call, panel: int, rows: int):
         return None
     if xt.ndim is None or xt.ndim < 2 or xt.shape is None:
         return None
-    # K static; M and batch dims may be symbolic (then M is padded to ``rows``)
     if not isinstance(xt.shape[-1], tvm.tirx.IntImm) or int(xt.shape[-1]) != w.shape[0]:
         return None
     mdim = xt.shape[-2]
-    pad = pad_rows(int(mdim), rows) if isinstance(mdim, tvm.tirx.IntImm) else rows
+    return x, w, pad_rows(int(mdim), rows) if isinstance(mdim, tvm.tirx.IntImm) else rows
+
+
+def _packed(m, call, panel: int, rows: int):
+    """``call`` (a relax.matmul) as matmul_packed on W packed in ``panel`` columns, emitted
+    through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
+    qualified = float_weight_matmul(call, rows)
+    if qualified is None:
+        return None
+    x, w, pad = qualified
+    xt = x.ty
     x = m.visit_expr(x)
     wp = relax.const(pack_kn(w, panel))
     lead = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in list(xt.shape)[:-1]]

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import compiler
-    from compiler.tools.bench import host_cpu, measure
+    from compiler.tools.bench import host_cpu, measure, top_kernels
 
     src = MODELS.get(args.model, args.model)
     os.makedirs(args.cache, exist_ok=True)
@@ -82,12 +82,7 @@ def main(argv=None) -> int:
     cm = compiler.compile(qpath, target="host", disabled_passes=tuple(args.disable_pass))
     print(f"{qpath}: compiled in {time.perf_counter() - t0:.1f} s, "
           f"{cm.report['kernels']} kernels, schedules {cm.report.get('schedules')}")
-    table = cm.report["kernel_table"]
-    total = sum(r["flops"] for r in table) or 1
-    print(f"{'kernel':<44} {'rule':<22} {'MFLOP':>8} {'share':>6}  nodes")
-    for r in sorted(table, key=lambda r: -r["flops"])[:args.top]:
-        print(f"{r['kernel'][:44]:<44} {r['rule'][:22]:<22} {r['flops'] / 1e6:>8.1f} "
-              f"{r['flops'] / total:>6.1%}  {'+'.join(r['nodes'][:4])[:60]}")
+    print(top_kernels(cm.report, args.top))
     so = os.path.join(args.cache, f"{name}_s{args.seq}_dynq.so")
     cm.export(so)
     del cm

@@ -104,6 +104,18 @@ def outputs_match(ours: np.ndarray, ref: np.ndarray, rtol: float = 1e-4,
                             equal_nan=True))
 
 
+def top_kernels(report: dict, top: int) -> str:
+    """The compile report's ``top`` heaviest kernels (by FLOPs) as a table: rule, MFLOP,
+    share of the model's FLOPs, the ONNX nodes (the benchmarks' "where the work is")."""
+    table = report["kernel_table"]
+    total = sum(r["flops"] for r in table) or 1
+    lines = [f"{'kernel':<44} {'rule':<22} {'MFLOP':>8} {'share':>6}  nodes"]
+    for r in sorted(table, key=lambda r: -r["flops"])[:top]:
+        lines.append(f"{r['kernel'][:44]:<44} {r['rule'][:22]:<22} {r['flops'] / 1e6:>8.1f} "
+                     f"{r['flops'] / total:>6.1%}  {'+'.join(r['nodes'][:4])[:60]}")
+    return "\n".join(lines)
+
+
 def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, warmup: int = 3,
             threads: int | None = None, compare: bool = True) -> dict:
     """Alternate onnxc and onnxruntime worker processes; return medians and output diffs."""
