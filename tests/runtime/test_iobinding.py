@@ -70,6 +70,33 @@ def test_structure_present_fed_back_in_place(gpt2):
     assert set(PAST) <= set(sess._direct_in) and set(PRESENT) <= set(sess._direct_out)
 
 
+def _decode_against(sess, ref, feeds: dict, steps: int = 33):
+    """Run ``feeds`` (a prefill) then greedy steps through one IOBinding of ``sess``, each
+    present bound back as the next past; every step's logits and presents, and the greedy
+    token, checked against onnxruntime session ``ref`` fed its own presents.  Returns (past
+    length reached, the tokens, the last step's feeds)."""
+    b = sess.io_binding()
+    for k, v in feeds.items():
+        b.bind_input(k, v)
+    for n in ["logits"] + PRESENT:
+        b.bind_output(n)
+    past_len, tokens = 0, []
+    for _ in range(steps):
+        sess.run_with_iobinding(b)
+        got = b.get_outputs()
+        want = ref.run(None, feeds)
+        assert_close(got, want)
+        tok = int(want[0][0, -1].argmax())
+        assert int(got[0][0, -1].argmax()) == tok
+        tokens.append(tok)
+        past_len += feeds["input_ids"].shape[1]
+        step_in = _step_feeds(np.array([[tok]], np.int64), past_len)
+        feeds = {**step_in, **dict(zip(PAST, want[1:]))}
+        for k, v in {**step_in, **dict(zip(PAST, got[1:]))}.items():
+            b.bind_input(k, v)
+    return past_len, tokens, feeds
+
+
 def test_decode_32_steps_matches_onnxruntime(gpt2):
     """Prefill (past 0) then 32 greedy steps; logits and presents against onnxruntime's,
     with onnxruntime fed its own presents."""
@@ -78,26 +105,8 @@ def test_decode_32_steps_matches_onnxruntime(gpt2):
     model, cm = gpt2
     sess = cm.session()
     ref = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
-    b = sess.io_binding()
     ids = np.random.default_rng(0).integers(0, VOCAB, (1, 5), dtype=np.int64)
-    feeds = {**_step_feeds(ids, 0), **_empty_past()}
-    for k, v in feeds.items():
-        b.bind_input(k, v)
-    for n in ["logits"] + PRESENT:
-        b.bind_output(n)
-    past_len = 0
-    for step in range(33):
-        sess.run_with_iobinding(b)
-        got = b.get_outputs()
-        want = ref.run(None, feeds)
-        assert_close(got, want)
-        tok = int(want[0][0, -1].argmax())
-        assert int(got[0][0, -1].argmax()) == tok
-        past_len += feeds["input_ids"].shape[1]
-        step_in = _step_feeds(np.array([[tok]], np.int64), past_len)
-        feeds = {**step_in, **dict(zip(PAST, want[1:]))}
-        for k, v in {**step_in, **dict(zip(PAST, got[1:]))}.items():
-            b.bind_input(k, v)
+    past_len, _, feeds = _decode_against(sess, ref, {**_step_feeds(ids, 0), **_empty_past()})
     assert past_len == 5 + 32
     # run() on the same session (copies, fresh arrays) agrees with the bound run
     assert_close(sess.run(None, feeds), ort_run(model, feeds))
@@ -249,27 +258,9 @@ def test_llama_decode_32_steps_matches_onnxruntime(llama):
     model, cm = llama
     sess = cm.session()
     ref = ort.InferenceSession(str(LLAMA), providers=["CPUExecutionProvider"])
-    b = sess.io_binding()
     ids = np.random.default_rng(4).integers(0, LLAMA_VOCAB, (1, 5), dtype=np.int64)
-    feeds = {**_step_feeds(ids, 0), **_llama_empty_past()}
-    for k, v in feeds.items():
-        b.bind_input(k, v)
-    for n in ["logits"] + PRESENT:
-        b.bind_output(n)
-    past_len, tokens = 0, []
-    for _ in range(33):
-        sess.run_with_iobinding(b)
-        got = b.get_outputs()
-        want = ref.run(None, feeds)
-        assert_close(got, want)
-        tok = int(want[0][0, -1].argmax())
-        assert int(got[0][0, -1].argmax()) == tok
-        tokens.append(tok)
-        past_len += feeds["input_ids"].shape[1]
-        step_in = _step_feeds(np.array([[tok]], np.int64), past_len)
-        feeds = {**step_in, **dict(zip(PAST, want[1:]))}
-        for k, v in {**step_in, **dict(zip(PAST, got[1:]))}.items():
-            b.bind_input(k, v)
+    past_len, tokens, _ = _decode_against(sess, ref,
+                                          {**_step_feeds(ids, 0), **_llama_empty_past()})
     assert past_len == 5 + 32 and len(set(tokens)) > 1  # not a constant-token degenerate run
     assert set(PAST) <= set(sess._direct_in)  # the cache read in place
 
