@@ -22,7 +22,7 @@ from __future__ import annotations
 from ..base import MatchingCPURule
 from . import common
 from .conv2d_nchwc import tile
-from .matmul_int8 import _LLVM, dot_intrin
+from .matmul_int8 import dot_intrin, dot_lanes
 
 
 def match_int_conv(sch):
@@ -63,13 +63,10 @@ class Conv2dInt8(MatchingCPURule):
 
     def schedule(self, sch, m, target):
         conv, b, a_dtype, w_dtype = m
-        facts = common.targets.cpu_facts(target)
-        kind, ncores = facts["int16_dot"], facts["cores"]
-        lanes = _LLVM[kind][0] if kind else common.lanes_fp32(target)
-        if b % lanes:
-            kind, lanes = None, common.lanes_fp32(target)
-            if b % lanes:
-                return None
+        chosen = dot_lanes(target, b)
+        if chosen is None:
+            return None
+        (kind, lanes), ncores = chosen, common.cores(target)
         a16 = [blk for blk in sch.get_producers(conv)
                if sch.get(blk).name_hint.endswith("_a16")]
         if len(a16) != 1:

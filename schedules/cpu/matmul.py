@@ -296,8 +296,8 @@ class Matmul(MatchingCPURule):
         else:  # several consumers left (or a padded cut): schedule them as their own stages
             pads = pads + after
         if rowwise:  # the cut of the row block's padded columns, and its epilogue
-            sch.reverse_compute_at(rows.pop(), io, preserve_unit_loops=True)
-            cut = sch.get_consumers(wb)[0]
+            cut = rows.pop()
+            sch.reverse_compute_at(cut, io, preserve_unit_loops=True)
             if panel:
                 common.parallel(sch, sch.get_loops(pb)[:nbat], ncores)
         common.parallel(sch, bat if a_once else [*bat, io] if rowwise

@@ -31,6 +31,19 @@ _LLVM = {"avx2": (8, "llvm.x86.avx2.pmadd.wd"), "avx512": (16, "llvm.x86.avx512.
 _REGISTERED: set = set()
 
 
+def dot_lanes(target, width: int):
+    """(vpmaddwd width ``kind`` or None, int32 lanes) for an int8 rule whose vector dimension
+    is ``width`` wide on ``target``: the target's int16 dot when ``width`` is whole vectors
+    of it, else plain fp32-width vectors (None when not even those divide ``width``)."""
+    kind = common.targets.cpu_facts(target)["int16_dot"]
+    lanes = _LLVM[kind][0] if kind else common.lanes_fp32(target)
+    if width % lanes:
+        kind, lanes = None, common.lanes_fp32(target)
+        if width % lanes:
+            return None
+    return kind, lanes
+
+
 def dot_intrin(kind: str, a_dtype: str, b_dtype: str) -> tuple:
     """(name, lanes) of the tensor intrinsic ``C[0:L] += sum_k int32(A[k]) * int32(B[0:L, k])``
     (k < 2) as one ``vpmaddwd`` of width ``kind`` ("avx2", "avx512"), registered once."""
@@ -129,13 +142,10 @@ class MatmulInt8(MatchingCPURule):
 
     def schedule(self, sch, m, target):
         mm, nr, a_dtype, w_dtype = m
-        facts = common.targets.cpu_facts(target)
-        kind = facts["int16_dot"]
-        lanes = _LLVM[kind][0] if kind else 4 * common.lanes_fp32(target) // 4
-        if nr % lanes:
-            kind, lanes = None, common.lanes_fp32(target)
-            if nr % lanes:
-                return None
+        chosen = dot_lanes(target, nr)
+        if chosen is None:
+            return None
+        kind, lanes = chosen
         intrin = dot_intrin(kind, a_dtype, w_dtype)[0] if kind is not None else None
         return schedule_pairs(sch, mm, nr, "_a16", intrin, lanes, target)
 
