@@ -86,10 +86,16 @@ def _group_blocks(e, f, co):
     ``f // fpg * cpg + co`` (grouped: ``fpg`` output blocks per group), else None."""
     if e.same_as(co):
         return 0
-    if (isinstance(e, tirx.Add) and e.b.same_as(co) and isinstance(e.a, tirx.Mul)
-            and isinstance(e.a.b, tirx.IntImm) and isinstance(e.a.a, tirx.FloorDiv)
-            and e.a.a.a.same_as(f) and isinstance(e.a.a.b, tirx.IntImm)):
-        return int(e.a.a.b)
+    if not (isinstance(e, tirx.Add) and e.b.same_as(co)):
+        return None
+    group = e.a  # f // fpg * cpg, with "* 1" and "// 1" simplified away
+    if isinstance(group, tirx.Mul) and isinstance(group.b, tirx.IntImm):
+        group = group.a
+    if group.same_as(f):
+        return 1
+    if (isinstance(group, tirx.FloorDiv) and group.a.same_as(f)
+            and isinstance(group.b, tirx.IntImm)):
+        return int(group.b)
     return None
 
 

@@ -69,6 +69,21 @@ def test_legalized_and_scheduled_grouped():
     assert 3 % int(ft) == 0  # a divisor of the 3 output blocks of one group
 
 
+@pytest.mark.parametrize("groups,fblocks", [(2, 4), (4, 4)])
+def test_grouped_one_input_block_per_group(groups, fblocks):
+    """One input block per group (TVM folds ``* 1``: the index is ``f // fpg + co``), and
+    with as many groups as output blocks also ``// 1`` (``f + co``): still the grouped
+    kernel (AVX-512's 16-lane blocks on groups of 16 channels)."""
+    def build(bb, x, w, bias):
+        y = relax.op.nn.conv2d(x, w, padding=1, groups=groups, data_layout="NCHW16c",
+                               kernel_layout="OIHW16i16o")
+        return bb.emit(relax.op.nn.relu(relax.op.add(bb.emit(y), bias)))
+    func = fused_primfunc(build, [(1, groups, 10, 10, 16), (fblocks, 1, 3, 3, 16, 16),
+                                  (1, fblocks, 1, 1, 16)], "conv2d")
+    sch = Conv2dNCHWc().apply(func, TARGET)
+    assert sch is not None and "group_conv2d_NCHWc" in sch.mod["main"].script()
+
+
 def test_narrow_groups_stay_nchw():
     """Groups of 4 channels (ResNeXt-50's 32 x 4d) are not whole blocks: the conv stays NCHW
     (pack_conv_weights' kernel) and still matches onnxruntime."""
