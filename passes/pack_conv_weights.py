@@ -38,19 +38,26 @@ class PackConvWeights(GraphPass):
 
     name = "pack_conv_weights"
     opt_level = 2
-    options = {"min_taps": 1, "blocks": BLOCKS}
+    # blocks, lanes and accumulators: compile_static sets them from the target
+    # (compiler/driver.py _conv_tiles: blocks of two fp32 vectors first, the target's fp32
+    # lanes and the accumulator registers of the CPU rule's tile); these are AVX-512's
+    options = {"min_taps": 1, "blocks": BLOCKS, "lanes": 16, "accumulators": 20}
 
     def rewrite(self, mod, report: PassReport, options: dict):
         min_taps, blocks = int(options["min_taps"]), tuple(options["blocks"])
-        rewritten = []
+        tiles = (int(options["lanes"]), int(options["accumulators"]))
+        rewritten, padded = [], []
         for nd, layouts in _LAYOUTS.items():
             mod, done = rewrite_calls(
                 mod, f"relax.nn.conv{nd}d",
-                lambda m, call, L=layouts: _packed(m, call, min_taps, blocks, L))
+                lambda m, call, L=layouts: _packed(m, call, min_taps, blocks, L, tiles,
+                                                   padded))
             if done:
                 w = layouts[1]
                 report.rewrites[f"conv{nd}d(x, W) => conv_packed(x, {w}[b]o(W))"] = len(done)
             rewritten += done
+        if padded:
+            report.rewrites["output width padded to whole register tiles"] = len(padded)
         if rewritten:
             names = getattr(report, "node_names", None) or []
             report.nodes = [_node_name(v, names) for v in rewritten]
@@ -61,13 +68,15 @@ class PackConvWeights(GraphPass):
 _LAYOUTS = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW"), 3: ("NCDHW", "OIDHW")}
 
 
-def conv_packed(data, wp, strides, padding, dilation, groups=1):
+def conv_packed(data, wp, strides, padding, dilation, groups=1, width_tile=1):
     """TE compute of a 1-, 2- or 3-D conv: ``out[n, f, *p] = sum_{c, *r} pad(data)[n,
     g(f) + c, *(p * s + r * d)] * wp[f // b, c, *r, f % b]`` with ``wp`` of shape
     [F/b, C/groups, *K, b] and ``g(f)`` the first input channel of f's group (0 without
     groups; ``b`` divides the group's output channels, so a vector stays in one group).
     ``padding`` is the padding before each spatial dim, then after each (2-D: top, left,
-    bottom, right)."""
+    bottom, right).  With ``width_tile`` > 1 not dividing the output width, the sum runs
+    over the width rounded up to a multiple of it (input columns past the end read the
+    last one: no branch, no padded copy) and a second stage drops the extra columns."""
     n, _, *size = (int(d) for d in data.shape)
     fo, c, *ks, b = (int(d) for d in wp.shape)
     per_group = fo * b // groups
@@ -75,13 +84,18 @@ def conv_packed(data, wp, strides, padding, dilation, groups=1):
     before, after = list(padding[:nd]), list(padding[nd:])
     out = [(size[i] + before[i] + after[i] - (ks[i] - 1) * dilation[i] - 1) // strides[i] + 1
            for i in range(nd)]
+    full = list(out)
+    full[-1] = -(-out[-1] // width_tile) * width_tile
     if any(before) or any(after):
         data = topi.nn.pad(data, [0, 0, *before], [0, 0, *after], name="pad_temp")
+    last = int(data.shape[-1]) - 1
     rc = te.reduce_axis((0, c), "rc")
     rs = [te.reduce_axis((0, k), "r" + "zyx"[3 - nd + i]) for i, k in enumerate(ks)]
 
     def body(i, f, *p):
         src = [p[d] * strides[d] + rs[d] * dilation[d] for d in range(nd)]
+        if (full[-1] - 1) * strides[-1] + (ks[-1] - 1) * dilation[-1] > last:
+            src[-1] = te.min(src[-1], last)  # padded columns: read in bounds, dropped
         ch = rc if groups == 1 else te.indexdiv(f, per_group) * c + rc
         return te.sum(data[(i, ch, *src)] * wp[(te.indexdiv(f, b), rc, *rs, te.indexmod(f, b))],
                       axis=[rc, *rs])
@@ -90,8 +104,31 @@ def conv_packed(data, wp, strides, padding, dilation, groups=1):
     # named spatial vars (y, x): te names iter vars after the lambda's parameters
     named = {1: lambda i, f, x: body(i, f, x), 2: lambda i, f, y, x: body(i, f, y, x),
              3: lambda i, f, z, y, x: body(i, f, z, y, x)}[nd]
-    return te.compute((n, fo * b, *out), named,
+    conv = te.compute((n, fo * b, *full), named,
                       name="conv2d_nchw_packed" if nd == 2 else f"conv{nd}d_packed")
+    if full == out:
+        return conv
+    return te.compute((n, fo * b, *out), lambda *idx: conv[idx], name="conv_columns")
+
+
+def pad_width(width: int, pixels: int, vectors: int = 2) -> int:
+    """The tile ``conv_packed`` should round the output ``width`` up to: ``pixels`` (the
+    register tile's pixels on the target with ``vectors``-register channel blocks:
+    compiler/driver.py _conv_tiles) when the padded columns cost less than the thin tile
+    the divisors of ``width`` leave (1599 = 3 x 13 x 41: 3-pixel tiles), else 1.  A tile
+    of ``x`` pixels takes ``max(x * vectors / 2, 4, (x + vectors) / 2)`` cycles per tap
+    and input channel (two FMA pipes of latency 4; ``x`` broadcasts and ``vectors`` loads
+    on two load ports), as common.gemm_tile counts for matmuls."""
+    pixels = max(int(pixels), 1)
+
+    def per_column(x):
+        return max(x * vectors / 2, 4, (x + vectors) / 2) / x
+
+    tile = max(d for d in range(1, min(width, pixels) + 1) if width % d == 0)
+    padded = -(-width // pixels) * pixels
+    if tile < pixels and padded * per_column(pixels) < width * per_column(tile):
+        return pixels
+    return 1
 
 
 def pack_oihw(w: np.ndarray, b: int) -> np.ndarray:
@@ -117,7 +154,7 @@ def _block(f: int, blocks) -> int:
     return next((b for b in blocks if f % b == 0), 0)
 
 
-def _packed(m, call, min_taps: int, blocks, layouts):
+def _packed(m, call, min_taps: int, blocks, layouts, tiles: tuple, padded: list):
     """``call`` (a relax.nn.conv1d/2d/3d) as conv_packed on W packed in channel blocks,
     emitted through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
     a = call.attrs
@@ -146,8 +183,16 @@ def _packed(m, call, min_taps: int, blocks, layouts):
         return None
     data = m.visit_expr(data)
     wp = relax.const(pack_oihw(w, b))
+    tile = 1
+    if len(dl) == 3:  # 1-D: the register tile is a run of output columns
+        lanes, accumulators = tiles
+        vectors = -(-b // lanes)
+        tile = pad_width(int(call.ty.shape[-1]),
+                         min(16, accumulators // vectors), vectors)
+        if tile > 1:
+            padded.append(call)
     return m.builder_.call_te(
         conv_packed, data, wp, [int(s) for s in a.strides],
-        [int(p) for p in a.padding], [int(d) for d in a.dilation], groups,
+        [int(p) for p in a.padding], [int(d) for d in a.dilation], groups, tile,
         primfunc_name_hint=f"conv{len(dl) - 2}d")
 

@@ -179,6 +179,10 @@ def conv_case(cls, name, cin, cout, k, spatial, stride=1, pad=None, dil=1, group
             y = g.node("Relu", [y])
         elif epilogue == "relu6":
             y = g.node("Clip", [y, g.init("lo", np.float32(0)), g.init("hi", np.float32(6))])
+        elif epilogue == "gelu":  # erf form, as torch.onnx exports nn.GELU()
+            e = g.node("Erf", [g.node("Div", [y, g.init("sqrt2", np.float32(2 ** 0.5))])])
+            h = g.node("Mul", [y, g.node("Add", [e, g.init("one", np.float32(1))])])
+            y = g.node("Mul", [h, g.init("half", np.float32(0.5))])
         g.output(y)
         return g.build()
 
@@ -219,6 +223,8 @@ conv_case("conv1d", "w2v2_fe0", 1, 512, 10, [16000], stride=5, pad=0, bias=False
           source="wav2vec2 feature extractor conv0 (1 s of 16 kHz audio)")
 conv_case("conv1d", "w2v2_fe1", 512, 512, 3, [3199], stride=2, pad=0, bias=False,
           source="wav2vec2 feature extractor conv1")
+conv_case("conv1d", "w2v2_fe1_gelu", 512, 512, 3, [3199], stride=2, pad=0, bias=False,
+          epilogue="gelu", source="wav2vec2 feature extractor conv1 with its GELU")
 conv_case("conv1d", "w2v2_fe6", 512, 512, 2, [99], stride=2, pad=0, bias=False, quick=True,
           source="wav2vec2 feature extractor conv6")
 conv_case("conv1d", "w2v2_posconv_g16", 768, 768, 128, [49], pad=64, group=16,

@@ -108,19 +108,118 @@ class Conv2dPacked(MatchingCPURule):
         fm, fi = sch.split(fi, [None, b // vectors * vt])
         rows = [l for l in (yo,) if l is not None]
         inner = [l for l in (yi, xi) if l is not None]
-        sch.reorder(n, fo, *planes, *rows, xo, fm, rc, *rs, *inner, fi)
-        # channels innermost in the register tile: one vector register per pixel
-        wb, pads = common.write_back_at(sch, conv, fm, tail, pads, after,
-                                        write_layout=lambda a, c, *p: (a, *p, c))
-        common.parallel(sch, [n, fo, *planes, *rows], ncores)
-        sch.unroll(rs[-1])
+        taps = 1
+        for r in rs:
+            taps *= common.const_extent(sch, r)
+        chunk = channel_chunk(common.const_extent(sch, rc), taps, b)
+        if chunk:
+            rc, rci = sch.split(rc, [None, chunk])
+        # channel blocks inside the rows when the input outweighs the weights: a row's
+        # input is read by every block while it is in cache, not once per block (R(2+1)D's
+        # 3x1x1 conv, 18 MB of input and 110 KB of weights: 1.7x faster)
+        outer = [n, fo, *planes, *rows]
+        if (planes or rows) and _bytes(sch, conv, nd + 2) > _bytes(sch, conv, nd + 3):
+            outer = [n, *planes, *rows, fo]
+        # taps outside the channel loop: with a tap loop inside it (unrolled by LLVM), the
+        # broadcasts two taps share (pixel x at tap r + s = pixel x + 1 at tap r) stayed
+        # live across taps and spilled the tile's registers (wav2vec2's 512 -> 512 k3 s2
+        # conv1d: 26 -> 54-63 GFLOP/s single-thread on Zen 3)
+        if chunk:
+            # input channels in chunks outside the pixel tiles: a chunk's weights
+            # (channel_chunk) stay in L1 across the tiles of a row, which accumulate in
+            # a [pixels][channels] cache (L2) kept in registers within a chunk (LLVM
+            # promotes the tile); the whole row's cache is written back at the end
+            sch.reorder(*outer, rc, xo, fm, *rs, rci, *inner, fi)
+            at = outer[-1]
+            wb, pads = _write_back_row(sch, conv, at, tail, pads, after)
+        else:
+            sch.reorder(*outer, xo, fm, *rs, rc, *inner, fi)
+            # channels innermost in the register tile: one vector register per pixel
+            wb, pads = common.write_back_at(sch, conv, fm, tail, pads, after,
+                                            write_layout=lambda a, c, *p: (a, *p, c))
+        common.parallel(sch, outer, ncores)
         for lp in inner:
             sch.unroll(lp)
         sch.vectorize(fi)
-        init = sch.decompose_reduction(conv, rc)
+        init = sch.decompose_reduction(conv, rc if chunk else (rs[0] if rs else rc))
         sch.vectorize(sch.get_loops(init)[-1])
-        for lp in reversed(sch.get_loops(wb)[-len(inner):]):
-            sch.unroll(lp)
+        if chunk:
+            _vectorize_write_back(sch, wb, lanes, nd)
+        else:
+            for lp in reversed(sch.get_loops(wb)[-len(inner):]):
+                sch.unroll(lp)
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         return sch
+
+
+# Bytes of weights a chunk of input channels may take (all taps, one channel block), and
+# the weights of a block (all input channels) past which the channels are chunked: 16
+# channels of a 3-tap 16-channel block (3 KB) ran 76-80 GFLOP/s where all 512 channels
+# (96 KB, streamed from L2 for every pixel tile) ran 25-45 (Zen 3, single thread,
+# wav2vec2's 512 -> 512 k3 s2 conv1d; onnxruntime 68).  Blocks whose weights fit in half
+# an L1 (32-48 KB on current x86 and Arm cores) stay in it unchunked.
+CHUNK_BYTES = 4096
+SLAB_BYTES = 16384
+
+
+def channel_chunk(channels: int, taps: int, b: int, cap: int = 32) -> int:
+    """Input channels per chunk (a divisor of ``channels``, at most ``cap``, whose weights
+    fit ``CHUNK_BYTES``), or 0 when the block's weights for all channels fit
+    ``SLAB_BYTES`` (no chunks)."""
+    if channels * taps * b * 4 <= SLAB_BYTES:
+        return 0
+    fits = [d for d in common.divisors(channels)
+            if d <= cap and d * taps * b * 4 <= CHUNK_BYTES]
+    best = max(fits) if fits else 1
+    return best if best < channels else 0
+
+
+def _bytes(sch, conv, rank: int) -> int:
+    """Elements of the buffer of rank ``rank`` that ``conv`` reads (the input: nd + 2,
+    the packed weight: nd + 3)."""
+    for r in sch.get(conv).reads:
+        shape = r.source.shape
+        if len(shape) == rank:
+            total = 1
+            for d in shape:
+                total *= int(d)
+            return total
+    return 0
+
+
+def _write_back_row(sch, conv, at, tail, pads, after):
+    """Accumulate ``conv`` in a global [n][pixels][channels] cache written back (with the
+    single elementwise consumer ``tail`` inlined) under loop ``at``; returns (write-back
+    block, blocks left to schedule as elementwise stages)."""
+    wb = sch.cache_write(conv, 0, "global")
+    sch.transform_layout(conv, ("write", 0), lambda a, c, *p: (a, *p, c))
+    sch.reverse_compute_at(wb, at, preserve_unit_loops=True)
+    if tail is not None:
+        sch.reverse_compute_inline(tail)
+        return wb, list(pads)
+    return wb, list(pads) + list(after)
+
+
+def _vectorize_write_back(sch, wb, lanes, pixel_loops: int):
+    """The row write-back [n, channels, *pixels]: output columns (contiguous in NC*W) in
+    whole vectors where they divide, read across the cache's channels; else (padded or
+    odd widths) the channels, contiguous in the cache, so that the epilogue (GELU's erf)
+    still runs on vectors."""
+    loops = sch.get_loops(wb)
+    inner = common.const_extent(sch, loops[-1])
+    # padded columns: the loop runs over the tiles' width, the output is narrower
+    padded = int(sch.get(wb).writes[0].source.shape[-1]) != inner
+    if inner is not None and inner % lanes == 0 and not padded:
+        _, v = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(v)
+        return
+    # the wb's own loops: n (unit), the channel block, ``pixel_loops`` pixel loops
+    channels = loops[-1 - pixel_loops]
+    if common.const_extent(sch, channels) % lanes:
+        return
+    own = loops[-2 - pixel_loops:]
+    sch.reorder(*[lp for lp in own if not lp.same_as(channels)], channels)
+    vo, v = sch.split(channels, [None, lanes])
+    sch.unroll(vo)
+    sch.vectorize(v)

@@ -88,3 +88,58 @@ def test_conv1d_and_conv3d_are_packed():
         assert rep["rewrites"] == {f"conv{nd}d(x, W) => conv_packed(x, {ker}[b]o(W))": 1}
         assert rep["nodes"] == ["c"]
         assert cm.report["schedules"].get("cpu.conv2d_packed") == 1
+
+
+def test_pad_width_pads_thin_divisor_tiles_only():
+    from passes.pack_conv_weights import pad_width
+
+    assert pad_width(1599, 6) == 6      # 3 x 13 x 41: 3-pixel tiles -> 1602 columns
+    assert pad_width(101, 6) == 6       # prime
+    assert pad_width(1500, 6) == 1      # 6 divides it
+    assert pad_width(49, 10) == 1       # 7-pixel tiles within 10% of 10: no padding
+    assert pad_width(5, 6) == 1         # padding would double the work
+    assert pad_width(1, 6) == 1
+
+
+def test_conv1d_width_padded_to_the_targets_tile():
+    """A conv1d whose output width (101, prime) leaves only 1-pixel tiles runs over 102
+    columns (the pass reports it) and still matches onnxruntime; the block and tile follow
+    the target: two fp32 vectors of channels (compiler/driver.py _conv_tiles)."""
+    from compiler.driver import _conv_tiles
+    import targets
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 8, 3)).astype("float32")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3], strides=[2],
+                            name="c")
+    m = onnx_model([node], [("x", (1, 8, 203))], [("y", (1, 32, 101))], {"w": w})
+    cm = compiler.compile(m)
+    rep = _report(cm)
+    assert rep["rewrites"]["output width padded to whole register tiles"] == 1
+    x = rng.standard_normal((1, 8, 203)).astype("float32")
+    ref = ort.InferenceSession(m.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-4)
+    avx2 = _conv_tiles(targets.resolve({"kind": "llvm", "mcpu": "znver3",
+                                        "mtriple": "x86_64-linux-gnu"}), {})
+    avx512 = _conv_tiles(targets.resolve({"kind": "llvm", "mcpu": "znver5",
+                                          "mtriple": "x86_64-linux-gnu"}), {})
+    assert avx2["pack_conv_weights"]["blocks"][0] == 16
+    assert avx2["pack_conv_weights"]["accumulators"] == 12
+    assert avx512["pack_conv_weights"]["blocks"][0] == 32
+    assert avx512["pack_conv_weights"]["accumulators"] == 20
+    # a user's blocks win
+    mine = _conv_tiles(targets.resolve({"kind": "llvm", "mcpu": "znver3",
+                                        "mtriple": "x86_64-linux-gnu"}),
+                       {"pack_conv_weights": {"blocks": (48,)}})
+    assert mine["pack_conv_weights"]["blocks"] == (48,)
+
+
+def test_conv1d_width_not_padded_when_tiles_divide():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 8, 3)).astype("float32")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3], pads=[1, 1],
+                            name="c")
+    m = onnx_model([node], [("x", (1, 8, 120))], [("y", (1, 32, 120))], {"w": w})
+    rep = _report(compiler.compile(m))
+    assert "output width padded to whole register tiles" not in rep["rewrites"]

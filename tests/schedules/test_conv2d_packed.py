@@ -9,7 +9,7 @@ from onnx import helper
 from tvm import relax
 
 from passes.pack_conv_weights import PackConvWeights, conv_packed
-from schedules.cpu.conv2d_packed import Conv2dPacked, tile
+from schedules.cpu.conv2d_packed import Conv2dPacked, channel_chunk, tile
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -29,10 +29,37 @@ def test_tile_choice():
 
 
 def test_structure_register_tile_and_epilogue():
-    text = Conv2dPacked().apply(_packed(16, 14, 14, 64, 3, 32), TARGET).mod["main"].script()
+    text = Conv2dPacked().apply(_packed(8, 14, 14, 64, 3, 32), TARGET).mod["main"].script()
     assert "T.parallel" in text and "T.vectorized(T.int64(32))" in text
     assert "_local" in text and "T.unroll" in text
     assert 'T.sblock("T_add")' not in text and 'T.sblock("compute")' not in text
+    # taps outside the input channels: the channel loop is the innermost reduction
+    assert "for ry, rx, rc in" in text
+
+
+def test_channel_chunks():
+    """Input channels are chunked when a block's weights outgrow SLAB_BYTES (the chunk's
+    weights stay in L1 across the pixel tiles), never for blocks that fit."""
+    assert channel_chunk(512, 3, 16) == 16       # wav2vec2 conv1d: 3 KB chunks of 96 KB
+    assert channel_chunk(8, 9, 32) == 0          # 9 KB: stays whole
+    assert channel_chunk(48, 128, 16) == 0 or channel_chunk(48, 128, 16) == 1
+    assert channel_chunk(7, 27, 64) in (0, 1)    # prime channel count: 1-channel chunks
+    for c, taps, b in ((512, 3, 16), (80, 3, 32), (64, 27, 16), (144, 3, 16)):
+        k = channel_chunk(c, taps, b)
+        assert k == 0 or (c % k == 0 and k * taps * b * 4 <= 4096)
+
+
+def test_structure_channel_chunks_accumulate_in_a_row_cache():
+    """512 input channels x 3 taps x 32 lanes: chunks of channels outside the pixel tiles,
+    the tile accumulating in a [pixels][channels] global cache written back once, with
+    the epilogue vectorised."""
+    func = _packed_nd(512, (64,), 64, 3, 32)
+    text = Conv2dPacked().apply(func, TARGET).mod["main"].script()
+    assert "_global" in text and "_local" not in text
+    assert "rc_0" in text and "rc_1" in text
+    assert text.index("rc_0") < text.index("x_0, f_1_0, rx, rc_1")
+    assert text.count("T.vectorized") >= 3    # tile, init and write-back
+    assert 'T.sblock("T_add")' not in text
 
 
 def test_rejects_unpacked_conv_and_depthwise():
@@ -75,7 +102,7 @@ def test_numerics_conv_bias_relu_add(k, stride, pad, dil, shape, f, monkeypatch)
              "r": rng.standard_normal(out).astype("float32")}
     # ragged blocks (24, 40) are off by default: ask for them
     monkeypatch.setattr(PackConvWeights, "options",
-                        {"min_taps": 1, "blocks": (32, 16, 48, 24, 40, 8)})
+                        {**PackConvWeights.options, "blocks": (32, 16, 48, 24, 40, 8)})
     check_against_ort(model, feeds, "cpu.conv2d_packed", layout="NCHW")
 
 
@@ -111,7 +138,7 @@ def _packed_nd(c, size, f, k, b, stride=1, pad=1):
 def test_structure_conv1d_conv3d(size):
     """conv1d (Whisper's stem) and conv3d get the same register tile as conv2d: parallel
     outer loops, the channel block vectorised, bias + relu in the write-back."""
-    text = Conv2dPacked().apply(_packed_nd(16, size, 64, 3, 32), TARGET).mod["main"].script()
+    text = Conv2dPacked().apply(_packed_nd(4, size, 64, 3, 32), TARGET).mod["main"].script()
     assert "T.parallel" in text and "T.vectorized(T.int64(32))" in text
     assert "_local" in text and "T.unroll" in text
     assert 'T.sblock("T_add")' not in text and 'T.sblock("compute")' not in text
@@ -163,3 +190,32 @@ def test_grouped_structure_reads_the_groups_channels():
     func = fused_primfunc(build, [(1, 16, 8, 8), (4, 8, 3, 3, 16)], "conv2d")
     text = Conv2dPacked().apply(func, TARGET).mod["main"].script()
     assert "T.parallel" in text and "T.vectorized(T.int64(16))" in text
+
+
+@pytest.mark.parametrize("size,cin,f,k,stride,pad", [
+    ((203,), 96, 32, 3, 2, 0),        # chunked channels, width 101: padded to whole tiles
+    ((120,), 96, 32, 3, 1, 1),        # chunked, width divides the tile
+    ((61,), 48, 16, 10, 5, 0),        # wav2vec2's first conv shape class, 11 outputs
+    ((3, 9, 10), 48, 32, 3, 1, 1),    # conv3d with chunks and rows inside channel blocks
+    ((13, 11), 64, 32, 3, 1, 1),      # conv2d with chunks (NCHW: not NCHWc's)
+])
+def test_numerics_chunked_and_padded(size, cin, f, k, stride, pad):
+    """Channel chunks (global row cache) and output widths padded to whole register tiles
+    (1-D) against onnxruntime, with a GELU epilogue (erf form) on the write-back."""
+    rng = np.random.default_rng(3)
+    nd = len(size)
+    shape = (1, cin, *size)
+    w = rng.standard_normal((f, cin, *[k] * nd)).astype("float32") * 0.1
+    out = (1, f, *[(s + 2 * pad - (k - 1) - 1) // stride + 1 for s in size])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[k] * nd,
+                              strides=[stride] * nd, pads=[pad] * 2 * nd, name="conv"),
+             helper.make_node("Div", ["c", "sqrt2"], ["d"], name="div"),
+             helper.make_node("Erf", ["d"], ["e"], name="erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+             helper.make_node("Mul", ["c", "a"], ["m"], name="mul"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="mul2")]
+    model = onnx_model(nodes, [("x", shape)], [("y", out)],
+                       {"w": w, "sqrt2": np.float32(2 ** 0.5), "one": np.float32(1),
+                        "half": np.float32(0.5)})
+    check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
+                      "cpu.conv2d_packed", layout="NCHW")
