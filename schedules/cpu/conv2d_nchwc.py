@@ -29,6 +29,7 @@ from tvm import tirx
 
 from ..base import MatchingCPURule
 from . import common
+from .conv2d_packed import channel_chunk
 
 
 def match_nchwc_conv(sch):
@@ -133,6 +134,7 @@ class Conv2dNCHWc(MatchingCPURule):
         if any(e is None for e in ext):
             return None
         width = -(-b // lanes)  # registers per channel block
+        chunk = 0
         if kind in ("dense", "nchw_in") or kind[0] == "grouped":
             n, f, y, x, v, co, ry, rx, *ci = loops
             # a grouped conv's channel tile stays in one group (one input block range)
@@ -141,15 +143,32 @@ class Conv2dNCHWc(MatchingCPURule):
             fo, fi = sch.split(f, [None, ft])
             yo, yi = sch.split(y, [None, yt])
             xo, xi = sch.split(x, [None, xt])
-            sch.reorder(n, fo, yo, xo, co, ry, rx, *ci, fi, yi, xi, v)
-            outer, first_red, unrolled = (n, fo, yo), co, (rx, fi, yi, xi)
+            # input channel blocks in chunks when a tile's weights outgrow L1 (see
+            # conv2d_packed.channel_chunk): a chunk's weights stay in L1 across the row's
+            # pixel tiles, which accumulate in a global row cache
+            chunk = channel_chunk(ext[5], ext[6] * ext[7] * (ext[8] if ci else 1), ft * b)
+            if chunk:
+                coo, coi = sch.split(co, [None, chunk])
+                sch.reorder(n, fo, yo, coo, xo, coi, ry, rx, *ci, fi, yi, xi, v)
+                outer, first_red, unrolled = (n, fo, yo), coo, (fi, yi, xi)
+            else:
+                sch.reorder(n, fo, yo, xo, co, ry, rx, *ci, fi, yi, xi, v)
+                outer, first_red, unrolled = (n, fo, yo), co, (rx, fi, yi, xi)
         else:
             n, f, y, x, v, ry, rx = loops
             xt = depthwise_tile(ext[3], width, min(16, common.acc_budget(target)))
             xo, xi = sch.split(x, [None, xt])
             sch.reorder(n, f, y, xo, ry, rx, xi, v)
             outer, first_red, unrolled = (n, f, y), ry, (ry, rx, xi)
-        wb, pads = common.write_back_at(sch, conv, xo, tail, pads, after)
+        if chunk:  # the row tile's cache: NCHW[b]c already has the vector innermost
+            wb = sch.cache_write(conv, 0, "global")
+            sch.reverse_compute_at(wb, outer[-1], preserve_unit_loops=True)
+            if tail is not None:
+                sch.reverse_compute_inline(tail)
+            else:
+                pads = list(pads) + list(after)
+        else:
+            wb, pads = common.write_back_at(sch, conv, xo, tail, pads, after)
         common.parallel(sch, outer, ncores)
         for lp in unrolled:
             sch.unroll(lp)

@@ -38,11 +38,22 @@ def test_tile_choice():
 
 
 def test_legalized_and_scheduled_dense():
-    func = _blocked(32, 14, 64, 3)
+    func = _blocked(16, 14, 64, 3)
     text = Conv2dNCHWc().apply(func, TARGET).mod["main"].script()
     assert "T.parallel" in text and "T.vectorized(T.int64(16))" in text
     assert "_local" in text and "T.unroll" in text
     # bias and relu are applied in the register tile's write-back, not as stages of their own
+    assert 'T.sblock("T_add")' not in text and 'T.sblock("T_relu")' not in text
+
+
+def test_dense_channel_chunks_accumulate_in_a_row_cache():
+    """Input channel blocks whose weights outgrow L1 are chunked (conv2d_packed.
+    channel_chunk): the chunk loop outside the row's pixel tiles, the row tile's
+    accumulators in a global cache written back (bias + relu inlined) once."""
+    func = _blocked(64, 14, 64, 3)
+    text = Conv2dNCHWc().apply(func, TARGET).mod["main"].script()
+    assert "_global" in text and "_local" not in text
+    assert "for rco_0, x_0, rco_1, ry, rx, rci in" in text
     assert 'T.sblock("T_add")' not in text and 'T.sblock("T_relu")' not in text
 
 
