@@ -112,6 +112,10 @@ class Dataflow:
         """Live uses of ``expr``'s source, counted through aliases (the result is a use)."""
         return len(self._final_users(self.source(expr)))
 
+    def returned(self, expr) -> bool:
+        """True when the function's result reads ``expr``'s source (through aliases)."""
+        return None in self._final_users(self.source(expr))
+
     def private(self, inner, root) -> bool:
         """True when nothing but ``inner`` bindings and ``root`` uses the ``inner`` ones
         (so replacing ``root`` leaves them dead)."""

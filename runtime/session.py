@@ -8,7 +8,9 @@ call a ready tuple of arguments.  ``run`` then only copies the inputs in, loops 
 
 Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
 
-    tensors: [{name, shape, dtype, storage: "arena"|"param", index}]   # index: buffer or param
+    tensors: [{name, shape, dtype, storage: "arena"|"param", index, offset?}]
+                                       # index: buffer or param; offset: bytes into the buffer
+                                       # (a placed concat's members; absent: 0)
     inputs / outputs: [{name, tensor}]
     calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes}]
     params: [{offset, nbytes}]                                         # into the payload
@@ -175,9 +177,12 @@ def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
         shape = ShapeExpr(tensors[t]["shape"], at_max)(at_max)
         return math.prod(shape) * np.dtype(tensors[t]["dtype"]).itemsize
 
+    # a buffer holding tensors at offsets (a placed concat's) is not rebound: the rebinding
+    # views every member from the start of the bound memory
+    at_offset = {tt["index"] for tt in tensors if tt.get("offset") and tt["storage"] == "arena"}
     in_bufs = [buf(i["tensor"]) for i in graph["inputs"]]
     out_bufs = [buf(o["tensor"]) for o in graph["outputs"]]
-    usable = {b for b, ts in members.items() if all(nbytes(t) for t in ts)}
+    usable = {b for b, ts in members.items() if all(nbytes(t) for t in ts)} - at_offset
     direct_in = {i["name"]: b for i, b in zip(graph["inputs"], in_bufs)
                  if b in usable and b not in written and in_bufs.count(b) == 1
                  and b not in out_bufs}
@@ -407,7 +412,7 @@ class Session:
         dtype = np.dtype(t["dtype"])
         nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~10 us a call here
         if t["storage"] == "arena":
-            start = self.plan.offsets[t["index"]]
+            start = self.plan.offsets[t["index"]] + t.get("offset", 0)
             base = arena
         else:
             start = self.graph["params"][t["index"]]["offset"]
