@@ -113,8 +113,17 @@ class Dataflow:
         return len(self._final_users(self.source(expr)))
 
     def returned(self, expr) -> bool:
-        """True when the function's result reads ``expr``'s source (through aliases)."""
-        return None in self._final_users(self.source(expr))
+        """True when the function returns ``expr``'s source (through aliases and tuples)."""
+        todo, seen = [self.source(expr)], set()
+        while todo:
+            v = todo.pop()
+            for u in self._final_users(v):
+                if u is None:
+                    return True
+                if u not in seen and isinstance(self._value.get(u), relax.Tuple):
+                    seen.add(u)
+                    todo.append(u)
+        return False
 
     def private(self, inner, root) -> bool:
         """True when nothing but ``inner`` bindings and ``root`` uses the ``inner`` ones
