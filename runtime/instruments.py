@@ -185,9 +185,10 @@ def locate_nonfinite(call: dict, inputs: list, views: list, kernels) -> str | No
 class Profiler:
     """Collects one event per kernel call; writes a Chrome trace and a summary."""
 
-    def __init__(self, prefix: str, peak_gflops: float | None = None):
+    def __init__(self, prefix: str, peak_gflops: float | None = None, placed=()):
         self.prefix = prefix
         self.peak_gflops = peak_gflops  # the session's nominal fp32 peak (cpu_features)
+        self.placed = list(placed)      # the graph's placed_concats: ONNX nodes with no call
         self.events: list = []
         self._t0 = time.perf_counter_ns()
 
@@ -238,4 +239,8 @@ class Profiler:
                      f"{gfs:.2f} GFLOP/s"
                      + (f" = {gfs / peak:.1%} of the nominal fp32 peak {peak:.0f} GFLOP/s"
                         if peak else ""))
+        if self.placed:
+            lines.append(f"{len(self.placed)} Concat nodes by placement, no kernel call (their "
+                         "inputs are written in place inside the output's buffer): "
+                         + ", ".join(n for p in self.placed for n in p["nodes"]))
         return "\n".join(lines)

@@ -15,6 +15,7 @@ Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
     calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes}]
     params: [{offset, nbytes}]                                         # into the payload
     buffers: [{nbytes, first_use, last_use}]                           # arena buffers
+    placed_concats: [{nodes, output, inputs, bytes}]   # concats with no call (optional)
 """
 
 from __future__ import annotations
@@ -258,7 +259,7 @@ class Session:
         self.num_threads = threads.configure(self.options.intra_op_num_threads,
                                              target.get("cores", 0))
         self._profiler = (Profiler(self.options.profile_file_prefix, nominal_peak_gflops(
-            target.get("lanes_fp32", 0), self.num_threads))
+            target.get("lanes_fp32", 0), self.num_threads), graph.get("placed_concats", ()))
             if self.options.enable_profiling else None)
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
         self._params = _place_params(params)
