@@ -10,7 +10,8 @@ DenseNet concat stays out of the following BatchNorm + Relu) and ``onnxc.concat_
 Extraction drops the marked calls it can place and keeps the others as (unfused) kernels.
 
 Refused here (the concat is left to TVM as before, fused with its neighbours): symbolic or
-empty shapes, a non-leading axis, an input that is a model input or a constant, the same
+empty shapes, a non-leading axis, an input that would start at a byte offset that is no
+multiple of 64 (kernels assume aligned buffers), an input that is a model input or a constant, the same
 tensor twice, and a concat whose output or inputs the function returns.  Must run last among
 the graph passes (after convert_layout, which decides the blocked layout the axis refers to).
 """
@@ -20,11 +21,12 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
 from tvm import relax, topi
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, record_calls, rewrite_calls, shape_of
+from .dataflow import Dataflow, dtype_of, record_calls, rewrite_calls, shape_of
 
 log = logging.getLogger("onnxc.passes")
 
@@ -32,6 +34,8 @@ log = logging.getLogger("onnxc.passes")
 OPAQUE = 8
 # the PrimFunc attribute extraction looks for; its value is the concat axis
 CONCAT_ATTR = "onnxc.concat_axis"
+# kernels assume 64-byte aligned buffers: every input must start on such a boundary
+ALIGN = 64
 
 
 class PlaceConcat(GraphPass):
@@ -79,6 +83,9 @@ def _refusal(df: Dataflow, params: set, var, call) -> str | None:
     sources = [df.source(f) for f in tup.fields]
     if any(math.prod(shape_of(f)) == 0 for f in tup.fields):
         return "an empty input"
+    itemsize = np.dtype(dtype_of(call)).itemsize
+    if any(math.prod(shape_of(f)) * itemsize % ALIGN for f in tup.fields[:-1]):
+        return f"an input would start at a byte offset that is no multiple of {ALIGN}"
     for s in sources:
         if isinstance(s, GenericConst):
             return "an input is a constant"

@@ -138,16 +138,6 @@ def test_overlapping_leaves_keep_a_concat_kernel():
     _runs_as_onnxruntime(m)
 
 
-def test_unaligned_offset_keeps_a_concat_kernel():
-    """5 x 5 pixels x 8 channels: the second input would start at byte 800, which is no
-    64-byte boundary (kernels assume aligned buffers)."""
-    m = _two_concats(["f1", "f2", "f3"], hw=5)
-    graph, _ = lower_to_kernels(m, HOST)
-    assert graph.concats["placed"] == []
-    assert all("aligned" in k["reason"] for k in graph.concats["kernels"])
-    _runs_as_onnxruntime(m)
-
-
 def test_shared_input_at_consistent_offsets_is_placed():
     """concat(f1, f2) and concat(f1, f2, f3): the first is a prefix of the second."""
     m = _two_concats(["f1", "f2", "f3"])
