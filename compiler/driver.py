@@ -184,6 +184,11 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
                    "no_reuse_bytes": plan.no_reuse_bytes, "params_bytes": len(payload),
                    "algorithm": plan.algorithm, "memory_reuse": memory_reuse,
                    "inplace_outputs": sum(len(c.get("inplace", [])) for c in graph_meta["calls"])},
+        # concats by placement (compiler/lowering/graph.py place_concats): no kernel, the
+        # bytes a concat kernel would copy per run; and the marked ones kept as kernels, why
+        "concats": {"placed": len(graph.concats.get("placed", [])),
+                    "bytes_not_copied": sum(p["bytes"] for p in graph.concats.get("placed", [])),
+                    "kernels": graph.concats.get("kernels", [])},
         "compile_seconds": round(time.perf_counter() - t0, 3),
         "stages": stage.seconds,
         "stages_cpu": stage.cpu_seconds,

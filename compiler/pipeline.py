@@ -100,6 +100,10 @@ def graph_passes() -> list:
         passes.PackConvTranspose(),
         # drop what earlier rewrites left unused
         passes.EliminateDeadCode(),
+        # concats on a leading axis (DenseNet's channel concats) => unfused kernels that
+        # extraction drops: the planner places their inputs inside the output's buffer,
+        # the producers write in place; last, after convert_layout fixed the axis
+        passes.PlaceConcat(),
     ]
 
 

@@ -112,6 +112,19 @@ class Dataflow:
         """Live uses of ``expr``'s source, counted through aliases (the result is a use)."""
         return len(self._final_users(self.source(expr)))
 
+    def returned(self, expr) -> bool:
+        """True when the function returns ``expr``'s source (through aliases and tuples)."""
+        todo, seen = [self.source(expr)], set()
+        while todo:
+            v = todo.pop()
+            for u in self._final_users(v):
+                if u is None:
+                    return True
+                if u not in seen and isinstance(self._value.get(u), relax.Tuple):
+                    seen.add(u)
+                    todo.append(u)
+        return False
+
     def private(self, inner, root) -> bool:
         """True when nothing but ``inner`` bindings and ``root`` uses the ``inner`` ones
         (so replacing ``root`` leaves them dead)."""

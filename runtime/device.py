@@ -138,7 +138,7 @@ class DeviceSession:
                 self._views.append(tvm.runtime.empty(t["shape"], t["dtype"], dev))
                 continue
             if t["storage"] == "arena":
-                base, off = self._arena, self.plan.offsets[t["index"]]
+                base, off = self._arena, self.plan.offsets[t["index"]] + t.get("offset", 0)
             else:
                 base, off = self._params, graph["params"][t["index"]]["offset"]
             self._views.append(dlpack_view(base, off, t["shape"], t["dtype"]))

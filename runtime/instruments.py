@@ -9,11 +9,14 @@ event per kernel call.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from .dims import ShapeExpr
 
 
 @dataclass
@@ -63,15 +66,22 @@ def inplace_inputs(graph: dict) -> list:
     """Per call, the input tensor ids whose storage an output of that call reuses (in-place
     kernels): their values must be saved before the call for a check to see them after."""
     tensors = graph["tensors"]
+    at_max = {d["name"]: d["max"] for d in graph.get("dims") or []}
 
-    def buf(t):
-        return tensors[t]["index"] if tensors[t]["storage"] == "arena" else None
+    def span(t):  # (buffer, first byte, end byte) of an arena tensor, else None
+        tt = tensors[t]
+        if tt["storage"] != "arena":
+            return None
+        start = tt.get("offset", 0)  # a placed concat's member sits inside its buffer
+        size = math.prod(ShapeExpr(tt["shape"], at_max)(at_max)) * np.dtype(tt["dtype"]).itemsize
+        return tt["index"], start, start + size
 
     out = []
     for call in graph["calls"]:
         nin = len(call["args"]) - call["num_outputs"]
-        written = {buf(o) for o in call["args"][nin:]} - {None}
-        out.append([i for i in call["args"][:nin] if buf(i) in written])
+        written = [s for s in map(span, call["args"][nin:]) if s is not None]
+        out.append([i for i in call["args"][:nin] if (s := span(i)) is not None and any(
+            s[0] == w[0] and s[1] < w[2] and w[1] < s[2] for w in written)])
     return out
 
 
@@ -175,9 +185,10 @@ def locate_nonfinite(call: dict, inputs: list, views: list, kernels) -> str | No
 class Profiler:
     """Collects one event per kernel call; writes a Chrome trace and a summary."""
 
-    def __init__(self, prefix: str, peak_gflops: float | None = None):
+    def __init__(self, prefix: str, peak_gflops: float | None = None, placed=()):
         self.prefix = prefix
         self.peak_gflops = peak_gflops  # the session's nominal fp32 peak (cpu_features)
+        self.placed = list(placed)      # the graph's placed_concats: ONNX nodes with no call
         self.events: list = []
         self._t0 = time.perf_counter_ns()
 
@@ -228,4 +239,8 @@ class Profiler:
                      f"{gfs:.2f} GFLOP/s"
                      + (f" = {gfs / peak:.1%} of the nominal fp32 peak {peak:.0f} GFLOP/s"
                         if peak else ""))
+        if self.placed:
+            lines.append(f"{len(self.placed)} Concat nodes by placement, no kernel call (their "
+                         "inputs are written in place inside the output's buffer): "
+                         + ", ".join(n for p in self.placed for n in p["nodes"]))
         return "\n".join(lines)

@@ -8,11 +8,14 @@ call a ready tuple of arguments.  ``run`` then only copies the inputs in, loops 
 
 Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
 
-    tensors: [{name, shape, dtype, storage: "arena"|"param", index}]   # index: buffer or param
+    tensors: [{name, shape, dtype, storage: "arena"|"param", index, offset?}]
+                                       # index: buffer or param; offset: bytes into the buffer
+                                       # (a placed concat's members; absent: 0)
     inputs / outputs: [{name, tensor}]
     calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes}]
     params: [{offset, nbytes}]                                         # into the payload
     buffers: [{nbytes, first_use, last_use}]                           # arena buffers
+    placed_concats: [{nodes, output, inputs, bytes}]   # concats with no call (optional)
 """
 
 from __future__ import annotations
@@ -175,9 +178,12 @@ def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
         shape = ShapeExpr(tensors[t]["shape"], at_max)(at_max)
         return math.prod(shape) * np.dtype(tensors[t]["dtype"]).itemsize
 
+    # a buffer holding tensors at offsets (a placed concat's) is not rebound: the rebinding
+    # views every member from the start of the bound memory
+    at_offset = {tt["index"] for tt in tensors if tt.get("offset") and tt["storage"] == "arena"}
     in_bufs = [buf(i["tensor"]) for i in graph["inputs"]]
     out_bufs = [buf(o["tensor"]) for o in graph["outputs"]]
-    usable = {b for b, ts in members.items() if all(nbytes(t) for t in ts)}
+    usable = {b for b, ts in members.items() if all(nbytes(t) for t in ts)} - at_offset
     direct_in = {i["name"]: b for i, b in zip(graph["inputs"], in_bufs)
                  if b in usable and b not in written and in_bufs.count(b) == 1
                  and b not in out_bufs}
@@ -253,7 +259,7 @@ class Session:
         self.num_threads = threads.configure(self.options.intra_op_num_threads,
                                              target.get("cores", 0))
         self._profiler = (Profiler(self.options.profile_file_prefix, nominal_peak_gflops(
-            target.get("lanes_fp32", 0), self.num_threads))
+            target.get("lanes_fp32", 0), self.num_threads), graph.get("placed_concats", ()))
             if self.options.enable_profiling else None)
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
         self._params = _place_params(params)
@@ -407,7 +413,7 @@ class Session:
         dtype = np.dtype(t["dtype"])
         nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~10 us a call here
         if t["storage"] == "arena":
-            start = self.plan.offsets[t["index"]]
+            start = self.plan.offsets[t["index"]] + t.get("offset", 0)
             base = arena
         else:
             start = self.graph["params"][t["index"]]["offset"]

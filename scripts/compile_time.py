@@ -7,6 +7,11 @@ workers' (``build_workers``), and the totals including child processes.
 
     python scripts/compile_time.py /work/real_models/densenet121.onnx [more.onnx ...]
     ONNXC_BUILD_WORKERS=1 python scripts/compile_time.py m.onnx    # one build process
+    python scripts/compile_time.py --kernels 15 m.onnx   # + per-kernel build CPU, top 15
+
+``--kernels N`` also builds every scheduled kernel alone (``tvm.compile`` + object
+emission, CPU seconds, one process) and the checked variants' -O0 module, and prints the
+sums per schedule rule and the N costliest kernels: which kernels the build time goes to.
 """
 
 from __future__ import annotations
@@ -49,13 +54,52 @@ def measure(path: str, target: str = "host") -> dict:
             "distinct_kernels": r["distinct_kernels"]}
 
 
+def per_kernel(path: str, top: int, target: str = "host") -> dict:
+    """CPU seconds to build and emit each scheduled kernel of ``path`` alone, summed per
+    rule, the ``top`` costliest, and the checked variants' module."""
+    import tvm
+
+    from compiler.driver import _checked_module, _checked_target, _front_only, _schedule
+
+    tinfo, _, graph = _front_only(path, target)
+    mod, rules = _schedule(graph.prim_funcs, tinfo)
+    ops = {}
+    for c in graph.calls:
+        ops.setdefault(c["kernel"], c["ops"])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="onnxc-ktime-") as tmp:
+        obj = os.path.join(tmp, "k.o")
+        for gv, f in mod.functions_items():
+            c0 = time.process_time()
+            tvm.compile(tvm.IRModule({gv: f}), target=tinfo.tvm_target()).mod.write_to_file(obj)
+            rows.append((round(time.process_time() - c0, 3), gv.name_hint,
+                         rules.get(gv.name_hint), ops.get(gv.name_hint)))
+        c0 = time.process_time()
+        if graph.checked:
+            tvm.compile(_checked_module(graph.checked),
+                        target=_checked_target(tinfo)).mod.write_to_file(obj)
+        checked = round(time.process_time() - c0, 2)
+    by_rule: dict = {}
+    for sec, _, rule, _ in rows:
+        by_rule[rule] = round(by_rule.get(rule, 0.0) + sec, 2)
+    rows.sort(reverse=True)
+    return {"model": os.path.basename(path), "kernels_cpu": round(sum(r[0] for r in rows), 2),
+            "by_rule": by_rule, "checked_cpu": checked, "checked_kernels": len(graph.checked),
+            "top": rows[:top]}
+
+
 def main(argv=None) -> int:
-    paths = sys.argv[1:] if argv is None else argv
-    if not paths:
+    args = sys.argv[1:] if argv is None else list(argv)
+    top = 0
+    if args[:1] == ["--kernels"] and len(args) > 1:
+        top, args = int(args[1]), args[2:]
+    if not args:
         print(__doc__, file=sys.stderr)
         return 2
-    for path in paths:
+    for path in args:
         print(json.dumps(measure(path)), flush=True)
+        if top:
+            print(json.dumps(per_kernel(path, top)), flush=True)
     return 0
 
 

@@ -21,6 +21,8 @@ from runtime.dims import ShapeExpr
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
 from schedules import flops
 
+from passes.place_concat import ALIGN, CONCAT_ATTR
+
 from ..errors import UnsupportedError
 from .provenance import nodes_of_binding
 from .inplace import inplace_candidates
@@ -74,6 +76,9 @@ class KernelGraph:
     checked: dict = field(default_factory=dict)    # "<kernel>__checked" -> PrimFunc
     onnx_outputs: list = field(default_factory=list)  # [[output tensor name]] per ONNX node
     dim_names: list = field(default_factory=list)  # symbolic input dims, in first-use order
+    # concats by placement (place_concats): tensor -> (group id, byte offset in the group)
+    placed: dict = field(default_factory=dict)
+    concats: dict = field(default_factory=dict)    # {"placed": [...], "kernels": [...]}
 
     def add(self, t: Tensor) -> int:
         self.tensors.append(t)
@@ -150,6 +155,7 @@ def extract(mod, input_names: list, output_names: list, where: str = "model",
         raise UnsupportedError(f"{where}: the model has {len(output_names)} outputs but the "
                                f"compiled graph returns {len(result)}")
     g.outputs = list(zip(output_names, result))
+    place_concats(g)
     return g
 
 
@@ -206,9 +212,12 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
         idx = nodes_of_binding(name)
     covered = [g.onnx_nodes[k] for k in idx if k < len(g.onnx_nodes)]
     ops = sorted({op for _, op in covered})
+    concat_axis = g.prim_funcs[symbol].attrs.get(CONCAT_ATTR) \
+        if g.prim_funcs[symbol].attrs is not None else None
     g.calls.append({"kernel": symbol, "args": ins + outs, "num_outputs": len(outs),
                     "nodes": [n for n, _ in covered], "ops": "+".join(ops) or symbol,
-                    "flops": g.flops[symbol], **({"scalars": scalars} if scalars else {})})
+                    "flops": g.flops[symbol], **({"scalars": scalars} if scalars else {}),
+                    **({"concat": int(concat_axis)} if concat_axis is not None else {})})
     return tuple(outs) if isinstance(sinfo, relax.TupleType) else outs[0]
 
 
@@ -259,6 +268,103 @@ def _root(g: KernelGraph, t: int) -> int:
     return t
 
 
+# kernels assume 64-byte aligned buffers (as the params payload keeps them); the pass
+# already refuses unaligned inputs, so this is a guard for the group offsets
+PLACE_ALIGN = ALIGN
+
+
+def place_concats(g: KernelGraph) -> None:
+    """Concat by placement: drop each concat call that ``passes/place_concat.py`` marked
+    when its inputs can live inside its output's storage, at their offsets.
+
+    A placed concat is a set of constraints ``pos(input_j) = pos(output) + offset_j`` (the
+    axis is the first non-unit one, so ``offset_j`` is the bytes of the inputs before it);
+    constraints that share a tensor join one *group*, whose members sit at fixed offsets in
+    one arena buffer (DenseNet: one buffer per dense block, ``[x0 | f1 | f2 | ...]``, every
+    concat of the block a prefix of it).  Concats are taken in call order; one is refused
+    (kept as a kernel, unfused) when an input's storage is a model input, a param or a model
+    output, when its output is a model output or symbolic, when a tensor would sit at two
+    offsets of its group, when two *leaves* (members written by a kernel, not themselves
+    placed concat outputs) would overlap, or when an offset is not 64-byte aligned.  Leaves
+    are disjoint and each written once by its producer before any concat that holds it is
+    read; placed outputs are read only, and ``plan_storage`` gives no member's storage to an
+    in-place output, so no byte of a group is written twice in a run.
+
+    Sets ``g.placed`` ({tensor root: (group, byte offset)}) and ``g.concats`` (the placed
+    and the kept concats, with the reason, for the report); unused kernels are dropped.
+    """
+    io_roots = {_root(g, t): "model input" for _, t in g.inputs}
+    io_roots.update({_root(g, t): "model output" for _, t in g.outputs})
+    groups: dict = {}       # tensor -> its group's {tensor: byte offset} (a shared dict)
+    outs: set = set()       # outputs of placed concats (views over their leaves)
+    kept_calls, placed, kept = [], [], []
+    for call in g.calls:
+        if "concat" not in call:
+            kept_calls.append(call)
+            continue
+        del call["concat"]
+        members, reason = _place(g, call, groups, outs, io_roots)
+        entry = {"nodes": call["nodes"], "output": g.tensors[call["args"][-1]].name}
+        if reason is not None:
+            kept_calls.append(call)
+            kept.append({**entry, "reason": reason})
+            continue
+        for t in members:
+            groups[t] = members
+        outs.add(call["args"][-1])
+        placed.append({**entry, "inputs": len(call["args"]) - 1,
+                       "bytes": g.tensors[call["args"][-1]].nbytes})
+    g.calls = kept_calls
+    ids: dict = {}          # id(group dict) -> group number
+    for t, members in groups.items():
+        low = min(members.values())
+        g.placed[t] = (ids.setdefault(id(members), len(ids)), members[t] - low)
+    used = {c["kernel"] for c in g.calls}
+    for symbol in [s for s in g.prim_funcs if s not in used]:
+        del g.prim_funcs[symbol]
+        g.flops.pop(symbol, None)
+    g.concats = {"placed": placed, "kernels": kept}
+
+
+def _place(g: KernelGraph, call: dict, groups: dict, outs: set, io_roots: dict):
+    """(the merged group's {tensor: offset}, None) if ``call``'s concat can be placed, else
+    (None, why not)."""
+    ins, o = call["args"][:-1], call["args"][-1]
+    if call["num_outputs"] != 1 or g.tensors[o].base is not None:
+        return None, "not a one-output concat"
+    if io_roots.get(o):
+        return None, f"its output is a {io_roots[o]}"
+    if not g.tensors[o].static:
+        return None, "symbolic shape"
+    members, off = {o: 0}, 0
+    for i in ins:
+        r = _root(g, i)
+        name = g.tensors[i].name
+        if g.tensors[r].kind == "param":
+            return None, f"input {name!r} is a constant"
+        if r in io_roots:
+            return None, f"input {name!r} is a {io_roots[r]}"
+        if g.tensors[r].nbytes != g.tensors[i].nbytes or off % PLACE_ALIGN:
+            return None, f"input {name!r} would start at byte {off}, not {PLACE_ALIGN}-aligned"
+        group = groups.get(r, {r: off})
+        shift = off - group[r]
+        for t, x in group.items():
+            if members.setdefault(t, x + shift) != x + shift:
+                return None, (f"tensor {g.tensors[t].name!r} would sit at two offsets "
+                              f"({members[t]} and {x + shift}) of one buffer")
+        off += g.tensors[i].nbytes
+    spans = sorted((x, x + g.tensors[t].nbytes, t) for t, x in members.items()
+                   if t != o and t not in outs)
+    for (a0, a1, ta), (b0, b1, tb) in zip(spans, spans[1:]):
+        if b0 < a1:
+            return None, (f"tensors {g.tensors[ta].name!r} and {g.tensors[tb].name!r} would "
+                          "overlap in one buffer")
+    low = min(members.values())
+    if any((x - low) % PLACE_ALIGN for x in members.values()):
+        return None, f"a member would not be {PLACE_ALIGN}-byte aligned in its buffer"
+    return members, None
+
+
 def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
                  ) -> tuple[dict, MemoryPlan]:
     """Assign tensors to arena buffers and params, plan the arena.
@@ -298,6 +404,20 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
     for name, t in g.inputs:
         buffer_of[t] = len(buffers)
         buffers.append([g.tensors[t].nbytes_at(at_max), 0, max(last[t], 0)])
+    # concats by placement: one buffer per group, live from its first member's write to its
+    # last member's read (members that no call writes, the placed outputs, add no start)
+    written = {t for c in g.calls for t in c["args"][len(c["args"]) - c["num_outputs"]:]}
+    group_buffer: dict = {}   # group -> buffer index
+    for t, (grp, off) in sorted(g.placed.items()):
+        if grp not in group_buffer:
+            group_buffer[grp] = len(buffers)
+            buffers.append([0, end, 0])
+        buf = buffers[group_buffer[grp]]
+        buf[0] = max(buf[0], off + g.tensors[t].nbytes)
+        if t in written:
+            buf[1] = min(buf[1], first[t])
+        buf[2] = max(buf[2], last[t])
+        buffer_of[t] = group_buffer[grp]
     inplace_cache: dict = {}
     for step, call in enumerate(g.calls, start=1):
         nin = len(call["args"]) - call["num_outputs"]
@@ -308,6 +428,8 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
                 inplace_candidates(g.prim_funcs[call["kernel"]], nin)
         taken = set()
         for o_idx, o in enumerate(outs):
+            if o in g.placed:  # written in place of its group's buffer: nothing to choose
+                continue
             chosen = None
             for i_idx, oo in inplace_cache.get(call["kernel"], []) if reuse else []:
                 if oo != o_idx:
@@ -315,8 +437,9 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
                 i = ins[i_idx]
                 r = _root(g, i)
                 # the kernel may read no other view of this storage
+                # nor a placed concat's member: its neighbours in the buffer stay live
                 if (g.tensors[r].kind == "param" or r not in buffer_of or buffer_of[r] in taken
-                        or sum(_root(g, a) == r for a in ins) > 1):
+                        or r in g.placed or sum(_root(g, a) == r for a in ins) > 1):
                     continue
                 buf = buffers[buffer_of[r]]
                 if buf[2] == step and g.tensors[r].size_key == g.tensors[o].size_key:
@@ -349,8 +472,10 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
                             "storage": "param", "index": len(params) - 1})
         else:
             r = _root(g, t)
+            offset = g.placed[r][1] if r in g.placed else 0
             tensors.append({"name": tt.name, "shape": tt.shape, "dtype": tt.dtype,
                             "storage": "arena", "index": buffer_of[r],
+                            **({"offset": offset} if offset else {}),
                             **({"layout": tt.layout} if tt.layout else {})})
     meta = {
         "tensors": tensors,
@@ -359,6 +484,8 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
         "calls": g.calls,
         "params": params,
         "buffers": [{"nbytes": b[0], "first_use": b[1], "last_use": b[2]} for b in buffers],
+        # concats by placement: no call, their inputs written in place (place_concats)
+        **({"placed_concats": g.concats["placed"]} if g.concats.get("placed") else {}),
         "params_payload": bytes(payload),
         **({"dims": list(dims)} if dims else {}),
     }
