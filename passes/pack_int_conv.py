@@ -235,16 +235,26 @@ def _packed(m, df, call, options: dict):
         return None
     src, za = widened
     channels = int(src.ty.shape[1]) * (int(src.ty.shape[4]) if blocked else 1)
-    if int8_quads.use_quads(options, str(src.ty.dtype), w) and (
-            not blocked or w.shape[4] % 4 == 0) and (za is None or 0 <= int(za) <= 255):
-        wq = pack_conv_quads(w, blocked)
-        z = int(za) if za is not None else 0
-        corr = z * wq.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))
-        corr = relax.const(corr.astype(np.int32)) if z else None
-        out = m.builder_.call_te(conv2d_u8s8_packed, m.visit_expr(src), z, relax.const(wq),
-                                 corr, a.strides, a.padding, a.dilation, channels,
-                                 primfunc_name_hint="conv2d_integer")
-        return out, True, int8_quads.can_saturate(options, wq)
+    # a graph input's activation is blocked after its widening (layout_transform(int16(a) -
+    # za)): the u8 form blocks ``a`` itself, the widened copy is left dead
+    moved = df.call(x, "layout_transform") if blocked else None
+    inner = _widened(df, moved.args[0]) if moved is not None else None
+    u8 = inner[0] if inner is not None else src
+    if int8_quads.use_quads(options, str(u8.ty.dtype), w) and (
+            not blocked or w.shape[4] % 4 == 0):
+        z = int((inner or widened)[1]) if (inner or widened)[1] is not None else 0
+        if 0 <= z <= 255:
+            wq = pack_conv_quads(w, blocked)
+            corr = z * wq.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))
+            corr = relax.const(corr.astype(np.int32)) if z else None
+            act = m.visit_expr(u8)
+            if inner is not None:
+                act = m.builder_.emit(relax.op.layout_transform(
+                    act, moved.attrs.index_map, pad_value=None))
+            out = m.builder_.call_te(conv2d_u8s8_packed, act, z, relax.const(wq), corr,
+                                     a.strides, a.padding, a.dilation, channels,
+                                     primfunc_name_hint="conv2d_integer")
+            return out, True, int8_quads.can_saturate(options, wq)
     wp = pack_conv_int(w, blocked)
     za = relax.const(za) if za is not None else None
     return m.builder_.call_te(conv2d_int_packed, m.visit_expr(src), za, relax.const(wp),
