@@ -30,7 +30,7 @@ from tvm import relax, te
 
 from . import int8_quads
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, record_calls, rewrite_calls
+from .dataflow import Dataflow, rewrite_calls
 
 RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(int16(a) - int16(za), [N/nr, K/2, nr, 2](W))"
 RULE_U8 = ("matmul(int32(a) - int32(za), W) => matmul_u8s8_packed(u8 a, [N/nr, K/4, nr, 4](W)) "
