@@ -1,4 +1,8 @@
-"""Integer matmul with the weight pre-packed [N/nr, K/2, nr, 2] (passes/pack_int_matmul.py).
+"""Integer matmul with the weight pre-packed [N/nr, K/2, nr, 2] (passes/pack_int_matmul.py),
+or [N/nr, K/4, nr, 4] for u8 activations by s8 weights (``quad_intrin``: the activation
+stays u8, four k per i32 lane, ``vpdpbusd`` on AVX512-VNNI / AVX-VNNI, ``vpmaddubsw`` +
+``vpmaddwd`` by ones + ``vpaddd`` on AVX2 / AVX-512BW, whose pair sums saturate to int16 as
+onnxruntime's do; passes/int8_quads.py decides which).  The i16 pairs:
 
 ``C[b.., i, j] += int32(A16[b.., i, 2 ko + ki]) * int32(Wp[j // nr, ko, j % nr, ki])``, A16
 the activation widened to int16 minus its zero point (a stage of the same kernel, kept as
