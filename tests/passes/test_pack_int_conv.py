@@ -16,7 +16,7 @@ import compiler
 import targets
 from passes.int8_quads import SATURATING
 from passes.pack_int_conv import RULE, RULE_U8, pack_conv_int, pack_conv_quads
-from tests.passes.test_pack_int_matmul import HOST_DOT
+from tests.passes.test_pack_int_matmul import host_dot, need_dot
 from tests.passes.test_qdq_conv_integer import _feeds, _ort, qdq_conv_model
 
 
@@ -43,7 +43,7 @@ def test_fires_on_blocked_qdq_conv():
     cm = compiler.compile(model, target="host")
     rep = next(p for p in cm.report["passes"] if p["name"] == "pack_int_conv")
     # weights in [-64, 64): u8 x s8 by fours where the host has the dot, never saturating
-    assert rep["rewrites"] == {RULE_U8 if HOST_DOT else RULE: 1} and rep["nodes"] == ["conv"]
+    assert rep["rewrites"] == {RULE_U8 if host_dot() else RULE: 1} and rep["nodes"] == ["conv"]
 
 
 def test_nchw_layout_not_packed_and_still_correct():
@@ -82,17 +82,17 @@ def _full_range(model, seed=3):
     return model
 
 
-@pytest.mark.skipif(HOST_DOT is None, reason="host has no u8 x s8 dot")
 @pytest.mark.parametrize("per_channel,bias,full", [(True, True, False), (False, False, False),
                                                    (True, False, True), (False, True, True)])
 def test_u8s8_conv_matches_ort(per_channel, bias, full):
+    dot = need_dot()
     model = qdq_conv_model(32, 32, 10, 3, pad=1, per_channel=per_channel, bias=bias, zx=20)
     model = _full_range(model) if full else model
     feeds = _feeds(model)
     feeds["x"] = np.abs(feeds["x"]) * 3 + 0.5     # large u8 values: pairs past int16
     cm = compiler.compile(model, target="host")
     rep = next(p for p in cm.report["passes"] if p["name"] == "pack_int_conv")
-    saturating = full and HOST_DOT in targets.INT8_DOT_SATURATES
+    saturating = full and dot in targets.INT8_DOT_SATURATES
     assert rep["rewrites"].get(RULE_U8) == 1
     assert rep["rewrites"].get(SATURATING, 0) == int(saturating)
     got, ref = cm.session().run(None, feeds)[0], _ort(model, feeds)
@@ -101,8 +101,9 @@ def test_u8s8_conv_matches_ort(per_channel, bias, full):
     assert np.abs(got - ref).max() <= 0.03 + 1e-6 and np.mean(got != ref) < 0.02
 
 
-@pytest.mark.skipif(HOST_DOT not in targets.INT8_DOT_SATURATES, reason="no saturating dot")
 def test_exact_option_keeps_pairs_and_does_not_saturate():
+    if host_dot() not in targets.INT8_DOT_SATURATES:
+        pytest.skip("host has no saturating u8 x s8 dot")
     model = _full_range(qdq_conv_model(32, 32, 10, 3, pad=1, zx=20))
     feeds = _feeds(model)
     feeds["x"] = np.abs(feeds["x"]) * 3 + 0.5

@@ -17,8 +17,19 @@ import targets
 from passes.int8_quads import SATURATING
 from passes.pack_int_matmul import RULE, RULE_U8, pack_int, pack_quads, pad_rows
 
-# the host's u8 x s8 dot ("avx2", "avx512vnni", ...; None: every matmul stays on i16 pairs)
-HOST_DOT = targets.int8_dot(targets.resolve("host").arch, targets.resolve("host").features)
+def host_dot():
+    """The host's u8 x s8 dot ("avx2", "avx512vnni", ...; None: every matmul stays on i16
+    pairs), read per test: ``--fake-host`` patches the host after import."""
+    info = targets.resolve("host")
+    return targets.int8_dot(info.arch, info.features)
+
+
+def need_dot():
+    """The host's dot, or skip the test."""
+    dot = host_dot()
+    if dot is None:
+        pytest.skip("host has no u8 x s8 dot")
+    return dot
 
 NP = {"uint8": np.uint8, "int8": np.int8}
 ONNX = {"uint8": TP.UINT8, "int8": TP.INT8}
@@ -106,7 +117,7 @@ def test_dynamic_quantized_matmul_matches_ort(m, k, n, wtype, per_channel, bias)
     cm = compiler.compile(model, target="host")
     rep = _pass(cm)
     wfull = w.astype(np.int64) - wz.astype(np.int64)
-    quads = HOST_DOT is not None and wfull.min() >= -128 and wfull.max() <= 127
+    quads = host_dot() is not None and wfull.min() >= -128 and wfull.max() <= 127
     rewrites = {k: v for k, v in rep["rewrites"].items() if k != SATURATING}
     assert rewrites == {RULE_U8 if quads else RULE: 1} and rep["nodes"] == ["mmi"]
     # MatMulInteger, its dequantisation and the bias are one kernel of the int8 rule
@@ -182,13 +193,13 @@ def test_pack_quads_layout_and_padding():
     assert not q[:, 1, :, 2:].any() and not q[1, :, 4:].any()   # K to fours, N to panels
 
 
-@pytest.mark.skipif(HOST_DOT is None, reason="host has no u8 x s8 dot")
 @pytest.mark.parametrize("per_channel,bias,lo,hi", [
     (False, True, -64, 64),       # per-tensor, bias, saturation-proof (|w0| + |w1| <= 128)
     (True, False, -64, 64),       # per-column weight scales, no bias
     (False, False, -128, 128),    # full range: pair sums can pass int16, as in onnxruntime
 ])
 def test_u8s8_dynamic_matches_ort(per_channel, bias, lo, hi):
+    dot = need_dot()
     m, k, n = 24, 200, 72
     rng = np.random.default_rng(4)
     w = rng.integers(lo, hi, (k, n)).astype(np.int8)
@@ -198,7 +209,7 @@ def test_u8s8_dynamic_matches_ort(per_channel, bias, lo, hi):
     cm = compiler.compile(model, target="host")
     rep = _pass(cm)
     assert rep["rewrites"].get(RULE_U8) == 1 and RULE not in rep["rewrites"]
-    saturating = hi > 64 and HOST_DOT in targets.INT8_DOT_SATURATES
+    saturating = hi > 64 and dot in targets.INT8_DOT_SATURATES
     assert rep["rewrites"].get(SATURATING, 0) == int(saturating)
     # mostly large u8 values (pair sums past int16), a nonzero activation zero point
     x = (rng.standard_normal((m, k)) * 2 + 4).astype(np.float32)
@@ -207,8 +218,8 @@ def test_u8s8_dynamic_matches_ort(per_channel, bias, lo, hi):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
 
 
-@pytest.mark.skipif(HOST_DOT is None, reason="host has no u8 x s8 dot")
 def test_u8s8_integer_output_saturates_as_vpmaddubsw_and_exact_option_does_not():
+    dot = need_dot()
     rng = np.random.default_rng(6)
     m, k, n = 9, 130, 48
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
@@ -217,7 +228,7 @@ def test_u8s8_integer_output_saturates_as_vpmaddubsw_and_exact_option_does_not()
     model = integer_model(m, k, n, "uint8", w, np.array(0, np.int8))
     exact = (a.astype(np.int64) - 85) @ w.astype(np.int64)
     got = compiler.compile(model, target="host").session().run(None, {"a": a, "az": az})[0]
-    if HOST_DOT in targets.INT8_DOT_SATURATES:
+    if dot in targets.INT8_DOT_SATURATES:
         sat = saturating_matmul(a, w) - 85 * w.astype(np.int64).sum(axis=0)
         assert np.abs(sat - exact).max() > 0   # the data does saturate
         np.testing.assert_array_equal(got, sat)
@@ -226,7 +237,7 @@ def test_u8s8_integer_output_saturates_as_vpmaddubsw_and_exact_option_does_not()
         np.testing.assert_array_equal(got, exact)
     # negative: exact keeps the i16 pair path (vpmaddwd) on a saturating target
     cm = compiler.compile(model, target="host", pass_config={"pack_int_matmul": {"exact": True}})
-    if HOST_DOT in targets.INT8_DOT_SATURATES:
+    if dot in targets.INT8_DOT_SATURATES:
         assert _pass(cm)["rewrites"] == {RULE: 1}
     np.testing.assert_array_equal(cm.session().run(None, {"a": a, "az": az})[0], exact)
 
