@@ -279,5 +279,6 @@ def _packed(m, df, call, options: dict):
                                  primfunc_name_hint="matmul_integer")
         return out, True, int8_quads.can_saturate(options, wq)
     wp = pack_int(w, panel)
-    return m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),
-                              pad_rows(shape[-2]), primfunc_name_hint="matmul_integer"), False, False
+    out = m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),
+                             pad_rows(shape[-2]), primfunc_name_hint="matmul_integer")
+    return out, False, False

@@ -12,7 +12,8 @@ import pytest
 import tvm
 from tvm import te
 
-from passes.pack_int_conv import conv2d_int_packed, conv2d_u8s8_packed, pack_conv_int, pack_conv_quads
+from passes.pack_int_conv import (conv2d_int_packed, conv2d_u8s8_packed, pack_conv_int,
+                                   pack_conv_quads)
 from schedules.cpu.conv2d_int8 import Conv2dInt8
 from schedules.cpu.conv2d_nchwc import Conv2dNCHWc
 

@@ -12,7 +12,8 @@ import pytest
 import tvm
 from tvm import te
 
-from passes.pack_int_matmul import matmul_int_packed, matmul_u8s8_packed, pack_int, pack_quads, pad_rows
+from passes.pack_int_matmul import (matmul_int_packed, matmul_u8s8_packed, pack_int, pack_quads,
+                                     pad_rows)
 from schedules.cpu.matmul_int8 import MatmulInt8
 from tests.schedules.util import fused_primfunc
 
