@@ -256,7 +256,21 @@ def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
         why = "convert_layout disabled: the model's NCHW"
     entry = {"requested": layout, "chosen": opts["layout"] if "convert_layout" not in
              set(disabled) else "NCHW", "block": opts["block"], "why": why}
-    return _conv_tiles(tinfo, _matmul_tiles(tinfo, config)), entry
+    return _int8_dot(tinfo, _conv_tiles(tinfo, _matmul_tiles(tinfo, config))), entry
+
+
+def _int8_dot(tinfo, pass_config) -> dict:
+    """pass_config with pack_int_matmul's and pack_int_conv's ``u8_dot`` set to the
+    target's u8 x s8 dot (``targets.int8_dot``: vpdpbusd on VNNI, vpmaddubsw on AVX2 /
+    AVX-512BW; "" elsewhere), so u8 activations by s8 weights are packed by fours for it
+    (passes/int8_quads.py); options the user set win (``exact`` keeps vpmaddwd)."""
+    if not tinfo.is_cpu:
+        return pass_config
+    kind = targets.int8_dot(tinfo.arch, tinfo.features) or ""
+    config = {k: dict(v) for k, v in (pass_config or {}).items()}
+    for name in ("pack_int_matmul", "pack_int_conv"):
+        config.setdefault(name, {}).setdefault("u8_dot", kind)
+    return config
 
 
 def _matmul_tiles(tinfo, pass_config) -> dict:

@@ -256,14 +256,14 @@ def rewrite_calls(mod, op_name: str, replace, func: str = "main"):
 
 
 def record_calls(report, rule: str, replaced: list) -> None:
-    """Count ``rewrite_calls``' replaced vars under ``rule`` in ``report`` and name their
-    ONNX nodes (a var no node made is named by itself)."""
+    """Count ``rewrite_calls``' replaced vars under ``rule`` in ``report`` and add their
+    ONNX nodes to its list (a var no node made is named by itself)."""
     if not replaced:
         return
     report.rewrites[rule] = len(replaced)
     names = report.node_names
-    report.nodes = [names[k] if k < len(names) else v.name
-                    for v in replaced for k in nodes_of(v.name) or [len(names)]]
+    report.nodes += [names[k] if k < len(names) else v.name
+                     for v in replaced for k in nodes_of(v.name) or [len(names)]]
 
 
 class Emitter:

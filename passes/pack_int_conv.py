@@ -12,6 +12,13 @@ dequantized 0) and lays it out ``[N, CO, H+pads, W+pads, CP, 2]``: the kernel re
 NCHW input: ``CO = 1, CP = ceil(C/2)`` (an odd C gets a zero channel).  Every blocked int
 conv is taken (TVM cannot lower a blocked int conv2d); convs left NCHW keep TVM's int32
 conv2d.  Runs after convert_layout.
+
+On targets with a u8 x s8 dot (option ``u8_dot``, set by the driver: passes/int8_quads.py)
+a u8 activation by a weight that fits s8 is not widened: the weight is packed by fours of
+input channels, ``[F/b, CO, KH, KW, CQ, b, 4]`` int8, the first stage only pads the u8
+activation (with its zero point, so padding adds nothing once corrected) into ``[N, CO,
+H+pads, W+pads, CQ, 4]``, and the zero point is corrected after the sum, ``acc - za *
+sum(W[f])`` (a constant per output channel), fused into the write-back.
 """
 
 from __future__ import annotations
@@ -22,11 +29,14 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
+from . import int8_quads
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, record_calls, rewrite_calls
+from .dataflow import Dataflow, rewrite_calls
 
 RULE = ("conv2d_int32(int16(a) - za, W) NCHW[b]c => conv2d_int_packed(pad(int16(a) - za), "
         "[F/b, CO, KH, KW, CP, b, 2](W))")
+RULE_U8 = ("conv2d_int32(int16(a) - za, W) NCHW[b]c => conv2d_u8s8_packed(pad(u8 a, za), "
+           "[F/b, CO, KH, KW, CQ, b, 4](W)) - za * sum(W[f])")
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
 _BYTE = ("uint8", "int8", "int16")
 
@@ -37,11 +47,21 @@ class PackIntConv(GraphPass):
 
     name = "pack_int_conv"
     opt_level = 2
+    options = dict(int8_quads.OPTIONS)
 
     def rewrite(self, mod, report: PassReport, options: dict):
         df = Dataflow(mod)
-        out, rewritten = rewrite_calls(mod, "relax.nn.conv2d", lambda m, call: _packed(m, df, call))
-        record_calls(report, RULE, rewritten)
+        form = []  # (replaced var, u8 x s8 layout, can saturate)
+
+        def replace(m, call):
+            got = _packed(m, df, call, options)
+            if got is None:
+                return None
+            form.append((m.binding.var, *got[1:]))
+            return got[0]
+
+        out, rewritten = rewrite_calls(mod, "relax.nn.conv2d", replace)
+        int8_quads.record(report, rewritten, form, RULE, RULE_U8)
         return out
 
 
@@ -100,6 +120,71 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
         name="conv2d_int")
 
 
+def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channels: int):
+    """TE compute.  ``a8[n, co, h, w, cq, k] = a[..]`` (uint8) at input channel ``co * 4 CQ
+    + 4 cq + k`` (clamped to the last one past ``channels``: their weights are 0) and pixel
+    ``(h - top, w - left)``, the zero point ``za`` in the padding; then ``acc[n, fo, y, x,
+    v] = sum_{co, ry, rx, cq, k} int32(a8[n, co, y sh + ry dh, x sw + rx dw, cq, k]) *
+    int32(wq[fo, co, ry, rx, cq, v, k])`` and ``out = acc - corr[fo, v]`` (``corr = za *
+    sum(W[f])``, None when ``za`` is 0).  ``a`` is NCHW[b]c (5-D) or NCHW (4-D).  An
+    unpadded strided 1x1 conv copies only the pixels it reads."""
+    blocked = len(a.shape) == 5
+    n, h, w = (int(a.shape[k]) for k in (0, 2, 3))
+    fo, co_n, kh, kw, cq_n, b, _ = (int(d) for d in wq.shape)
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    pt, pl, pb, pr = (int(p) for p in padding)
+    hp, wpd = h + pt + pb, w + pl + pr
+    oh, ow = (hp - (kh - 1) * dh - 1) // sh + 1, (wpd - (kw - 1) * dw - 1) // sw + 1
+    sub = kh == kw == 1 and not (pt or pl or pb or pr) and (sh, sw) != (1, 1)
+
+    def copy(i, co, y, x, cq, k):
+        yy, xx = (y * sh, x * sw) if sub else (y - pt, x - pl)
+        if blocked:
+            v = a[i, co, yy, xx, cq * 4 + k]
+        else:
+            v = a[i, te.min(cq * 4 + k, channels - 1), yy, xx]
+        if not (pt or pl or pb or pr):
+            return v
+        inside = tvm.tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
+        return te.if_then_else(inside, v, tvm.tirx.const(za, "uint8"))
+
+    a8 = te.compute((n, co_n, oh, ow, cq_n, 4) if sub else (n, co_n, hp, wpd, cq_n, 4), copy,
+                    name="conv_int_a8")
+    if sub:
+        sh = sw = 1
+    rco = te.reduce_axis((0, co_n), "rco")
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+    rcq = te.reduce_axis((0, cq_n), "rcq")
+    rk = te.reduce_axis((0, 4), "rk")
+    acc = te.compute(
+        (n, fo, oh, ow, b),
+        lambda i, f, y, x, v: te.sum(
+            a8[i, rco, y * sh + ry * dh, x * sw + rx * dw, rcq, rk].astype("int32")
+            * wq[f, rco, ry, rx, rcq, v, rk].astype("int32"),
+            axis=[rco, ry, rx, rcq, rk]),
+        name="conv2d_int")
+    if corr is None:
+        return acc
+    return te.compute(acc.shape, lambda i, f, y, x, v: acc[i, f, y, x, v] - corr[f, v],
+                      name="conv2d_int_zp")
+
+
+def pack_conv_quads(w: np.ndarray, blocked: bool) -> np.ndarray:
+    """A blocked int weight ``[F/b, C/b, KH, KW, b, b]`` (OIHW[b]i[b]o) or ``[F/b, C, KH, KW,
+    b]`` (OIHW[b]o, NCHW input), values in int8 -> ``[F/b, CO, KH, KW, CQ, b, 4]`` int8, four
+    input channels innermost (NCHW input: ``CO = 1``, C padded with zero channels to fours)."""
+    if blocked:
+        fo, co, kh, kw, bi, bo = w.shape
+        wq = w.reshape(fo, co, kh, kw, bi // 4, 4, bo).transpose(0, 1, 2, 3, 4, 6, 5)
+    else:
+        fo, c, kh, kw, bo = w.shape
+        w = np.pad(w, ((0, 0), (0, -c % 4), (0, 0), (0, 0), (0, 0)))
+        wq = w.reshape(fo, -1, 4, kh, kw, bo).transpose(0, 3, 4, 1, 5, 2)[:, None]
+    return np.ascontiguousarray(wq.astype(np.int8))
+
+
 def pack_conv_int(w: np.ndarray, blocked: bool) -> np.ndarray:
     """A blocked int weight ``[F/b, C/b, KH, KW, b, b]`` (OIHW[b]i[b]o) or ``[F/b, C, KH, KW,
     b]`` (OIHW[b]o, NCHW input) -> ``[F/b, CO, KH, KW, CP, b, 2]``, input-channel pairs
@@ -130,9 +215,10 @@ def _widened(df, x):
     return (x, None) if str(x.ty.dtype) in _BYTE else None
 
 
-def _packed(m, df, call):
-    """``call`` (a blocked int32 relax.nn.conv2d) as conv2d_int_packed, emitted through
-    ``m``; None when it does not qualify."""
+def _packed(m, df, call, options: dict):
+    """(``call`` (a blocked int32 relax.nn.conv2d) as conv2d_u8s8_packed or
+    conv2d_int_packed, emitted through ``m``, whether it took the u8 x s8 form, whether
+    that can saturate); None when it does not qualify."""
     a = call.attrs
     x, weight = call.args
     out = _BLOCKED.match(str(a.out_layout or a.data_layout))
@@ -149,8 +235,28 @@ def _packed(m, df, call):
         return None
     src, za = widened
     channels = int(src.ty.shape[1]) * (int(src.ty.shape[4]) if blocked else 1)
+    # a graph input's activation is blocked after its widening (layout_transform(int16(a) -
+    # za)): the u8 form blocks ``a`` itself, the widened copy is left dead
+    moved = df.call(x, "layout_transform") if blocked else None
+    inner = _widened(df, moved.args[0]) if moved is not None else None
+    u8 = inner[0] if inner is not None else src
+    if int8_quads.use_quads(options, str(u8.ty.dtype), w) and (
+            not blocked or w.shape[4] % 4 == 0):
+        z = int((inner or widened)[1]) if (inner or widened)[1] is not None else 0
+        if 0 <= z <= 255:
+            wq = pack_conv_quads(w, blocked)
+            corr = z * wq.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))
+            corr = relax.const(corr.astype(np.int32)) if z else None
+            act = m.visit_expr(u8)
+            if inner is not None:
+                act = m.builder_.emit(relax.op.layout_transform(
+                    act, moved.attrs.index_map, pad_value=None))
+            out = m.builder_.call_te(conv2d_u8s8_packed, act, z, relax.const(wq), corr,
+                                     a.strides, a.padding, a.dilation, channels,
+                                     primfunc_name_hint="conv2d_integer")
+            return out, True, int8_quads.can_saturate(options, wq)
     wp = pack_conv_int(w, blocked)
     za = relax.const(za) if za is not None else None
     return m.builder_.call_te(conv2d_int_packed, m.visit_expr(src), za, relax.const(wp),
                               a.strides, a.padding, a.dilation, channels,
-                              primfunc_name_hint="conv2d_integer")
+                              primfunc_name_hint="conv2d_integer"), False, False

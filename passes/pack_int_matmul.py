@@ -14,6 +14,12 @@ zero point is already in W, so its ``zb sum_k a`` term never arises.  An odd K g
 row in W and a zero column in ``a16``; N not a multiple of ``panel`` zero columns, and an
 M with no register-tile divisor (197) zero rows in ``a16``, both dropped by a second stage.  FuseOps then fuses the dequantisation (cast, scale multiply, bias add)
 after the matmul: one f32 kernel per MatMulInteger.  Runs after fold_constants.
+
+On targets with a u8 x s8 dot (option ``u8_dot``, set by the driver from the target: see
+passes/int8_quads.py) a u8 activation by a weight that fits s8 is not widened: W is packed
+``[N/nr, K/4, nr, 4]`` (int8, four k per column), the activation stays u8 (a copy stage
+pads K to fours and M to the tile), and the zero point is corrected after the sum,
+``acc - za * colsum(W)`` (``colsum`` a constant per column), fused into the write-back.
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
+from . import int8_quads
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, record_calls, rewrite_calls
+from .dataflow import Dataflow, rewrite_calls
 
 RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(int16(a) - int16(za), [N/nr, K/2, nr, 2](W))"
+RULE_U8 = ("matmul(int32(a) - int32(za), W) => matmul_u8s8_packed(u8 a, [N/nr, K/4, nr, 4](W)) "
+           "- za * colsum(W)")
 _BYTE = ("uint8", "int8")
 
 
@@ -35,14 +44,21 @@ class PackIntMatmul(GraphPass):
 
     name = "pack_int_matmul"
     opt_level = 2
-    options = {"panel": 16}
+    options = {"panel": 16, **int8_quads.OPTIONS}
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        panel = int(options["panel"])
         df = Dataflow(mod)
-        out, rewritten = rewrite_calls(mod, "relax.matmul",
-                                       lambda m, call: _packed(m, df, call, panel))
-        record_calls(report, RULE, rewritten)
+        form = []  # (replaced var, u8 x s8 layout, can saturate)
+
+        def replace(m, call):
+            got = _packed(m, df, call, options)
+            if got is None:
+                return None
+            form.append((m.binding.var, *got[1:]))
+            return got[0]
+
+        out, rewritten = rewrite_calls(mod, "relax.matmul", replace)
+        int8_quads.record(report, rewritten, form, RULE, RULE_U8)
         return out
 
 
@@ -81,6 +97,54 @@ def matmul_int_packed(a, za, wp, n: int, rows: int = 1):
     if n == no * nr and mp == m:
         return acc
     return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cut")
+
+
+def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1):
+    """TE compute.  ``a8[.., i, k] = a[.., i, k]`` (uint8; 0 for k >= K up to whole fours,
+    row ``M - 1`` again for i >= M when ``rows`` pads M), then ``acc[.., i, j] = sum_{ko, ki}
+    int32(a8[.., i, 4 ko + ki]) * int32(wq[j // nr, ko, j % nr, ki])`` and ``out = acc -
+    int32(za) * colsum[j]`` for i < M, j < ``n`` (``za`` a scalar tensor or None: no
+    correction)."""
+    *bat, m, kk = a.shape
+    no, k4, nr, _ = (int(d) for d in wq.shape)
+    kk, m = int(kk), int(m)
+    mp = -(-m // rows) * rows
+
+    def copy(*idx):
+        i, k = idx[-2:]
+        v = a[(*idx[:-2], te.min(i, m - 1) if mp != m else i, k)]
+        if kk == 4 * k4:
+            return v
+        return te.if_then_else(k < kk, v, tvm.tirx.const(0, "uint8"))
+
+    a8 = te.compute((*bat, mp, 4 * k4), copy, name="matmul_int_a8")
+    ko = te.reduce_axis((0, k4), "ko")
+    ki = te.reduce_axis((0, 4), "ki")
+    acc = te.compute(
+        (*bat, mp, no * nr),
+        lambda *idx: te.sum(
+            a8[(*idx[:-1], ko * 4 + ki)].astype("int32")
+            * wq[te.indexdiv(idx[-1], nr), ko, te.indexmod(idx[-1], nr), ki].astype("int32"),
+            axis=[ko, ki]),
+        name="matmul_int")
+    if za is None:
+        if n == no * nr and mp == m:
+            return acc
+        return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cut")
+    return te.compute((*bat, m, n),
+                      lambda *idx: acc[idx] - za().astype("int32") * colsum[idx[-1]],
+                      name="matmul_int_zp")
+
+
+def pack_quads(w: np.ndarray, nr: int) -> np.ndarray:
+    """W [K, N] (values in int8) -> wq [ceil(N/nr), ceil(K/4), nr, 4] int8: ``wq[jo, ko, ji,
+    ki] = W[4 ko + ki, jo nr + ji]``; zero columns up to whole panels, zero rows up to whole
+    fours of k."""
+    k, n = w.shape
+    np_, kp = -(-n // nr) * nr, -(-k // 4) * 4
+    w = np.pad(w, ((0, kp - k), (0, np_ - n)))
+    wq = w.reshape(kp // 4, 4, np_ // nr, nr).transpose(2, 0, 3, 1)
+    return np.ascontiguousarray(wq.astype(np.int8))
 
 
 def pad_rows(m: int) -> int:
@@ -179,9 +243,11 @@ def _static(x):
     return [int(d) for d in shape]
 
 
-def _packed(m, df, call, panel: int):
-    """``call`` (an int32 relax.matmul) as matmul_int_packed, emitted through ``m``
-    (rewrite_calls' mutator); None when it does not qualify."""
+def _packed(m, df, call, options: dict):
+    """(``call`` (an int32 relax.matmul) as matmul_u8s8_packed or matmul_int_packed, emitted
+    through ``m`` (rewrite_calls' mutator), whether it took the u8 x s8 form, whether that
+    can saturate); None when it does not qualify."""
+    panel = int(options["panel"])
     if str(call.ty.dtype) != "int32" or len(call.args) != 2:
         return None
     x, weight = call.args
@@ -197,7 +263,7 @@ def _packed(m, df, call, panel: int):
         return None
     if np.abs(w).max(initial=0) > 32767:  # not an 8-bit weight minus its zero point
         return None
-    wp = pack_int(w, panel)
+    quads = int8_quads.use_quads(options, str(a.ty.dtype), w)
     a = m.visit_expr(a)
     if isinstance(za, tuple):
         za = m.builder_.emit(relax.op.reshape(m.visit_expr(za[1]), []))
@@ -205,5 +271,14 @@ def _packed(m, df, call, panel: int):
         za = relax.const(za)
     elif za is not None:
         za = m.visit_expr(za)
-    return m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),
-                              pad_rows(shape[-2]), primfunc_name_hint="matmul_integer")
+    if quads:
+        wq = pack_quads(w, panel)
+        colsum = relax.const(w.sum(axis=0).astype(np.int32))
+        out = m.builder_.call_te(matmul_u8s8_packed, a, za, relax.const(wq), colsum,
+                                 int(w.shape[1]), pad_rows(shape[-2]),
+                                 primfunc_name_hint="matmul_integer")
+        return out, True, int8_quads.can_saturate(options, wq)
+    wp = pack_int(w, panel)
+    out = m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),
+                             pad_rows(shape[-2]), primfunc_name_hint="matmul_integer")
+    return out, False, False

@@ -188,6 +188,28 @@ def int16_dot(arch: str, features) -> str | None:
     return "avx2" if "avx2" in features else None
 
 
+def int8_dot(arch: str, features) -> str | None:
+    """The x86 u8 x s8 dot by fours (four u8 x s8 products summed into each i32 lane) at
+    the widest width ``features`` allow: "avx512vnni" (zmm ``vpdpbusd``, AVX512-VNNI),
+    "avxvnni" (ymm ``vpdpbusd``, AVX-VNNI: Alder Lake, Arrow Lake), both exact;
+    "avx512" (zmm ``vpmaddubsw`` + ``vpmaddwd`` by ones, AVX512BW) and "avx2" (ymm), whose
+    first step saturates a pair sum to int16 (onnxruntime's AVX2 kernel does the same);
+    else None."""
+    if arch != "x86_64":
+        return None
+    if "avx512vnni" in features and "avx512bw" in features:
+        return "avx512vnni"
+    if "avx512bw" in features:
+        return "avx512"
+    if "avxvnni" in features:
+        return "avxvnni"
+    return "avx2" if "avx2" in features else None
+
+
+# int8_dot kinds whose pair step saturates (vpmaddubsw); the VNNI ones sum in int32, exact
+INT8_DOT_SATURATES = ("avx2", "avx512")
+
+
 def bf16_dot(arch: str, features) -> str | None:
     """The x86 bf16 pair dot (``vdpbf16ps``: 2 bf16 products added into each fp32 lane):
     "avx512" (512-bit, AVX512-BF16: Zen 4/5, Cooper Lake, Sapphire Rapids and later), else
@@ -198,12 +220,14 @@ def bf16_dot(arch: str, features) -> str | None:
 def cpu_facts(tvm_target) -> dict:
     """What schedule rules ask of an LLVM CPU target (a ``tvm.target.Target``): ``lanes``
     (fp32 per vector), ``vector_registers``, ``cores`` (the target's ``num-cores``),
-    ``int16_dot`` (see ``int16_dot``), ``bf16_dot`` (see ``bf16_dot``)."""
+    ``int16_dot`` (see ``int16_dot``), ``int8_dot`` (see ``int8_dot``), ``bf16_dot`` (see
+    ``bf16_dot``)."""
     arch, feats = _llvm_facts(str(tvm_target), tvm_target)
     return {"arch": arch, "lanes": vector_bits(arch, feats) // 32,
             "vector_registers": vector_registers(arch, feats),
             "cores": int(tvm_target.attrs.get("num-cores", 1) or 1),
-            "int16_dot": int16_dot(arch, feats), "bf16_dot": bf16_dot(arch, feats)}
+            "int16_dot": int16_dot(arch, feats), "int8_dot": int8_dot(arch, feats),
+            "bf16_dot": bf16_dot(arch, feats)}
 
 
 def _this_arch() -> str:

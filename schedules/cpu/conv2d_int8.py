@@ -1,5 +1,9 @@
 """Integer conv in NCHW[b]c with the weight pre-packed [F/b, CO, KH, KW, CP, b, 2]
-(passes/pack_int_conv.py).
+(passes/pack_int_conv.py), or by fours [F/b, CO, KH, KW, CQ, b, 4] for a u8 activation by
+s8 weights (``a8`` the u8 activation padded with its zero point, no widening): there the
+step is ``cpu.matmul_int8``'s u8 x s8 intrinsic (``vpdpbusd`` on VNNI, ``vpmaddubsw`` +
+``vpmaddwd`` by ones on AVX2 / AVX-512BW) and the zero point's correction, a constant per
+output channel, is part of the epilogue.  The rest of this docstring describes the pairs.
 
 ``out[n, fo, y, x, v] += int32(a16[n, co, y*s + ry, x*s + rx, cp, k]) * int32(wp[fo, co, ry,
 rx, cp, v, k])``, ``a16`` the 8-bit activation widened to int16 minus its zero point and
@@ -22,13 +26,15 @@ from __future__ import annotations
 from ..base import MatchingCPURule
 from . import common
 from .conv2d_nchwc import tile
-from .matmul_int8 import dot_intrin, dot_lanes
+from .matmul_int8 import dot_intrin, dot_lanes, quad_intrin, quad_lanes
 
 
 def match_int_conv(sch):
-    """(block rv, vector block, a16 dtype, wp dtype) of the only reduction block when it is
-    ``out[n, f, y, x, v]`` (int32) reduced over (co, ry, rx, cp, k) from a 6-D int16
-    ``a16[n, co, .., .., cp, k]`` and a 7-D ``wp[f, co, ry, rx, cp, v, k]``; else None."""
+    """(block rv, vector block, activation dtype, wp dtype, k group) of the only reduction
+    block when it is ``out[n, f, y, x, v]`` (int32) reduced over (co, ry, rx, cp, k) from a
+    6-D ``a[n, co, .., .., cp, k]`` and a 7-D ``wp[f, co, ry, rx, cp, v, k]``: int16 ``a``
+    by int8 / int16 ``wp`` in pairs (k < 2), or uint8 ``a`` by int8 ``wp`` in fours (k <
+    4, pack_int_conv's u8 x s8 form); else None."""
     m = common.single_reduction(sch, "SSSSSRRRRR")
     if m is None:
         return None
@@ -46,11 +52,15 @@ def match_int_conv(sch):
         return None
     ai, wi = common.region_vars(a16), common.region_vars(wp)
     if not (common.same_vars([ai[0], ai[1], ai[4], ai[5]], [n, co, cp, k])
-            and common.same_vars(wi, [f, co, ry, rx, cp, v, k])
-            and str(a16.source.dtype) == "int16"
-            and str(wp.source.dtype) in ("int8", "int16")):
+            and common.same_vars(wi, [f, co, ry, rx, cp, v, k])):
         return None
-    return rv, int(out.source.shape[4]), "int16", str(wp.source.dtype)
+    group = int(wp.source.shape[6])
+    forms = {2: ("int16", ("int8", "int16")), 4: ("uint8", ("int8",))}
+    if (group not in forms or int(a16.source.shape[5]) != group
+            or str(a16.source.dtype) != forms[group][0]
+            or str(wp.source.dtype) not in forms[group][1]):
+        return None
+    return rv, int(out.source.shape[4]), str(a16.source.dtype), str(wp.source.dtype), group
 
 
 class Conv2dInt8(MatchingCPURule):
@@ -62,13 +72,14 @@ class Conv2dInt8(MatchingCPURule):
         return match_int_conv(sch)
 
     def schedule(self, sch, m, target):
-        conv, b, a_dtype, w_dtype = m
-        chosen = dot_lanes(target, b)
+        conv, b, a_dtype, w_dtype, group = m
+        chosen = dot_lanes(target, b) if group == 2 else quad_lanes(target, b)
         if chosen is None:
             return None
         (kind, lanes), ncores = chosen, common.cores(target)
+        stage = "_a16" if group == 2 else "_a8"
         a16 = [blk for blk in sch.get_producers(conv)
-               if sch.get(blk).name_hint.endswith("_a16")]
+               if sch.get(blk).name_hint.endswith(stage)]
         if len(a16) != 1:
             return None
         pads, after, tail = common.inline_around(sch, conv, keep_pads=False,
@@ -105,15 +116,16 @@ class Conv2dInt8(MatchingCPURule):
             sch.vectorize(vl)
         init = sch.decompose_reduction(conv, co)
         if kind is not None:
-            sch.tensorize(vl, dot_intrin(kind, a_dtype, w_dtype)[0])
+            sch.tensorize(vl, dot_intrin(kind, a_dtype, w_dtype)[0] if group == 2
+                          else quad_intrin(kind)[0])
         for lp in (fi, yi, xi, vo):
             sch.unroll(lp)
         _vectorize_tile(sch, init, lanes)
         _vectorize_tile(sch, wb, lanes)
         a16_loops = sch.get_loops(a16[0])
-        if common.const_extent(sch, a16_loops[-1]) == 2:
+        if common.const_extent(sch, a16_loops[-1]) == group:
             sch.vectorize(sch.fuse(*a16_loops[-2:]) if common.const_extent(
-                sch, a16_loops[-2]) * 2 <= 4 * lanes else a16_loops[-1])
+                sch, a16_loops[-2]) * group <= 4 * lanes else a16_loops[-1])
         a16_name = sch.get(a16[0]).name_hint
         for p in rest:
             if sch.get(p).name_hint != a16_name:

@@ -1,4 +1,8 @@
-"""Integer matmul with the weight pre-packed [N/nr, K/2, nr, 2] (passes/pack_int_matmul.py).
+"""Integer matmul with the weight pre-packed [N/nr, K/2, nr, 2] (passes/pack_int_matmul.py),
+or [N/nr, K/4, nr, 4] for u8 activations by s8 weights (``quad_intrin``: the activation
+stays u8, four k per i32 lane, ``vpdpbusd`` on AVX512-VNNI / AVX-VNNI, ``vpmaddubsw`` +
+``vpmaddwd`` by ones + ``vpaddd`` on AVX2 / AVX-512BW, whose pair sums saturate to int16 as
+onnxruntime's do; passes/int8_quads.py decides which).  The i16 pairs:
 
 ``C[b.., i, j] += int32(A16[b.., i, 2 ko + ki]) * int32(Wp[j // nr, ko, j % nr, ki])``, A16
 the activation widened to int16 minus its zero point (a stage of the same kernel, kept as
@@ -28,6 +32,13 @@ from ..base import MatchingCPURule
 from . import common
 
 _LLVM = {"avx2": (8, "llvm.x86.avx2.pmadd.wd"), "avx512": (16, "llvm.x86.avx512.pmaddw.d.512")}
+# int8_dot kind -> (i32 lanes, u8 x s8 step, i16 pair sum or None): vpmaddubsw then vpmaddwd
+# by ones (onnxruntime's AVX2 / AVX-512BW step, pair sums saturate to int16), or vpdpbusd
+# (VNNI: the four products summed in int32, accumulated in place)
+_QUAD = {"avx2": (8, "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
+         "avx512": (16, "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
+         "avxvnni": (8, "llvm.x86.avx512.vpdpbusd.256", None),
+         "avx512vnni": (16, "llvm.x86.avx512.vpdpbusd.512", None)}
 _REGISTERED: set = set()
 
 
@@ -85,6 +96,86 @@ def dot_intrin(kind: str, a_dtype: str, b_dtype: str) -> tuple:
     return name, lanes
 
 
+def quad_lanes(target, width: int):
+    """(u8 x s8 dot kind or None, int32 lanes) for a u8 x s8 rule whose vector dimension is
+    ``width`` wide on ``target``: the target's ``int8_dot`` when ``width`` is whole vectors
+    of it, else plain fp32-width vectors (None when not even those divide ``width``)."""
+    kind = common.targets.cpu_facts(target)["int8_dot"]
+    lanes = _QUAD[kind][0] if kind else common.lanes_fp32(target)
+    if width % lanes:
+        kind, lanes = None, common.lanes_fp32(target)
+        if width % lanes:
+            return None
+    return kind, lanes
+
+
+def quad_intrin(kind: str) -> tuple:
+    """(name, lanes) of the tensor intrinsic ``C[0:L] += sum_k int32(A[k]) * int32(B[0:L,
+    k])`` (k < 4, A uint8, B int8) as one ``vpdpbusd`` (VNNI kinds) or ``vpmaddubsw`` +
+    ``vpmaddwd`` by ones + ``vpaddd``, whose first step saturates each pair sum ``A[2p]
+    B[i, 2p] + A[2p+1] B[i, 2p+1]`` to int16 (as onnxruntime's AVX2 kernel); registered
+    once.  The four u8 of A are broadcast as one i32 straight from memory."""
+    lanes, step, pairs = _QUAD[kind]
+    name = f"onnxc_dot_{lanes}x4_uint8_int8_{kind}"
+    if name in _REGISTERED:
+        return name, lanes
+    u8, s8, i16, i32 = (f"uint8x{4 * lanes}", f"int8x{4 * lanes}", f"int16x{2 * lanes}",
+                        f"int32x{lanes}")
+
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((4,), "uint8", offset_factor=1),
+             B: T.Buffer((lanes, 4), "int8", offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+            T.writes(C[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+    if pairs is None:
+        @T.prim_func(s_tir=True)
+        def impl(A: T.Buffer((4,), "uint8", offset_factor=1),
+                 B: T.Buffer((lanes, 4), "int8", offset_factor=1),
+                 C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
+            with T.sblock("root"):
+                T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+                T.writes(C[0:lanes])
+                a = T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint8x4"),
+                                                            dtype="int32"), lanes), dtype=u8)
+                C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
+                    T.llvm_lookup_intrinsic_id(step), C.vload([0], i32), a,
+                    B.vload([0, 0], s8), dtype=i32)
+    else:
+        @T.prim_func(s_tir=True)
+        def impl(A: T.Buffer((4,), "uint8", offset_factor=1),
+                 B: T.Buffer((lanes, 4), "int8", offset_factor=1),
+                 C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
+            with T.sblock("root"):
+                T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+                T.writes(C[0:lanes])
+                a = T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint8x4"),
+                                                            dtype="int32"), lanes), dtype=u8)
+                t = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id(step), a,
+                                            B.vload([0, 0], s8), dtype=i16)
+                C[T.ramp(T.int32(0), 1, lanes)] = C.vload([0], i32) + T.call_llvm_pure_intrin(
+                    T.llvm_lookup_intrinsic_id(pairs), t, T.broadcast(T.int16(1), 2 * lanes),
+                    dtype=i32)
+
+    TensorIntrin.register(name, desc, impl)
+    _REGISTERED.add(name)
+    return name, lanes
+
+
+def match_quad_matmul(sch):
+    """(block rv, nr, "uint8", "int8") of the only reduction block when it reduces over (ko,
+    ki) into an int32 buffer, reading a uint8 ``A[.., i, ko * 4 + ki]`` and an int8 ``Wp[j //
+    nr, ko, j % nr, ki]`` (passes/pack_int_matmul.py's u8 x s8 form); else None."""
+    return match_pair_matmul(sch, "int32", ("uint8",), ("int8",), group=4)
+
+
 def match_int_matmul(sch):
     """(block rv, nr, A dtype, Wp dtype) of the only reduction block when it reduces over
     (ko, ki) (``S..SRR``) into an int32 buffer indexed by its spatial iters, reading an
@@ -92,11 +183,12 @@ def match_int_matmul(sch):
     return match_pair_matmul(sch, "int32", ("int16",), ("int8", "int16", "uint8"))
 
 
-def match_pair_matmul(sch, out_dtype: str, a_dtypes, w_dtypes):
+def match_pair_matmul(sch, out_dtype: str, a_dtypes, w_dtypes, group: int = 2):
     """(block rv, nr, A dtype, Wp dtype) of the only reduction block when it reduces over
     (ko, ki) (``S..SRR``) into an ``out_dtype`` buffer indexed by its spatial iters,
-    reading ``A[.., i, ko * 2 + ki]`` (a dtype in ``a_dtypes``) and ``Wp[j // nr, ko, j %
-    nr, ki]`` (in ``w_dtypes``); else None.  cpu.matmul_bf16 matches with it too."""
+    reading ``A[.., i, ko * group + ki]`` (a dtype in ``a_dtypes``) and ``Wp[j // nr, ko, j
+    % nr, ki]`` (in ``w_dtypes``, ``ki`` < ``group``); else None.  cpu.matmul_bf16 matches
+    with it too."""
     found = common.only_reduction(sch)
     if found is None:
         return None
@@ -116,7 +208,7 @@ def match_pair_matmul(sch, out_dtype: str, a_dtypes, w_dtypes):
         if r.source.same_as(out.source):
             continue
         idx, shape = common.region_vars(r), r.source.shape
-        if (len(idx) == 4 and isinstance(shape[2], tirx.IntImm) and int(shape[3]) == 2
+        if (len(idx) == 4 and isinstance(shape[2], tirx.IntImm) and int(shape[3]) == group
                 and _is(idx[0], tirx.FloorDiv, j, shape[2]) and idx[1].same_as(ko)
                 and _is(idx[2], tirx.FloorMod, j, shape[2]) and idx[3].same_as(ki)):
             nr, w_dtype = int(shape[2]), str(r.source.dtype)
@@ -138,16 +230,28 @@ class MatmulInt8(MatchingCPURule):
     name = "cpu.matmul_int8"
 
     def match(self, sch):
-        return match_int_matmul(sch)
+        m = match_int_matmul(sch)
+        return (*m, 2) if m is not None else _with(match_quad_matmul(sch), 4)
 
     def schedule(self, sch, m, target):
-        mm, nr, a_dtype, w_dtype = m
+        mm, nr, a_dtype, w_dtype, group = m
+        if group == 4:  # u8 x s8 by fours (vpdpbusd / vpmaddubsw)
+            chosen = quad_lanes(target, nr)
+            if chosen is None:
+                return None
+            kind, lanes = chosen
+            intrin = quad_intrin(kind)[0] if kind is not None else None
+            return schedule_pairs(sch, mm, nr, "_a8", intrin, lanes, target)
         chosen = dot_lanes(target, nr)
         if chosen is None:
             return None
         kind, lanes = chosen
         intrin = dot_intrin(kind, a_dtype, w_dtype)[0] if kind is not None else None
         return schedule_pairs(sch, mm, nr, "_a16", intrin, lanes, target)
+
+
+def _with(m, group):
+    return (*m, group) if m is not None else None
 
 
 def schedule_pairs(sch, mm, nr: int, stage: str, intrin, lanes: int, target):

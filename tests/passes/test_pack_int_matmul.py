@@ -1,5 +1,8 @@
 """pack_int_matmul: structure (count, names, packed layout, one fused f32 kernel), numerics
-against onnxruntime and against exact integer arithmetic, and matmuls it must leave alone."""
+against onnxruntime and against exact integer arithmetic, and matmuls it must leave alone;
+the u8 x s8 form (weights by fours, vpmaddubsw / vpdpbusd): packing, per-tensor and
+per-column weights against onnxruntime, saturation as onnxruntime's and reported, and the
+``exact`` option keeping the i16 pair path."""
 
 from __future__ import annotations
 
@@ -10,7 +13,23 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 import compiler
-from passes.pack_int_matmul import RULE, pack_int, pad_rows
+import targets
+from passes.int8_quads import SATURATING
+from passes.pack_int_matmul import RULE, RULE_U8, pack_int, pack_quads, pad_rows
+
+def host_dot():
+    """The host's u8 x s8 dot ("avx2", "avx512vnni", ...; None: every matmul stays on i16
+    pairs), read per test: ``--fake-host`` patches the host after import."""
+    info = targets.resolve("host")
+    return targets.int8_dot(info.arch, info.features)
+
+
+def need_dot():
+    """The host's dot, or skip the test."""
+    dot = host_dot()
+    if dot is None:
+        pytest.skip("host has no u8 x s8 dot")
+    return dot
 
 NP = {"uint8": np.uint8, "int8": np.int8}
 ONNX = {"uint8": TP.UINT8, "int8": TP.INT8}
@@ -97,7 +116,10 @@ def test_dynamic_quantized_matmul_matches_ort(m, k, n, wtype, per_channel, bias)
     x = rng.standard_normal((m, k)).astype(np.float32) + 0.3   # nonzero activation zp
     cm = compiler.compile(model, target="host")
     rep = _pass(cm)
-    assert rep["rewrites"] == {RULE: 1} and rep["nodes"] == ["mmi"]
+    wfull = w.astype(np.int64) - wz.astype(np.int64)
+    quads = host_dot() is not None and wfull.min() >= -128 and wfull.max() <= 127
+    rewrites = {k: v for k, v in rep["rewrites"].items() if k != SATURATING}
+    assert rewrites == {RULE_U8 if quads else RULE: 1} and rep["nodes"] == ["mmi"]
     # MatMulInteger, its dequantisation and the bias are one kernel of the int8 rule
     rows = [r for r in cm.report["kernel_table"] if "mmi" in r["nodes"]]
     assert len(rows) == 1 and rows[0]["rule"] == "cpu.matmul_int8"
@@ -151,3 +173,84 @@ def test_per_row_activation_zero_point_is_not_packed():
     az = np.array([1, 2, 3, 4], np.uint8)
     np.testing.assert_array_equal(cm.session().run(None, {"a": a, "az": az})[0],
                                   (a.astype(np.int64) - az[:, None]) @ w.astype(np.int64))
+
+
+def saturating_matmul(a, w):
+    """``a @ w`` as vpmaddubsw computes it: each pair of consecutive k (from k = 0) summed
+    in int16 with saturation, the pair sums added in int32 (K padded to fours with 0)."""
+    a, w = a.astype(np.int64), w.astype(np.int64)
+    k = a.shape[1]
+    a, w = np.pad(a, ((0, 0), (0, -k % 2))), np.pad(w, ((0, -k % 2), (0, 0)))
+    pairs = a[:, 0::2, None] * w[None, 0::2] + a[:, 1::2, None] * w[None, 1::2]
+    return np.clip(pairs, -32768, 32767).sum(axis=1)
+
+
+def test_pack_quads_layout_and_padding():
+    w = np.arange(6 * 20).reshape(6, 20) % 200 - 100
+    q = pack_quads(w, 16)
+    assert q.shape == (2, 2, 16, 4) and q.dtype == np.int8 and q.flags.c_contiguous
+    assert q[1, 1, 3, 1] == w[5, 19] and q[0, 0, 2, 3] == w[3, 2]
+    assert not q[:, 1, :, 2:].any() and not q[1, :, 4:].any()   # K to fours, N to panels
+
+
+@pytest.mark.parametrize("per_channel,bias,lo,hi", [
+    (False, True, -64, 64),       # per-tensor, bias, saturation-proof (|w0| + |w1| <= 128)
+    (True, False, -64, 64),       # per-column weight scales, no bias
+    (False, False, -128, 128),    # full range: pair sums can pass int16, as in onnxruntime
+])
+def test_u8s8_dynamic_matches_ort(per_channel, bias, lo, hi):
+    dot = need_dot()
+    m, k, n = 24, 200, 72
+    rng = np.random.default_rng(4)
+    w = rng.integers(lo, hi, (k, n)).astype(np.int8)
+    wz = np.zeros(n if per_channel else (), np.int8)
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    model = dynamic_model(m, k, n, w, wz, b)
+    cm = compiler.compile(model, target="host")
+    rep = _pass(cm)
+    assert rep["rewrites"].get(RULE_U8) == 1 and RULE not in rep["rewrites"]
+    saturating = hi > 64 and dot in targets.INT8_DOT_SATURATES
+    assert rep["rewrites"].get(SATURATING, 0) == int(saturating)
+    # mostly large u8 values (pair sums past int16), a nonzero activation zero point
+    x = (rng.standard_normal((m, k)) * 2 + 4).astype(np.float32)
+    got = cm.session().run(None, {"x": x})[0]
+    ref = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+
+
+def test_u8s8_integer_output_saturates_as_vpmaddubsw_and_exact_option_does_not():
+    dot = need_dot()
+    rng = np.random.default_rng(6)
+    m, k, n = 9, 130, 48
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    az = np.array(85, np.uint8)
+    model = integer_model(m, k, n, "uint8", w, np.array(0, np.int8))
+    exact = (a.astype(np.int64) - 85) @ w.astype(np.int64)
+    got = compiler.compile(model, target="host").session().run(None, {"a": a, "az": az})[0]
+    if dot in targets.INT8_DOT_SATURATES:
+        sat = saturating_matmul(a, w) - 85 * w.astype(np.int64).sum(axis=0)
+        assert np.abs(sat - exact).max() > 0   # the data does saturate
+        np.testing.assert_array_equal(got, sat)
+        np.testing.assert_array_equal(got, ort_run(model, {"a": a, "az": az})[0])
+    else:  # vpdpbusd sums the four products in int32
+        np.testing.assert_array_equal(got, exact)
+    # negative: exact keeps the i16 pair path (vpmaddwd) on a saturating target
+    cm = compiler.compile(model, target="host", pass_config={"pack_int_matmul": {"exact": True}})
+    if dot in targets.INT8_DOT_SATURATES:
+        assert _pass(cm)["rewrites"] == {RULE: 1}
+    np.testing.assert_array_equal(cm.session().run(None, {"a": a, "az": az})[0], exact)
+
+
+def test_s8_activations_and_wide_weights_stay_on_pairs():
+    # s8 activations (vpmaddubsw / vpdpbusd take u8 first operands) and u8 weights minus a
+    # zero point (outside s8) are not packed by fours, whatever the host
+    rng = np.random.default_rng(7)
+    w = rng.integers(-128, 128, (32, 16)).astype(np.int8)
+    cm = compiler.compile(integer_model(4, 32, 16, "int8", w, np.array(0, np.int8)),
+                          target="host")
+    assert _pass(cm)["rewrites"] == {RULE: 1}
+    wu = rng.integers(0, 256, (32, 16)).astype(np.uint8)
+    cm = compiler.compile(integer_model(4, 32, 16, "uint8", wu, np.array(3, np.uint8)),
+                          target="host")
+    assert _pass(cm)["rewrites"] == {RULE: 1}

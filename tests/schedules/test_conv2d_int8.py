@@ -12,7 +12,8 @@ import pytest
 import tvm
 from tvm import te
 
-from passes.pack_int_conv import conv2d_int_packed, pack_conv_int
+from passes.pack_int_conv import (conv2d_int_packed, conv2d_u8s8_packed, pack_conv_int,
+                                   pack_conv_quads)
 from schedules.cpu.conv2d_int8 import Conv2dInt8
 from schedules.cpu.conv2d_nchwc import Conv2dNCHWc
 
@@ -138,3 +139,69 @@ def test_avx512_vnni_target_gets_vpdpwssd():
     f, _, _ = kernel(32, 32, 7, 3, 16, pad=1)
     asm = tvm.compile(Conv2dInt8().apply(f, ZEN5).mod, target=ZEN5).mod.inspect_source("asm")
     assert "vpdpwssd" in asm
+
+
+def quad_kernel(c, f, hw, k, b, stride=1, pad=0, blocked=True, za=77, lo=-64, hi=65):
+    """The u8 x s8 conv by fours (pack_int_conv's form on int8-dot targets), zero point
+    ``za`` corrected after the sum, with a dequantising epilogue, as one PrimFunc."""
+    w = np.random.default_rng(0).integers(lo, hi, (f, c, k, k))
+    if blocked:
+        wb = w.reshape(f // b, b, c // b, b, k, k).transpose(0, 2, 4, 5, 3, 1)
+    else:
+        wb = w.reshape(f // b, b, c, k, k).transpose(0, 2, 3, 4, 1)
+    wq = pack_conv_quads(wb, blocked)
+    corr = (za * wq.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))).astype(np.int32)
+    shape = (1, c // b, hw, hw, b) if blocked else (1, c, hw, hw)
+    a = te.placeholder(shape, "uint8", "a")
+    wqt = te.placeholder(wq.shape, "int8", "wq")
+    ct = te.placeholder(corr.shape, "int32", "corr")
+    s = te.placeholder((), "float32", "s")
+    acc = conv2d_u8s8_packed(a, za, wqt, ct, (stride, stride), (pad,) * 4, (1, 1), c)
+    y = te.compute(acc.shape, lambda *i: acc[i].astype("float32") * s(), name="deq")
+    fn = te.create_prim_func([a, wqt, ct, s, y]).with_attr("global_symbol", "k")
+    return fn, w, wq, corr
+
+
+@pytest.mark.parametrize("cpu,want,absent", [
+    ("znver3", "vpmaddubsw", "vpdpbusd"), ("skylake-avx512", "vpmaddubsw", "vpdpbusd"),
+    ("alderlake", "vpdpbusd", "vpmaddubsw"), ("arrowlake", "vpdpbusd", "vpmaddubsw"),
+    ("znver5", "vpdpbusd", "vpmaddubsw"), ("sapphirerapids", "vpdpbusd", "vpmaddubsw")])
+def test_u8s8_assembly_per_cpu(cpu, want, absent):
+    # compiled only (nothing runs), so any host checks every CPU; b = the CPU's fp32 lanes
+    import targets
+
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": cpu,
+                                "num-cores": 2})
+    b = targets.cpu_facts(target)["lanes"]
+    f, *_ = quad_kernel(2 * b, 2 * b, 9, 3, b, pad=1)
+    sch = Conv2dInt8().apply(f, target)
+    assert "conv_int_a8" in sch.mod["main"].script()
+    asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+    assert want in asm and absent not in asm
+    if want == "vpmaddubsw":
+        assert "vpmaddwd" in asm  # the i16 pair sums added by ones
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 assembly")
+@pytest.mark.parametrize("cb,fb,hw,k,stride,pad,blocked,za", [
+    (2, 3, 9, 3, 1, 1, True, 77),      # 3x3, padded with the zero point
+    (2, 2, 11, 1, 2, 0, True, 0),      # 1x1 stride 2, no zero point (no correction)
+    (None, 2, 12, 7, 2, 3, False, 128),  # RGB stem: 3 channels padded to a four
+])
+def test_u8s8_host_result_is_exact_for_saturation_proof_weights(cb, fb, hw, k, stride, pad,
+                                                                 blocked, za):
+    import targets
+
+    target = tvm.target.Target(targets.resolve("host").tvm)
+    if targets.cpu_facts(target)["int8_dot"] is None:
+        pytest.skip("host has no u8 x s8 dot")
+    b = targets.cpu_facts(target)["lanes"]
+    c, f = (3 if cb is None else cb * b), fb * b
+    fn, w, wq, corr = quad_kernel(c, f, hw, k, b, stride, pad, blocked, za)
+    lib = tvm.compile(Conv2dInt8().apply(fn, target).mod, target=target)
+    shape = (1, c // b, hw, hw, b) if blocked else (1, c, hw, hw)
+    a = np.random.default_rng(1).integers(0, 256, shape).astype(np.uint8)
+    ref = _reference(a, za, w, stride, pad, blocked, b)
+    out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32))
+    lib["k"](*[tvm.runtime.tensor(v) for v in (a, wq, corr, np.array(0.5, np.float32))], out)
+    np.testing.assert_array_equal(out.numpy(), ref.astype(np.float32) * 0.5)

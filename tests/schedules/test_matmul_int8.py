@@ -12,7 +12,8 @@ import pytest
 import tvm
 from tvm import te
 
-from passes.pack_int_matmul import matmul_int_packed, pack_int
+from passes.pack_int_matmul import (matmul_int_packed, matmul_u8s8_packed, pack_int, pack_quads,
+                                     pad_rows)
 from schedules.cpu.matmul_int8 import MatmulInt8
 from tests.schedules.util import fused_primfunc
 
@@ -104,3 +105,73 @@ def test_avx512_vnni_target_gets_vpdpwssd():
     f, _ = kernel(32, 128, 32)
     asm = tvm.compile(MatmulInt8().apply(f, target).mod, target=target).mod.inspect_source("asm")
     assert "vpdpwssd" in asm and "vpmaddwd" not in asm
+
+
+def quad_kernel(m, k, n, lo=-100, hi=100):
+    """The u8 x s8 matmul by fours (pack_int_matmul's form on int8-dot targets) with its
+    zero-point correction and a dequantising epilogue, as one PrimFunc."""
+    w = np.random.default_rng(0).integers(lo, hi, (k, n))
+    wq = pack_quads(w, 16)
+    a = te.placeholder((m, k), "uint8", "a")
+    za = te.placeholder((), "uint8", "za")
+    wqt = te.placeholder(wq.shape, "int8", "wq")
+    cs = te.placeholder((n,), "int32", "cs")
+    s = te.placeholder((), "float32", "s")
+    acc = matmul_u8s8_packed(a, za, wqt, cs, n, pad_rows(m))
+    y = te.compute(acc.shape, lambda i, j: acc[i, j].astype("float32") * s(), name="deq")
+    return te.create_prim_func([a, za, wqt, cs, s, y]).with_attr("global_symbol", "k"), w, wq
+
+
+# (LLVM CPU, the u8 x s8 step in its assembly, what must not be there)
+QUAD_CPUS = [("znver3", "vpmaddubsw", "vpdpbusd"),            # AVX2: onnxruntime's step
+             ("skylake-avx512", "vpmaddubsw", "vpdpbusd"),    # AVX-512BW without VNNI
+             ("alderlake", "vpdpbusd", "vpmaddubsw"),         # AVX-VNNI (ymm)
+             ("arrowlake", "vpdpbusd", "vpmaddubsw"),
+             ("znver5", "vpdpbusd", "vpmaddubsw"),            # AVX512-VNNI (zmm)
+             ("sapphirerapids", "vpdpbusd", "vpmaddubsw")]
+
+
+@pytest.mark.parametrize("cpu,want,absent", QUAD_CPUS)
+def test_u8s8_assembly_per_cpu(cpu, want, absent):
+    # compiled only (nothing runs), so any host checks every CPU
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": cpu,
+                                "num-cores": 2})
+    f, _, _ = quad_kernel(24, 256, 64)
+    sch = MatmulInt8().apply(f, target)
+    asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+    assert want in asm and absent not in asm
+    zmm = "zmm" in " ".join(ln for ln in asm.splitlines() if want in ln)
+    assert zmm == (cpu in ("skylake-avx512", "znver5", "sapphirerapids"))
+
+
+def test_u8s8_structure_aarch64_plain_vectors():
+    f, _, _ = quad_kernel(16, 64, 32)
+    text = MatmulInt8().apply(f, ARM).mod["main"].script()
+    assert "llvm.x86" not in text and "T.vectorized" in text and "matmul_int_a8" in text
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 assembly")
+@pytest.mark.parametrize("m,k,n,lo,hi", [(7, 65, 100, -64, 65), (37, 130, 48, -128, 128)])
+def test_u8s8_host_result(m, k, n, lo, hi):
+    import targets
+
+    from tests.passes.test_pack_int_matmul import saturating_matmul
+
+    target = tvm.target.Target(targets.resolve("host").tvm)
+    kind = targets.cpu_facts(target)["int8_dot"]
+    if kind is None:
+        pytest.skip("host has no u8 x s8 dot")
+    f, w, wq = quad_kernel(m, k, n, lo, hi)
+    lib = tvm.compile(MatmulInt8().apply(f, target).mod, target=target)
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    za = np.array(91, np.uint8)
+    cs = w.sum(axis=0).astype(np.int32)
+    out = tvm.runtime.tensor(np.zeros((m, n), np.float32))
+    lib["k"](*[tvm.runtime.tensor(v) for v in (a, za, wq, cs, np.array(0.5, np.float32))], out)
+    prod = saturating_matmul(a, w) if kind in targets.INT8_DOT_SATURATES else a.astype(
+        np.int64) @ w
+    np.testing.assert_array_equal(out.numpy(), (prod - 91 * cs).astype(np.float32) * 0.5)
+    if hi <= 65:  # |w0| + |w1| <= 128: no pair saturates, the result is exact
+        exact = (a.astype(np.int64) - 91) @ w
+        np.testing.assert_array_equal(out.numpy(), exact.astype(np.float32) * 0.5)
