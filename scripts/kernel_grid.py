@@ -246,6 +246,10 @@ conv_case("conv2d", "r50_1x1_1024to256", 1024, 256, 1, [14, 14], quick=True,
           source="ResNet-50 layer4.0 conv1")
 conv_case("conv2d", "r50_3x3_512_7", 512, 512, 3, [7, 7], source="ResNet-50 layer4 conv2")
 conv_case("conv2d", "r50_1x1_512to2048_7", 512, 2048, 1, [7, 7], source="ResNet-50 layer4 conv3")
+conv_case("conv2d", "mbv2_expand_16to96", 16, 96, 1, [112, 112], epilogue="relu6",
+          source="MobileNetV2 layer 1 expand 1x1 (+ReLU6)")
+conv_case("conv2d", "mbv2_stem3x3s2", 3, 32, 3, [224, 224], stride=2, epilogue="relu6",
+          source="MobileNetV2 stem")
 conv_case("conv2d", "mbv2_dw3x3_144", 144, 144, 3, [56, 56], group=144,
           source="MobileNetV2 block depthwise")
 conv_case("conv2d", "mbv2_dw3x3s2_96", 96, 96, 3, [112, 112], stride=2, group=96,
@@ -321,6 +325,21 @@ matmul_case("gemv", "gemv_4096x4096", 1, 4096, 4096, bias=False, rank3=False, qu
             source="LLaMA-7B decode projection")
 matmul_case("gemv", "gemv_768x3072", 1, 768, 3072, bias=False, rank3=False,
             source="BERT/GPT-2 MLP at M=1")
+
+
+def gemm_head_case(name, k, n, source=""):
+    """A CNN classifier head as torch.onnx writes nn.Linear: Gemm(x, W[n, k], b, transB=1)."""
+    def build():
+        g = G(name)
+        x = g.input("x", [1, k])
+        g.output(g.node("Gemm", [x, g.weight("w", [n, k], k), g.bias("b", n)], transB=1))
+        return g.build()
+
+    case("gemv", name, f"[1,{k}] x W[{n},{k}]^T +b", build, 2 * k * n + n, notes=source)
+
+
+gemm_head_case("head_1280x1001", 1280, 1001, source="MobileNetV2 (HF) classifier")
+gemm_head_case("head_2048x1000", 2048, 1000, source="ResNet-50 classifier")
 
 
 # -- batched matmul, both operands activations ------------------------------- #
