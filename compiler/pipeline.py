@@ -76,6 +76,10 @@ def graph_passes() -> list:
         # the activation zero point as a column-sum epilogue: cpu.matmul_int8's vpmaddwd
         # kernel, into which FuseOps fuses the dequantisation (one f32 kernel)
         passes.PackIntMatmul(),
+        # op(reshape(x)) => reshape(op(x)) for elementwise ops keeping the last axis: a
+        # matmul's bias / GELU / residual next to it again, where FuseOps takes them into
+        # its kernel (pack_matmul_weights' flattened [B*M, K] matmuls: ConvNeXt's MLPs)
+        passes.SinkReshape(),
         # fp16 reductions accumulate in fp32; after the fusions, which match fp16 ops bare
         passes.AccumulateFp32(),
         # conv graphs NCHW -> NCHW[b]c (b = vector lanes) with transforms only at the ends
