@@ -301,8 +301,8 @@ def _matmul_tiles(tinfo, pass_config) -> dict:
 
 
 def _conv_tiles(tinfo, pass_config) -> dict:
-    """pass_config with pack_conv_weights' channel ``blocks`` (two fp32 vectors first: 16
-    channels on AVX2, 32 on AVX-512), the target's ``lanes`` and the
+    """pass_config with pack_conv_weights' and pack_conv_transpose's channel ``blocks`` (two
+    fp32 vectors first: 16 channels on AVX2, 32 on AVX-512), the target's ``lanes`` and the
     ``accumulators`` of cpu.conv2d_packed's register tile (12 on 16 vector registers, 20
     on 32), from which the pass pads 1-D output widths to whole tiles; options the user
     set win.
@@ -326,6 +326,13 @@ def _conv_tiles(tinfo, pass_config) -> dict:
     opts.setdefault("blocks", tuple(sorted(blocks, key=lambda b: b != 2 * lanes)))
     opts.setdefault("lanes", lanes)
     opts.setdefault("accumulators", common.acc_budget(target))
+    # transposed convs: the same two-vector blocks first.  Zen 3 (AVX2), single thread,
+    # kernel / onnxruntime, 32-channel blocks (4 vectors: 1-vector register tiles, each
+    # tile streaming a 128 KB weight block from L2) -> 16: U-Net k2 s2 1.25 -> 1.02,
+    # DCGAN k4 s2 p1 1.14 -> 0.79, HiFi-GAN-like 1-D k4 s2 p1 1.55 -> 1.31
+    transposed = passes.PackConvTranspose.options["blocks"]
+    config.setdefault("pack_conv_transpose", {}).setdefault(
+        "blocks", tuple(sorted(transposed, key=lambda b: b != 2 * lanes)))
     return config
 
 

@@ -30,7 +30,8 @@ from .context import GraphPass, PassReport
 from .dataflow import nodes_of, rewrite_calls
 
 # Output channel blocks, best first: two AVX-512 vectors (four AVX2), one, three, then
-# one AVX2 vector (a small decoder head: 8 or 24 channels)
+# one AVX2 vector (a small decoder head: 8 or 24 channels).  On CPU targets the driver puts
+# two of the target's vectors first (compiler/driver.py _conv_tiles: 16 on AVX2)
 BLOCKS = (32, 16, 48, 8)
 
 # spatial dims -> (data layout, kernel layout) the rewrite takes

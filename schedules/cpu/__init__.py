@@ -12,6 +12,7 @@ from __future__ import annotations
 from tvm.s_tir.dlight.cpu import GEMV, Reduction
 
 from ..base import Dlight
+from .arg_reduction import ArgReduction
 from .concat import Concat
 from .conv2d import Conv2dNCHW
 from .conv2d_int8 import Conv2dInt8
@@ -55,6 +56,7 @@ RULES = [
     # any other reduction vectorisable over its innermost output dim: grouped and
     # transposed convs, pooling 1-D/3-D, reductions over a non-last axis; register tile
     TiledReduction(),
+    ArgReduction(),  # ArgMax / ArgMin over a non-last axis: lanes of the innermost output dim
     # reductions over the innermost contiguous axis (reduce-all, ReduceSum(-1), RMS norm's
     # mean(x^2)): vector partial sums
     InnerReduction(),

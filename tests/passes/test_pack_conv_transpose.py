@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 import compiler
-from passes.pack_conv_transpose import pack_phases
+from passes.pack_conv_transpose import BLOCKS, pack_phases
 from tests.schedules.util import onnx_model
 
 RULE = "conv{}d_transpose(x, W) => sub-pixel conv(pad(x), W as [F/b, C, *T, *S, b])"
@@ -89,6 +89,25 @@ def test_numerics_against_onnxruntime(c, f, size, k, s, p, out_pad):
     cm = _check(_model(c, f, size, k, s, p, out_pad), (1, c, *size))
     assert _report(cm)["rewrites"] == {RULE.format(len(size)): 1}
     assert cm.report["schedules"].get("cpu.conv_transpose") == 1
+
+
+def test_blocks_two_vectors_of_the_target():
+    """The driver puts two of the target's fp32 vectors first (16 channels on AVX2, 32 on
+    AVX-512: compiler/driver.py _conv_tiles); a user's blocks win.  48 output channels (no
+    32-block) and 32 (both) match onnxruntime with the host's blocks."""
+    from compiler.driver import _conv_tiles
+    import targets
+
+    def blocks(mcpu, config=None):
+        t = targets.resolve({"kind": "llvm", "mcpu": mcpu, "mtriple": "x86_64-linux-gnu"})
+        return _conv_tiles(t, config or {})["pack_conv_transpose"]["blocks"]
+    assert blocks("znver3")[0] == 16 and sorted(blocks("znver3")) == sorted(BLOCKS)
+    assert blocks("znver5")[0] == 32
+    assert blocks("znver3", {"pack_conv_transpose": {"blocks": (8,)}}) == (8,)
+    for f in (48, 32):
+        cm = _check(_model(8, f, (13,), 4, 2, 1), (1, 8, 13))
+        assert _report(cm)["rewrites"] == {RULE.format(1): 1}
+        assert cm.report["schedules"].get("cpu.conv_transpose") == 1
 
 
 def test_output_shape_and_no_bias():

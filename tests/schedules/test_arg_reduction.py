@@ -1,0 +1,97 @@
+"""cpu.arg_reduction: structure under AVX-512 and AVX2 targets (parallel, the tile of the
+innermost output dim inside the reduction), numerics against onnxruntime (tile that does
+and does not divide the width, NaNs, ArgMin, keepdims, select_last_index), and the
+reductions it must leave to other rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tvm
+from onnx import TensorProto, helper
+from tvm import relax
+
+import compiler
+from compiler.lowering import install
+from schedules.cpu.arg_reduction import ArgReduction
+from tests.hosts import CompileOnly
+from tests.schedules.util import TARGET, fused_primfunc
+
+AVX2 = tvm.target.Target(
+    {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver3", "num-cores": 2})
+
+
+def _argmax(shape, axis):
+    return fused_primfunc(lambda bb, x: bb.emit(relax.op.argmax(x, axis=axis)), [shape],
+                          "argmax", legalize_map=install())
+
+
+@pytest.mark.parametrize("target,lanes", [(TARGET, 16), (AVX2, 8)])
+def test_structure_tile_inside_the_reduction(target, lanes):
+    text = ArgReduction().apply(_argmax((1, 21, 64, 64), 1), target).mod["main"].script()
+    assert "T.parallel" in text
+    # the update: reduction loop over the 21 classes, then the tile of 2 vectors' outputs
+    update = text[:text.index('"argmax_red_update"')]
+    assert f"for k, i2_1 in T.grid(T.int64(21), T.int64({2 * lanes})):" in update
+    assert '"argmax_red_init"' in text
+
+
+def test_leaves_last_axis_and_plain_reductions():
+    # over the last axis no output dim reads contiguous inputs (a decoder's vocabulary)
+    assert ArgReduction().apply(_argmax((4, 1000), 1), TARGET) is None
+    total = fused_primfunc(lambda bb, x: bb.emit(relax.op.sum(x, axis=[1])), [(1, 16, 64)],
+                           "sum")
+    assert ArgReduction().apply(total, TARGET) is None
+
+
+def _model(op, shape, axis, keepdims=1, last=0):
+    out = list(shape)
+    if keepdims:
+        out[axis] = 1
+    else:
+        del out[axis]
+    node = helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=keepdims,
+                            select_last_index=last, name="head.argmax")
+    g = helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, out)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def _check(model, x):
+    cm = compiler.compile(model, target="host")
+    assert cm.report["schedules"].get("cpu.arg_reduction") == 1, cm.report["schedules"]
+    try:
+        got = cm.session().run(None, {"x": x})[0]
+    except CompileOnly:  # a fabricated host (tests/hosts.py): the rule is the check
+        return
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("op,shape,axis,keepdims", [
+    ("ArgMax", (1, 21, 32, 64), 1, 1),   # segmentation classes: whole tiles
+    ("ArgMax", (2, 19, 7, 50), 1, 0),    # width 50: a tile of 10 (AVX2) / 25 (AVX-512)
+    ("ArgMin", (3, 40, 24), 1, 1),       # over channels of a 1-D map
+    ("ArgMax", (5, 6, 8, 16), 0, 0),     # the outermost axis
+])
+def test_numerics_against_onnxruntime(op, shape, axis, keepdims):
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    # ties: a few rows repeat a class's values
+    x[..., :3] = np.round(x[..., :3])
+    _check(_model(op, shape, axis, keepdims), x)
+
+
+def test_nans_as_onnxruntime():
+    """A NaN in the first class wins (index 0), NaNs after it are skipped."""
+    x = np.random.default_rng(1).standard_normal((1, 9, 4, 32)).astype("float32")
+    x[0, 0, 0, :5] = np.nan
+    x[0, 3, 1, 3:9] = np.nan
+    x[0, :, 2, 7] = np.nan
+    _check(_model("ArgMax", x.shape, 1), x)
