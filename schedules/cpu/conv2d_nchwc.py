@@ -10,7 +10,9 @@ loads ``ft`` weight vectors (contiguous) and broadcasts each input value into th
 tile does ``ft * yt * xt`` FMAs per ``ft`` loads and ``yt * xt`` broadcasts.  The tile is
 written back as whole vectors (NCHW[b]c is the output layout too: no transpose), with the
 elementwise epilogue (bias, ReLU, residual add) applied there.  Parallel over
-(n, channel-block tile, row tile).
+(n, channel-block tile, row tile).  When a tile's weights outgrow L1
+(``conv2d_packed.channel_chunk``), input channel blocks run in chunks outside the row's
+pixel tiles, which accumulate in a global row cache written back once.
 
 A stem reading NCHW (``pad[n, c, y*s + ry, x*s + rx] * w[fo, c, ry, rx, v]``, RGB input)
 is the same kernel without the ``ci`` loop.

@@ -7,11 +7,16 @@ The channel block ``b`` (contiguous in ``wp``) is the vector: the micro-kernel k
 ``yt x xt`` tile of output pixels x ``b`` channels of accumulators in registers, loads the
 ``b / lanes`` weight vectors of a tap once and broadcasts each input value into them, so
 the FMAs per load no longer depend on the output width (NeoCPU's inner kernel with NCHW
-activations).  The accumulator tile is stored [y][x][f] (f contiguous) and transposed to
-NCHW in its write-back, where the elementwise epilogue (bias, ReLU, residual add) is
-applied.  Padding stays its own parallel stage.  Parallel over (n, channel block, row
-block (and plane)).  Tiles are divisors of the output height and width, so every shape is
-exact.
+activations).  Taps run outside the input-channel loop (inside it, LLVM kept the
+broadcasts two taps share live and spilled the tile).  The accumulator tile is stored
+[y][x][f] (f contiguous) and transposed to NCHW in its write-back, where the elementwise
+epilogue (bias, ReLU, residual add, GELU) is applied.  When a block's weights outgrow
+L1 (``channel_chunk``), the input channels run in chunks outside the row's pixel tiles and
+the tiles accumulate in a [pixels][channels] row cache written back once.  Padding stays
+its own parallel stage.  Parallel over (n, channel block, row block (and plane)); rows
+outside the channel blocks when the input outweighs the weights.  Tiles are divisors of
+the output height and width, so every shape is exact (pack_conv_weights pads a 1-D width
+whose divisors are thin to whole tiles).
 """
 
 from __future__ import annotations
