@@ -30,6 +30,7 @@ from .matmul_int8 import MatmulInt8
 from .matmul_bf16 import MatmulBf16
 from .pool import Pool2dNCHW, Pool2dNCHWc
 from .pool_strided import PoolStrided
+from .reduce_broadcast import ReduceBroadcast
 from .row_reduction import RowReduction
 from .tiled_reduction import TiledReduction
 from .transpose import TransposeTiled
@@ -63,6 +64,9 @@ RULES = [
     TransposeTiled(),  # out[.., x, c] = in[.., c, .., x] (NCHW -> NHWC): lanes x lanes tiles
     UpsampleNearest(),  # out[.., x] = in[.., x // s] (Resize nearest x2): no per-lane loads
     Concat(),  # Concat on an outer axis (a decoder's cache + new row): a copy per input
+    # a reduction's small result broadcast into a large output (squeeze-and-excitation):
+    # each block once at the root, nothing small recomputed per output element
+    ReduceBroadcast(),
     # no reduction at all (after the two spatial rules above): elementwise chains,
     # layout transforms, pads
     Elementwise(),

@@ -1,0 +1,67 @@
+"""cpu.reduce_broadcast: structure under a Target (the excitation computed once, outside
+the broadcast multiply's loops), numerics against onnxruntime (squeeze-and-excitation
+blocks at channel counts that do and do not fill vectors), negatives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+from tvm import relax
+
+from schedules.cpu.reduce_broadcast import ReduceBroadcast
+from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
+
+
+def _excite(c=32, r=8, h=14):
+    """sigmoid(conv1x1(pooled) + b) * x: the last kernel of an SE block, NCHW."""
+    def build(bb, x, pooled, w, b):
+        s = bb.emit(relax.op.nn.conv2d(pooled, w))
+        s = bb.emit(relax.op.sigmoid(relax.op.add(s, b)))
+        return bb.emit(relax.op.multiply(x, s))
+    return fused_primfunc(build, [(1, c, h, h), (1, r, 1, 1), (c, r, 1, 1), (1, c, 1, 1)],
+                          "conv2d")
+
+
+def test_structure_excitation_once_then_parallel_vectorised_multiply():
+    sch = ReduceBroadcast().apply(_excite(h=56), TARGET)
+    assert sch is not None
+    text = sch.mod["main"].script()
+    # the excitation (32 outputs x 8) runs once on one core, in a loop nest of its own:
+    # no parallel loop and no 56-row loop around the conv; the multiply over the whole
+    # feature map is parallel and vectorised
+    loops = [ln for ln in text[:text.index('T.sblock("conv2d_nchw")')].splitlines()
+             if " for " in ln]
+    assert loops and not any("T.parallel" in ln or "T.int64(56)" in ln for ln in loops)
+    after = text[text.index('T.sblock("compute")'):]
+    assert "T.parallel" in after and "T.vectorized(T.int64(56))" in after
+
+
+def test_rejects_reductions_that_are_not_broadcast():
+    plain = fused_primfunc(lambda bb, x: bb.emit(relax.op.sum(x, axis=[2, 3], keepdims=True)),
+                           [(1, 32, 14, 14)], "sum")
+    assert ReduceBroadcast().apply(plain, TARGET) is None
+    # same-size consumer: conv on 1x1 pixels, sigmoid after it, no broadcast
+    small = fused_primfunc(
+        lambda bb, p, w: bb.emit(relax.op.sigmoid(bb.emit(relax.op.nn.conv2d(p, w)))),
+        [(1, 8, 1, 1), (32, 8, 1, 1)], "conv2d")
+    assert ReduceBroadcast().apply(small, TARGET) is None
+
+
+@pytest.mark.parametrize("c,r,h", [(32, 8, 14), (24, 6, 7), (40, 10, 9)])
+def test_numerics_squeeze_excitation(c, r, h):
+    rng = np.random.default_rng(0)
+    inits = {"w1": rng.standard_normal((r, c, 1, 1)).astype("float32") * 0.3,
+             "b1": rng.standard_normal(r).astype("float32"),
+             "w2": rng.standard_normal((c, r, 1, 1)).astype("float32") * 0.3,
+             "b2": rng.standard_normal(c).astype("float32")}
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["p"], name="se.pool"),
+             helper.make_node("Conv", ["p", "w1", "b1"], ["q"], name="se.fc1"),
+             helper.make_node("Relu", ["q"], ["qr"], name="se.relu"),
+             helper.make_node("Conv", ["qr", "w2", "b2"], ["e"], name="se.fc2"),
+             helper.make_node("Sigmoid", ["e"], ["s"], name="se.sigmoid"),
+             helper.make_node("Mul", ["x", "s"], ["y"], name="se.scale")]
+    shape = (1, c, h, h)
+    model = onnx_model(nodes, [("x", shape)], [("y", shape)], inits)
+    check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
+                      "cpu.reduce_broadcast")
