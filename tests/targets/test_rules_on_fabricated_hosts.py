@@ -34,10 +34,12 @@ HOST_TESTS = {
     "tests.schedules.test_conv2d_nhwc": ["test_numerics"],
     "tests.schedules.test_conv2d_packed": ["test_numerics_conv_bias_relu_add",
                                            "test_numerics_conv1d_conv3d",
-                                           "test_numerics_grouped"],
+                                           "test_numerics_grouped",
+                                           "test_numerics_chunked_and_padded"],
     "tests.schedules.test_arg_reduction": ["test_numerics_against_onnxruntime",
                                            "test_nans_as_onnxruntime"],
     "tests.schedules.test_depthwise_pool": ["test_depthwise_numerics", "test_pool_numerics"],
+    "tests.schedules.test_reduce_broadcast": ["test_numerics_squeeze_excitation"],
     "tests.schedules.test_elementwise": ["test_swish_against_onnxruntime"],
     "tests.schedules.test_inner_reduction": [
         "test_numerics_against_onnxruntime",
