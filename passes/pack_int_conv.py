@@ -65,6 +65,24 @@ class PackIntConv(GraphPass):
         return out
 
 
+def _geometry(a, wp, strides, padding, dilation) -> tuple:
+    """The shapes both integer conv computes start from: (blocked, n, h, w, fo, co, kh, kw,
+    cp, b, sh, sw, dh, dw, (top, left, bottom, right), oh, ow, sub), ``sub`` when an
+    unpadded 1x1 conv of stride > 1 (ResNet's downsampling shortcuts) reads only the
+    pixels of its output grid (a quarter of the input at stride 2)."""
+    n, h, w = (int(a.shape[k]) for k in (0, 2, 3))
+    fo, co_n, kh, kw, cp_n, b, _ = (int(d) for d in wp.shape)
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    pads = tuple(int(p) for p in padding)
+    pt, pl, pb, pr = pads
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    sub = kh == kw == 1 and not any(pads) and (sh, sw) != (1, 1)
+    return (len(a.shape) == 5, n, h, w, fo, co_n, kh, kw, cp_n, b, sh, sw, dh, dw, pads, oh,
+            ow, sub)
+
+
 def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
     """TE compute.  ``a16[n, co, h, w, cp, k] = int16(a[..]) - za`` at input channel
     ``co * 2 CP + 2 cp + k`` and pixel ``(h - top, w - left)``, 0 in the padding and past
@@ -72,18 +90,8 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
     rx, cp, k} int32(a16[n, co, y sh + ry dh, x sw + rx dw, cp, k]) * int32(wp[fo, co, ry,
     rx, cp, v, k])``.  ``a`` is NCHW[b]c (5-D) or NCHW (4-D).  An unpadded strided 1x1 conv
     widens only the pixels it reads (``a16`` on the output grid, read at stride 1)."""
-    blocked = len(a.shape) == 5
-    n, h, w = (int(a.shape[k]) for k in (0, 2, 3))
-    fo, co_n, kh, kw, cp_n, b, _ = (int(d) for d in wp.shape)
-    sh, sw = (int(s) for s in strides)
-    dh, dw = (int(d) for d in dilation)
-    pt, pl, pb, pr = (int(p) for p in padding)
-    hp, wpd = h + pt + pb, w + pl + pr
-    oh, ow = (hp - (kh - 1) * dh - 1) // sh + 1, (wpd - (kw - 1) * dw - 1) // sw + 1
-
-    # an unpadded 1x1 conv of stride > 1 (ResNet's downsampling shortcuts) widens only the
-    # pixels it reads: a16 on the output grid, a quarter of the input at stride 2
-    sub = kh == kw == 1 and not (pt or pl or pb or pr) and (sh, sw) != (1, 1)
+    (blocked, n, h, w, fo, co_n, kh, kw, cp_n, b, sh, sw, dh, dw, (pt, pl, pb, pr), oh, ow,
+     sub) = _geometry(a, wp, strides, padding, dilation)
 
     def widen(i, co, y, x, cp, k):
         yy, xx = (y * sh, x * sw) if sub else (y - pt, x - pl)
@@ -102,8 +110,8 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
             return v
         return te.if_then_else(tvm.tirx.all(*inside), v, tvm.tirx.const(0, "int16"))
 
-    a16 = te.compute((n, co_n, oh, ow, cp_n, 2) if sub else (n, co_n, hp, wpd, cp_n, 2), widen,
-                     name="conv_int_a16")
+    grid = (oh, ow) if sub else (h + pt + pb, w + pl + pr)
+    a16 = te.compute((n, co_n, *grid, cp_n, 2), widen, name="conv_int_a16")
     if sub:
         sh = sw = 1
     rco = te.reduce_axis((0, co_n), "rco")
@@ -128,15 +136,8 @@ def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channel
     int32(wq[fo, co, ry, rx, cq, v, k])`` and ``out = acc - corr[fo, v]`` (``corr = za *
     sum(W[f])``, None when ``za`` is 0).  ``a`` is NCHW[b]c (5-D) or NCHW (4-D).  An
     unpadded strided 1x1 conv copies only the pixels it reads."""
-    blocked = len(a.shape) == 5
-    n, h, w = (int(a.shape[k]) for k in (0, 2, 3))
-    fo, co_n, kh, kw, cq_n, b, _ = (int(d) for d in wq.shape)
-    sh, sw = (int(s) for s in strides)
-    dh, dw = (int(d) for d in dilation)
-    pt, pl, pb, pr = (int(p) for p in padding)
-    hp, wpd = h + pt + pb, w + pl + pr
-    oh, ow = (hp - (kh - 1) * dh - 1) // sh + 1, (wpd - (kw - 1) * dw - 1) // sw + 1
-    sub = kh == kw == 1 and not (pt or pl or pb or pr) and (sh, sw) != (1, 1)
+    (blocked, n, h, w, fo, co_n, kh, kw, cq_n, b, sh, sw, dh, dw, (pt, pl, pb, pr), oh, ow,
+     sub) = _geometry(a, wq, strides, padding, dilation)
 
     def copy(i, co, y, x, cq, k):
         yy, xx = (y * sh, x * sw) if sub else (y - pt, x - pl)
@@ -149,7 +150,7 @@ def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channel
         inside = tvm.tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
         return te.if_then_else(inside, v, tvm.tirx.const(za, "uint8"))
 
-    a8 = te.compute((n, co_n, oh, ow, cq_n, 4) if sub else (n, co_n, hp, wpd, cq_n, 4), copy,
+    a8 = te.compute((n, co_n, *((oh, ow) if sub else (h + pt + pb, w + pl + pr)), cq_n, 4), copy,
                     name="conv_int_a8")
     if sub:
         sh = sw = 1

@@ -55,6 +55,24 @@ def dot_lanes(target, width: int):
     return kind, lanes
 
 
+def _dot_desc(lanes: int, depth: int, a_dtype: str, b_dtype: str):
+    """The description both dot intrinsics share: ``C[0:lanes] += sum_{k < depth}
+    int32(A[k]) * int32(B[0:lanes, k])``."""
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((depth,), a_dtype, offset_factor=1),
+             B: T.Buffer((lanes, depth), b_dtype, offset_factor=1),
+             C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:depth], B[0:lanes, 0:depth])
+            T.writes(C[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, depth):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+    return desc
+
+
 def dot_intrin(kind: str, a_dtype: str, b_dtype: str) -> tuple:
     """(name, lanes) of the tensor intrinsic ``C[0:L] += sum_k int32(A[k]) * int32(B[0:L, k])``
     (k < 2) as one ``vpmaddwd`` of width ``kind`` ("avx2", "avx512"), registered once."""
@@ -65,18 +83,7 @@ def dot_intrin(kind: str, a_dtype: str, b_dtype: str) -> tuple:
     a2, b2l = f"{a_dtype}x2", f"{b_dtype}x{2 * lanes}"
     i16, i32 = f"int16x{2 * lanes}", f"int32x{lanes}"
 
-    @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((2,), a_dtype, offset_factor=1),
-             B: T.Buffer((lanes, 2), b_dtype, offset_factor=1),
-             C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
-            T.writes(C[0:lanes])
-            for i in T.serial(0, lanes):
-                for k in T.serial(0, 2):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+    desc = _dot_desc(lanes, 2, a_dtype, b_dtype)
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((2,), a_dtype, offset_factor=1),
@@ -122,18 +129,7 @@ def quad_intrin(kind: str) -> tuple:
     u8, s8, i16, i32 = (f"uint8x{4 * lanes}", f"int8x{4 * lanes}", f"int16x{2 * lanes}",
                         f"int32x{lanes}")
 
-    @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((4,), "uint8", offset_factor=1),
-             B: T.Buffer((lanes, 4), "int8", offset_factor=1),
-             C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
-            T.writes(C[0:lanes])
-            for i in T.serial(0, lanes):
-                for k in T.serial(0, 4):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+    desc = _dot_desc(lanes, 4, "uint8", "int8")
 
     if pairs is None:
         @T.prim_func(s_tir=True)
