@@ -19,7 +19,7 @@ import numpy as np
 
 import targets
 
-from .dataflow import record_calls
+from .dataflow import Dataflow, record_calls, rewrite_calls
 
 # pass report key: kernels whose pair sums can pass int16 on a vpmaddubsw target
 SATURATING = "u8 x s8 kernels whose vpmaddubsw pair sums can saturate (weights |w0|+|w1| > 128)"
@@ -59,3 +59,22 @@ def record(report, rewritten: list, form: list, rule: str, rule_u8: str) -> None
     saturating = sum(1 for f in form if f[2])
     if saturating:
         report.rewrites[SATURATING] = saturating
+
+
+def rewrite(mod, report, op_name: str, packed, options: dict, rule: str, rule_u8: str):
+    """Both packing passes' rewrite: each ``op_name`` call ``packed(mutator, dataflow, call,
+    options)`` accepts ((expression, by fours, can saturate) or None) is replaced, and the
+    rewrites are recorded by :func:`record`."""
+    df = Dataflow(mod)
+    form = []  # (replaced var, u8 x s8 layout, can saturate)
+
+    def replace(m, call):
+        got = packed(m, df, call, options)
+        if got is None:
+            return None
+        form.append((m.binding.var, *got[1:]))
+        return got[0]
+
+    out, rewritten = rewrite_calls(mod, op_name, replace)
+    record(report, rewritten, form, rule, rule_u8)
+    return out

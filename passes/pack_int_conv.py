@@ -31,7 +31,6 @@ from tvm import relax, te
 
 from . import int8_quads
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, rewrite_calls
 
 RULE = ("conv2d_int32(int16(a) - za, W) NCHW[b]c => conv2d_int_packed(pad(int16(a) - za), "
         "[F/b, CO, KH, KW, CP, b, 2](W))")
@@ -50,19 +49,7 @@ class PackIntConv(GraphPass):
     options = dict(int8_quads.OPTIONS)
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        df = Dataflow(mod)
-        form = []  # (replaced var, u8 x s8 layout, can saturate)
-
-        def replace(m, call):
-            got = _packed(m, df, call, options)
-            if got is None:
-                return None
-            form.append((m.binding.var, *got[1:]))
-            return got[0]
-
-        out, rewritten = rewrite_calls(mod, "relax.nn.conv2d", replace)
-        int8_quads.record(report, rewritten, form, RULE, RULE_U8)
-        return out
+        return int8_quads.rewrite(mod, report, "relax.nn.conv2d", _packed, options, RULE, RULE_U8)
 
 
 def _geometry(a, wp, strides, padding, dilation) -> tuple:

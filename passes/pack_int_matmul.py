@@ -30,7 +30,6 @@ from tvm import relax, te
 
 from . import int8_quads
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, rewrite_calls
 
 RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(int16(a) - int16(za), [N/nr, K/2, nr, 2](W))"
 RULE_U8 = ("matmul(int32(a) - int32(za), W) => matmul_u8s8_packed(u8 a, [N/nr, K/4, nr, 4](W)) "
@@ -47,19 +46,7 @@ class PackIntMatmul(GraphPass):
     options = {"panel": 16, **int8_quads.OPTIONS}
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        df = Dataflow(mod)
-        form = []  # (replaced var, u8 x s8 layout, can saturate)
-
-        def replace(m, call):
-            got = _packed(m, df, call, options)
-            if got is None:
-                return None
-            form.append((m.binding.var, *got[1:]))
-            return got[0]
-
-        out, rewritten = rewrite_calls(mod, "relax.matmul", replace)
-        int8_quads.record(report, rewritten, form, RULE, RULE_U8)
-        return out
+        return int8_quads.rewrite(mod, report, "relax.matmul", _packed, options, RULE, RULE_U8)
 
 
 def matmul_int_packed(a, za, wp, n: int, rows: int = 1):
