@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 
+import tvm
 from tvm import relax
 
 from .context import GraphPass, PassReport
@@ -45,8 +46,11 @@ class SinkReshape(GraphPass):
     def rewrite(self, mod, report: PassReport, options: dict):
         sunk, chains = [], []
         for _ in range(16):  # each sweep moves every reshape one op further down
+            present = _ops(Dataflow(mod))
+            if "reshape" not in present:
+                break
             moved = 0
-            for op in UNARY + BINARY:
+            for op in (o for o in UNARY + BINARY if o in present):
                 df = Dataflow(mod)
                 mod, done = rewrite_calls(mod, "relax." + op,
                                           lambda m, call, df=df: _sink(df, m, call))
@@ -62,6 +66,13 @@ class SinkReshape(GraphPass):
         if chains:  # a chain back to x's own shape left an alias ``y = x``: drop it
             mod = relax.transform.CanonicalizeBindings()(mod)
         return mod
+
+
+def _ops(df: Dataflow) -> set:
+    """The Relax op names (without ``relax.``) main's bindings call."""
+    return {b.value.op.name[len("relax."):] for b in df.bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+            and b.value.op.name.startswith("relax.")}
 
 
 def _reshape_of(df: Dataflow, expr):

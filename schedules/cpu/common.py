@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
 
@@ -26,6 +28,14 @@ def const_extent(sch, loop):
     """Extent of ``loop`` as int, or None when symbolic."""
     e = sch.get(loop).extent
     return e.value if isinstance(e, tirx.IntImm) else None
+
+
+def elements(buf) -> int | None:
+    """Elements of a buffer (None when its shape is symbolic)."""
+    try:
+        return math.prod(int(d) for d in buf.shape)
+    except TypeError:
+        return None
 
 
 def divisors(n: int):
@@ -235,14 +245,15 @@ def schedule_pads(sch, pads, pad_name, at, lanes, ncores):
             schedule_elementwise(sch, p, lanes, ncores)
 
 
-def write_back_at(sch, main, at, tail, pads, after, write_layout=None):
-    """The register tile's write-back: cache ``main``'s output in registers ("local"),
+def write_back_at(sch, main, at, tail, pads, after, write_layout=None, scope="local"):
+    """The register tile's write-back: cache ``main``'s output in registers (``scope``
+    "local"; "global": a row cache the tiles accumulate in, in memory),
     optionally lay the tile out by ``write_layout`` (an index map of the written buffer),
     write it back under loop ``at``, and inline the single elementwise consumer ``tail``
     (bias, activation, residual add) into that write-back.  Returns (write-back block, the
     blocks left to schedule as elementwise stages: ``pads``, plus ``after`` when there was
     no single consumer to inline)."""
-    wb = sch.cache_write(main, 0, "local")
+    wb = sch.cache_write(main, 0, scope)
     if write_layout is not None:
         sch.transform_layout(main, ("write", 0), write_layout)
     sch.reverse_compute_at(wb, at, preserve_unit_loops=True)

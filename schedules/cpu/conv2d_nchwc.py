@@ -162,15 +162,9 @@ class Conv2dNCHWc(MatchingCPURule):
             xo, xi = sch.split(x, [None, xt])
             sch.reorder(n, f, y, xo, ry, rx, xi, v)
             outer, first_red, unrolled = (n, f, y), ry, (ry, rx, xi)
-        if chunk:  # the row tile's cache: NCHW[b]c already has the vector innermost
-            wb = sch.cache_write(conv, 0, "global")
-            sch.reverse_compute_at(wb, outer[-1], preserve_unit_loops=True)
-            if tail is not None:
-                sch.reverse_compute_inline(tail)
-            else:
-                pads = list(pads) + list(after)
-        else:
-            wb, pads = common.write_back_at(sch, conv, xo, tail, pads, after)
+        # chunked: the row tile's cache (NCHW[b]c already has the vector innermost)
+        wb, pads = common.write_back_at(sch, conv, outer[-1] if chunk else xo, tail, pads,
+                                        after, scope="global" if chunk else "local")
         common.parallel(sch, outer, ncores)
         for lp in unrolled:
             sch.unroll(lp)

@@ -123,7 +123,8 @@ class Conv2dPacked(MatchingCPURule):
         # input is read by every block while it is in cache, not once per block (R(2+1)D's
         # 3x1x1 conv, 18 MB of input and 110 KB of weights: 1.7x faster)
         outer = [n, fo, *planes, *rows]
-        if (planes or rows) and _bytes(sch, conv, nd + 2) > _bytes(sch, conv, nd + 3):
+        if (planes or rows) and (_read_elements(sch, conv, nd + 2)
+                                 > _read_elements(sch, conv, nd + 3)):
             outer = [n, *planes, *rows, fo]
         # taps outside the channel loop: with a tap loop inside it (unrolled by LLVM), the
         # broadcasts two taps share (pixel x at tap r + s = pixel x + 1 at tap r) stayed
@@ -135,8 +136,9 @@ class Conv2dPacked(MatchingCPURule):
             # a [pixels][channels] cache (L2) kept in registers within a chunk (LLVM
             # promotes the tile); the whole row's cache is written back at the end
             sch.reorder(*outer, rc, xo, fm, *rs, rci, *inner, fi)
-            at = outer[-1]
-            wb, pads = _write_back_row(sch, conv, at, tail, pads, after)
+            wb, pads = common.write_back_at(sch, conv, outer[-1], tail, pads, after,
+                                            write_layout=lambda a, c, *p: (a, *p, c),
+                                            scope="global")
         else:
             sch.reorder(*outer, xo, fm, *rs, rc, *inner, fi)
             # channels innermost in the register tile: one vector register per pixel
@@ -180,30 +182,11 @@ def channel_chunk(channels: int, taps: int, b: int, cap: int = 32) -> int:
     return best if best < channels else 0
 
 
-def _bytes(sch, conv, rank: int) -> int:
+def _read_elements(sch, conv, rank: int) -> int:
     """Elements of the buffer of rank ``rank`` that ``conv`` reads (the input: nd + 2,
     the packed weight: nd + 3)."""
-    for r in sch.get(conv).reads:
-        shape = r.source.shape
-        if len(shape) == rank:
-            total = 1
-            for d in shape:
-                total *= int(d)
-            return total
-    return 0
-
-
-def _write_back_row(sch, conv, at, tail, pads, after):
-    """Accumulate ``conv`` in a global [n][pixels][channels] cache written back (with the
-    single elementwise consumer ``tail`` inlined) under loop ``at``; returns (write-back
-    block, blocks left to schedule as elementwise stages)."""
-    wb = sch.cache_write(conv, 0, "global")
-    sch.transform_layout(conv, ("write", 0), lambda a, c, *p: (a, *p, c))
-    sch.reverse_compute_at(wb, at, preserve_unit_loops=True)
-    if tail is not None:
-        sch.reverse_compute_inline(tail)
-        return wb, list(pads)
-    return wb, list(pads) + list(after)
+    return next((common.elements(r.source) or 0 for r in sch.get(conv).reads
+                 if len(r.source.shape) == rank), 0)
 
 
 def _vectorize_write_back(sch, wb, lanes, pixel_loops: int):

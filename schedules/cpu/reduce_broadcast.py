@@ -25,13 +25,6 @@ BROADCAST = 4
 SERIAL_BELOW = 1 << 15
 
 
-def _elements(buf) -> int | None:
-    try:
-        return math.prod(int(d) for d in buf.shape)
-    except TypeError:
-        return None
-
-
 def match_reduce_broadcast(sch):
     """(reduction block rv, its spatial iter count) when the function's only reduction
     block (every other block spatial, all extents static) writes a result at least
@@ -45,11 +38,11 @@ def match_reduce_broadcast(sch):
     red = sch.get(rv)
     if len(red.writes) != 1:
         return None
-    small = _elements(red.writes[0].source)
+    small = common.elements(red.writes[0].source)
     last = sch.get(common.blocks(sch)[-1])
     if last.same_as(red) or len(last.writes) != 1:
         return None
-    large = _elements(last.writes[0].source)
+    large = common.elements(last.writes[0].source)
     if small is None or large is None or large < BROADCAST * small:
         return None
     if any(common.const_extent(sch, lp) is None for b in common.blocks(sch)
