@@ -166,7 +166,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
     payload = graph_meta.pop("params_payload")
 
-    manifest = _manifest(proto, tinfo, graph_meta, payload)
+    manifest = _manifest(proto, tinfo, graph_meta, payload, model)
     manifest["precision"] = precision
     if ranges:
         manifest["dims"] = ranges
@@ -516,7 +516,21 @@ def _count(values) -> dict:
     return out
 
 
-def _manifest(proto: onnx.ModelProto, tinfo, graph_meta: dict, payload: bytes) -> dict:
+def _model_sha256(model) -> str:
+    """sha256 of the serialized ONNX model as given: the file's bytes for a path (external
+    data files are not included: ``params_sha256`` covers the weights), else the proto's
+    serialization."""
+    if isinstance(model, onnx.ModelProto):
+        return hashlib.sha256(model.SerializeToString()).hexdigest()
+    h = hashlib.sha256()
+    with open(model, "rb") as f:  # read moments ago by the loader
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _manifest(proto: onnx.ModelProto, tinfo, graph_meta: dict, payload: bytes,
+              model) -> dict:
     import tvm
 
     narrow = io_types(proto)  # bfloat16, float8, int4...: the runtime views their codes
@@ -539,7 +553,7 @@ def _manifest(proto: onnx.ModelProto, tinfo, graph_meta: dict, payload: bytes) -
         "index_bounds": index_bounds(proto),
         "model": {"graph_name": proto.graph.name, "producer": proto.producer_name,
                   "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import},
-                  "sha256": hashlib.sha256(proto.SerializeToString()).hexdigest()},
+                  "sha256": _model_sha256(model)},
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "built_by": f"{_user()}@{socket.gethostname()}",
         "built_on": platform.platform(),

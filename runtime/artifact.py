@@ -50,7 +50,14 @@ def _pad(n: int) -> int:
 
 
 def encode_blob(meta: dict, payload: bytes) -> bytes:
-    """Serialise ``meta`` (JSON-able) and ``payload`` (raw params) into one blob.
+    """Serialise ``meta`` (JSON-able) and ``payload`` (raw params) into one blob:
+    ``blob_head(meta, payload) + payload``."""
+    return blob_head(meta, payload) + bytes(payload)
+
+
+def blob_head(meta: dict, payload) -> bytes:
+    """The blob up to its payload (header and padded meta), the digest covering
+    ``payload`` (any bytes-like object): written before the payload, no copy of it made.
 
     Raises ArtifactError naming the metadata entry that JSON cannot hold (bytes, a numpy
     scalar, a set...): a bug in what the compiler put there, never a bare TypeError.
@@ -70,7 +77,7 @@ def encode_blob(meta: dict, payload: bytes) -> bytes:
     digest = hashlib.sha256(meta_bytes)
     digest.update(payload)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_bytes), len(payload), digest.digest())
-    return header + meta_bytes + bytes(payload)
+    return header + meta_bytes
 
 
 def _first_unencodable(value, path: str):

@@ -148,10 +148,29 @@ def _reinfer_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
     return m if _unknown_shape_reads(m) < before else None
 
 
+class _Constants(dict):
+    """{tensor name: numpy value} of what is known; an initializer is converted when a fold
+    first reads it (converting every one up front copied GPT-2's 500 MB of weights)."""
+
+    def __init__(self, initializers):
+        super().__init__()
+        self._protos = {t.name: t for t in initializers}
+
+    def __contains__(self, name) -> bool:
+        return dict.__contains__(self, name) or name in self._protos
+
+    def __missing__(self, name):
+        value = self[name] = numpy_helper.to_array(self._protos[name])
+        return value
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
 def _fold_round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """One pass over the graph in order: fold every node whose inputs are known."""
     graph = model.graph
-    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    known = _Constants(graph.initializer)
     shapes = static_shapes(model)
     opsets = list(model.opset_import)
     kept, folded = [], 0

@@ -74,12 +74,15 @@ def load_model(model, warnings: list | None = None,
     for vi in model.graph.input:  # before shape inference: onnx's data propagation runs
         _check_size(vi, where)     # for ever on a 2^62-element input feeding Range (fuzzer)
     if leniency.shapeless:  # the checker wants every output declared: inference declares them
-        lenient.declare_outputs(model, _inferred(model, where), leniency, where)
+        lenient.declare_outputs(model, _inferred(without_large_initializers(model)[0], where),
+                                leniency, where)
+    light, large = without_large_initializers(model)
     try:
-        onnx.checker.check_model(lenient.for_checker(model, leniency))
+        onnx.checker.check_model(lenient.for_checker(light, leniency))
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{where}: invalid ONNX model: {_first_line(e)}") from None
-    inferred = lenient.restore(_inferred(model, where), leniency)
+    inferred = lenient.restore(_with_initializers(_inferred(light, where), model, large),
+                               leniency)
     note = leniency.warning(where)
     if lenient_dims is not None:
         lenient_dims.extend(leniency.dims)
@@ -92,6 +95,70 @@ def load_model(model, warnings: list | None = None,
     _check_attributes(inferred.graph, where)
     _check_tensors(inferred, where)
     return inferred
+
+
+# Initializers above this many bytes are not shown to onnx.checker and shape inference (they
+# see a graph input of the same type and shape instead): both serialize the whole model, and
+# for GPT-2's 500 MB that was most of the load (about 7 of 8 CPU seconds).  Shape inference
+# reads constant values only for shape-like inputs (Reshape's shape, Slice's starts, Pad's
+# pads...), which are far smaller; _check_tensors checks the data of every initializer.
+LARGE_INITIALIZER_BYTES = 1 << 16
+
+
+def without_large_initializers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list]:
+    """(a copy of ``model`` whose main-graph initializers above LARGE_INITIALIZER_BYTES are
+    graph inputs of the same type and shape, the names of those initializers); ``model``
+    itself and ``[]`` when it has none."""
+    large = [t for t in model.graph.initializer
+             if t.data_type in _ITEMSIZE and _declared_bytes(t) > LARGE_INITIALIZER_BYTES]
+    if not large:
+        return model, []
+    names = {t.name for t in large}
+    light = onnx.ModelProto()
+    _copy_fields(model, light, skip=("graph",))
+    _copy_fields(model.graph, light.graph, skip=("initializer",))
+    light.graph.initializer.extend(t for t in model.graph.initializer if t.name not in names)
+    declared = {vi.name for vi in model.graph.input}
+    light.graph.input.extend(
+        onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in large if t.name not in declared)
+    return light, [t.name for t in large]
+
+
+def _with_initializers(inferred: onnx.ModelProto, model: onnx.ModelProto,
+                       large: list) -> onnx.ModelProto:
+    """``inferred`` (shape inference's result on ``without_large_initializers(model)``) with
+    ``model``'s initializers back in their order and the stand-in inputs dropped."""
+    if not large:
+        return inferred
+    declared = {vi.name for vi in model.graph.input}
+    stand_ins = set(large) - declared
+    inputs = [vi for vi in inferred.graph.input if vi.name not in stand_ins]
+    del inferred.graph.input[:]
+    inferred.graph.input.extend(inputs)
+    del inferred.graph.initializer[:]
+    inferred.graph.initializer.extend(model.graph.initializer)
+    return inferred
+
+
+def _copy_fields(src, dst, skip=()) -> None:
+    """Every set field of protobuf message ``src`` but ``skip`` into ``dst`` (same type)."""
+    for field, value in src.ListFields():
+        if field.name in skip:
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
+
+
+def _declared_bytes(t) -> int:
+    count = 1
+    for d in t.dims:
+        count *= max(d, 0)
+    return count * _ITEMSIZE[t.data_type]
 
 
 def _inferred(model: onnx.ModelProto, where: str) -> onnx.ModelProto:

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 
-from runtime.artifact import BEGIN_SYMBOL, END_SYMBOL, PAYLOAD_ALIGN, encode_blob
+from runtime.artifact import BEGIN_SYMBOL, END_SYMBOL, PAYLOAD_ALIGN, blob_head
 
 from ..errors import CompileError
 
@@ -64,7 +64,8 @@ def write_artifact(path: str, kernels, meta: dict, payload: bytes, cc: str = "cc
                            "(apt-get install gcc)")
     with tempfile.TemporaryDirectory(prefix="onnxc-") as tmp:
         with open(os.path.join(tmp, "blob.bin"), "wb") as f:
-            f.write(encode_blob(meta, payload))
+            f.write(blob_head(meta, payload))
+            f.write(payload)
         with open(os.path.join(tmp, "blob.S"), "w") as f:
             f.write(_ASM)
         obj = os.path.join(tmp, "blob.o")

@@ -460,16 +460,22 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
         planner.add(nbytes, f, max(l, f), name=f"buf{k}")
     plan = planner.plan(reuse=reuse)
 
-    params, payload = [], bytearray()
-    tensors = []
+    params, size = [], 0
+    for tt in g.tensors:  # offsets first, then one copy of each param into the payload
+        if tt.kind == "param":
+            size += (-size) % PARAM_ALIGN
+            params.append({"offset": size, "nbytes": tt.param.nbytes})
+            size += tt.param.nbytes
+    payload = np.zeros(size, np.uint8)
+    tensors, k = [], 0
     for t, tt in enumerate(g.tensors):
         if tt.kind == "param":
-            data = np.ascontiguousarray(tt.param)
-            payload += b"\0" * ((-len(payload)) % PARAM_ALIGN)
-            params.append({"offset": len(payload), "nbytes": data.nbytes})
-            payload += data.tobytes()
+            at = params[k]["offset"]
+            payload[at:at + tt.param.nbytes] = \
+                np.ascontiguousarray(tt.param).reshape(-1).view(np.uint8)
             tensors.append({"name": tt.name, "shape": tt.shape, "dtype": tt.dtype,
-                            "storage": "param", "index": len(params) - 1})
+                            "storage": "param", "index": k})
+            k += 1
         else:
             r = _root(g, t)
             offset = g.placed[r][1] if r in g.placed else 0
@@ -486,7 +492,7 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
         "buffers": [{"nbytes": b[0], "first_use": b[1], "last_use": b[2]} for b in buffers],
         # concats by placement: no call, their inputs written in place (place_concats)
         **({"placed_concats": g.concats["placed"]} if g.concats.get("placed") else {}),
-        "params_payload": bytes(payload),
+        "params_payload": payload,  # uint8 array (bytes-like)
         **({"dims": list(dims)} if dims else {}),
     }
     return meta, plan

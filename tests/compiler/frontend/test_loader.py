@@ -263,3 +263,69 @@ def test_cli_compile_of_a_name_not_utf8_exits_1_with_one_line(tmp_path):
                                 "corrupted or its exporter is broken; re-export the model or "
                                 "set the field to UTF-8 text")
     assert "Traceback" not in r.stderr + r.stdout and not out.exists()
+
+
+# -- large initializers: onnx.checker and shape inference see them as inputs -----------------
+def _weighted_model(ir3=False):
+    """A 256x128 float weight (128 KB, above LARGE_INITIALIZER_BYTES) into MatMul, a small
+    shape constant into Reshape (shape inference reads its value), a small bias."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((256, 128)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "b")
+    shape = numpy_helper.from_array(np.array([4, 32, 4], np.int64), "shape")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])
+    inputs = [x] + ([helper.make_tensor_value_info("b", TensorProto.FLOAT, [128]),  # IR 3:
+                     helper.make_tensor_value_info("w", TensorProto.FLOAT, [256, 128]),
+                     helper.make_tensor_value_info("shape", TensorProto.INT64, [3])]
+                    if ir3 else [])  # every initializer is an input
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+                helper.make_node("Reshape", ["hb", "shape"], ["y"], name="r")],
+               inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+               [b, w, shape])
+    if ir3:
+        m.ir_version = 3
+    return m
+
+
+@pytest.mark.parametrize("ir3", [False, True])
+def test_large_initializers_load_as_with_full_inference(ir3, monkeypatch):
+    from compiler.frontend import loader
+
+    model = _weighted_model(ir3)
+    light, large = loader.without_large_initializers(model)
+    assert large == ["w"]
+    assert [t.name for t in light.graph.initializer] == ["b", "shape"]
+    assert ("w" in {vi.name for vi in light.graph.input})
+    fast = loader.load_model(model)
+    monkeypatch.setattr(loader, "LARGE_INITIALIZER_BYTES", 1 << 62)
+    assert loader.without_large_initializers(model) == (model, [])
+    full = loader.load_model(model)
+    assert fast.SerializeToString() == full.SerializeToString()
+    assert [t.name for t in fast.graph.initializer] == ["b", "w", "shape"]
+    assert [vi.name for vi in fast.graph.input] == (["x", "b", "w", "shape"] if ir3 else ["x"])
+    y = [vi for vi in fast.graph.output if vi.name == "y"][0]  # Reshape read the constant
+    assert [d.dim_value for d in y.type.tensor_type.shape.dim] == [4, 32, 4]
+    assert len(model.graph.input) == (4 if ir3 else 1)  # the caller's model is untouched
+
+
+def test_large_initializer_with_short_data_is_still_refused():
+    model = _weighted_model()
+    w = [t for t in model.graph.initializer if t.name == "w"][0]
+    w.raw_data = w.raw_data[:-4]
+    with pytest.raises(ModelError, match="initializer 'w' has 131068 bytes of data"):
+        compiler.compile(model)
+
+
+def test_manifest_model_sha256_is_the_files(tmp_path):
+    import hashlib
+
+    p = tmp_path / "w.onnx"
+    onnx.save(_weighted_model(), str(p))
+    cm = compiler.compile(str(p))
+    assert cm.meta["manifest"]["model"]["sha256"] == hashlib.sha256(p.read_bytes()).hexdigest()
+    x = np.random.default_rng(1).standard_normal((4, 256)).astype(np.float32)
+    inits = {t.name: numpy_helper.to_array(t) for t in _weighted_model().graph.initializer}
+    (y,) = cm.session().run(None, {"x": x})
+    np.testing.assert_allclose(y, (x @ inits["w"] + inits["b"]).reshape(4, 32, 4),
+                               rtol=1e-4, atol=1e-4)

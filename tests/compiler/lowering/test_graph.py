@@ -47,7 +47,7 @@ def test_plan_storage_bounds_and_no_reuse():
     graph, _ = lower_to_kernels(zoo_model("cnn"), HOST)
     meta, plan = plan_storage(graph, reuse=True)
     assert plan.lower_bound_bytes <= plan.arena_bytes <= plan.no_reuse_bytes
-    assert len(meta["calls"]) == len(graph.calls) and meta["params_payload"]
+    assert len(meta["calls"]) == len(graph.calls) and len(meta["params_payload"])
     graph2, _ = lower_to_kernels(zoo_model("cnn"), HOST)
     _, flat = plan_storage(graph2, reuse=False)
     assert flat.arena_bytes == flat.no_reuse_bytes >= plan.arena_bytes
