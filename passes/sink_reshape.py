@@ -35,6 +35,7 @@ UNARY = ("nn.gelu", "nn.gelu_tanh", "nn.relu", "nn.silu", "sigmoid", "tanh", "er
 BINARY = ("add", "subtract", "multiply", "divide")
 RULE = "op(reshape(x), c) => reshape(op(x, c)) (elementwise epilogue next to its producer)"
 RULE_CHAIN = "reshape(reshape(x)) => reshape(x)"
+VIEW = "_view"  # the name suffix of a residual's view (never sunk back: no ping-pong)
 
 
 class SinkReshape(GraphPass):
@@ -46,19 +47,23 @@ class SinkReshape(GraphPass):
     def rewrite(self, mod, report: PassReport, options: dict):
         sunk, chains = [], []
         for _ in range(16):  # each sweep moves every reshape one op further down
-            present = _ops(Dataflow(mod))
-            if "reshape" not in present:
+            df = Dataflow(mod)
+            ops, chained = _candidates(df)
+            if not ops and not chained:
                 break
             moved = 0
-            for op in (o for o in UNARY + BINARY if o in present):
-                df = Dataflow(mod)
+            for op in (o for o in UNARY + BINARY if o in ops):
                 mod, done = rewrite_calls(mod, "relax." + op,
                                           lambda m, call, df=df: _sink(df, m, call))
                 sunk += done
                 moved += len(done)
-            df = Dataflow(mod)
-            mod, done = rewrite_calls(mod, "relax.reshape", lambda m, call: _chain(df, m, call))
-            chains += done
+                if done:
+                    df = Dataflow(mod)
+            done = []
+            if chained:
+                mod, done = rewrite_calls(mod, "relax.reshape",
+                                          lambda m, call, df=df: _chain(df, m, call))
+                chains += done
             if not moved and not done:
                 break
         record_calls(report, RULE, sunk)
@@ -68,17 +73,50 @@ class SinkReshape(GraphPass):
         return mod
 
 
-def _ops(df: Dataflow) -> set:
-    """The Relax op names (without ``relax.``) main's bindings call."""
-    return {b.value.op.name[len("relax."):] for b in df.bindings
-            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
-            and b.value.op.name.startswith("relax.")}
+def _candidates(df: Dataflow) -> tuple[set, bool]:
+    """(the elementwise ops with a live call reading a last-axis-keeping reshape, whether a
+    live reshape reads a reshape): a cheap scan, so that a model with nothing to sink (most
+    of GPT-2's reshapes split heads) costs one walk, not a rewrite per op and sweep."""
+    ops, chained = set(), False
+    for b in df.roots():
+        v = b.value
+        if not (isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op)):
+            continue
+        name = v.op.name[len("relax."):]
+        if name == "reshape":
+            chained = chained or df.call(v.args[0], "reshape") is not None
+        elif name in UNARY:
+            if _reshape_of(df, v.args[0]) is not None:
+                ops.add(name)
+        elif name in BINARY and any(_reshape_of(df, a) is not None for a in v.args[:2]):
+            ops.add(name)
+    return ops, chained
 
 
-def _reshape_of(df: Dataflow, expr):
-    """(x, S) when ``expr`` is ``reshape(x, S)`` keeping the last axis, static, float;
-    else None."""
-    r = df.call(expr, "reshape")
+def _reshape_of(df: Dataflow, expr, m=None):
+    """(x, shape of x, S) when ``expr`` is ``reshape(x, S)`` keeping the last axis, static;
+    else None.  With the mutator ``m``, ``expr`` is looked up in the graph as rewritten so
+    far first (a reshape this sweep has just sunk is sunk further in the same sweep: along
+    a residual stream, one sweep instead of one per block), and ``x`` is of that graph."""
+    r = None
+    if m is not None:
+        new = m.visit_expr(expr)
+        while isinstance(new, relax.Var):
+            bound = m.lookup_binding(new)
+            if isinstance(bound, relax.Var):
+                new = bound
+                continue
+            if (isinstance(bound, relax.Call) and isinstance(bound.op, tvm.ir.Op)
+                    and bound.op.name == "relax.reshape"):
+                r = bound
+                if new.name.endswith(VIEW):
+                    return None
+            break
+    if r is None:
+        r = df.call(expr, "reshape")
+        src = df.source(expr)
+        if r is not None and isinstance(src, relax.Var) and src.name.endswith(VIEW):
+            return None  # a residual's view this pass made: sinking it undoes the move
     if r is None:
         return None
     x = r.args[0]
@@ -92,7 +130,7 @@ def _sink(df: Dataflow, m, call):
     """``reshape(op(x', ..), S)`` for ``call`` = op(reshape(x, S), ..), else None."""
     name = call.op.name[len("relax."):]
     if name in UNARY:
-        found = _reshape_of(df, call.args[0])
+        found = _reshape_of(df, call.args[0], m)
         if found is None:
             return None
         x, _, s = found
@@ -100,7 +138,7 @@ def _sink(df: Dataflow, m, call):
                                            call.attrs), name_hint=_inner_name(m))
         return relax.op.reshape(inner, s)
     for pos in (0, 1):
-        found = _reshape_of(df, call.args[pos])
+        found = _reshape_of(df, call.args[pos], m)
         if found is None:
             continue
         x, sx, s = found
@@ -109,7 +147,8 @@ def _sink(df: Dataflow, m, call):
         if so is None or shape_of(call) != s:
             return None
         if so == s:  # a residual of the reshaped shape: read it in x's shape (a view)
-            other = relax.op.reshape(m.visit_expr(other), sx)
+            other = m.builder_.emit(relax.op.reshape(m.visit_expr(other), sx),
+                                    name_hint=m.binding.var.name + VIEW)
         elif len(so) <= len(s) and math.prod(so[:-1] or [1]) == 1 and (
                 not so or so[-1] in (1, s[-1])):
             other = m.visit_expr(other)  # broadcasts along the last axis: the same on x
