@@ -95,6 +95,12 @@ MAX_BINDINGS = 16
 # the caller's array as a TVM tensor and patching the calls that read it costs.
 IN_PLACE_MIN_BYTES = 32 * 1024
 
+# The data alignment the kernels are built for: TVM marks every buffer parameter with it
+# (storage_alignment), and LLVM may then emit aligned vector moves, which fault on other
+# addresses.  An input the caller gives less aligned is copied (scripts/bench_alignment.py:
+# an element-aligned build costs nothing measurable, but the compiler does not make one yet).
+KERNEL_ALIGN = 64
+
 # Argument lists kept per arena for a static model, one per combination of output slots
 # (runtime/output_pool.py): a run whose slots were seen before patches nothing.
 MAX_COMBOS = 16
@@ -375,7 +381,7 @@ class Session:
             in_place = None
             if b is not None and self._bound_bytes(b, {}) >= IN_PLACE_MIN_BYTES:
                 in_place = ([spec(m) + (args_of(uses),) for m, uses in self._buffer_uses[b][1]],
-                            int(io.get("align", 64)))
+                            KERNEL_ALIGN)
             inputs.append((io["name"], t, held if held in outputs else None, in_place))
         self._static = (feed, inputs, outputs)
 
