@@ -10,7 +10,9 @@ call (median of repeats, one process, both builds alternating):
     python scripts/bench_alignment.py                 # matmul, conv, add
     python scripts/bench_alignment.py --repeat 200
 
-Columns: case, build, feed alignment (bytes mod 64), median us.  Run by hand only.
+Columns: case, build, feed alignment (bytes mod 64), median and min us, output equal to the
+aligned build's, the kernel's rule; before them each build's count of aligned and unaligned
+vector moves (an aligned move faults on an address that is not).  Run by hand only.
 """
 
 from __future__ import annotations
@@ -100,6 +102,10 @@ def main(argv=None):
             lib = tvm.compile(tvm.IRModule({name: f.with_attr("global_symbol", name)}),
                               target=target)
             fns[label] = lib[name]
+            asm = (lib.mod if hasattr(lib, "mod") else lib).inspect_source("asm")
+            moves = {kind: len(re.findall(rf"\bvmov{kind}p[sd]\b", asm)) for kind in "au"}
+            print(f"{case:<8} {label:<11} vector moves: aligned (vmovap*) {moves['a']}, "
+                  f"unaligned (vmovup*) {moves['u']}")
         call_args = list(sess._calls[k][1])
         x = sess._np[x_t]
         feeds = {}
