@@ -380,8 +380,7 @@ class Session:
             held = tensors[t]["index"] if tensors[t]["storage"] == "arena" else None
             in_place = None
             if b is not None and self._bound_bytes(b, {}) >= IN_PLACE_MIN_BYTES:
-                in_place = ([spec(m) + (args_of(uses),) for m, uses in self._buffer_uses[b][1]],
-                            KERNEL_ALIGN)
+                in_place = [spec(m) + (args_of(uses),) for m, uses in self._buffer_uses[b][1]]
             inputs.append((io["name"], t, held if held in outputs else None, in_place))
         self._static = (feed, inputs, outputs)
 
@@ -448,13 +447,15 @@ class Session:
             # sees the count and notifies (no lost wake-up)
             self._waiting += 1
             try:
-                while not self._free:
+                while True:
+                    try:  # a lock-free _acquire may have emptied _free since any look
+                        return self._free.pop()
+                    except IndexError:
+                        pass
                     if self._arenas < self.max_arenas and self._can_grow():
                         self._arenas += 1
                         break
                     self._pool.wait()
-                else:
-                    return self._free.pop()
             finally:
                 self._waiting -= 1
         try:
@@ -578,7 +579,7 @@ class Session:
                     if tvs is not None:
                         if patched is None:
                             patched = {}
-                        for (_, _, _, uses), tv in zip(in_place[0], tvs):
+                        for (_, _, _, uses), tv in zip(in_place, tvs):
                             for k, pos in uses:
                                 patched.setdefault(k, list(calls[k][1]))[pos] = tv
                         continue
@@ -627,21 +628,20 @@ class Session:
         return new
 
     @staticmethod
-    def _wrap_input(a: np.ndarray, in_place) -> list | None:
-        """TVM tensors over the caller's array ``a`` for each tensor of its buffer, or None
-        when the kernels cannot read it where it is (not C-contiguous, read-only: DLPack
-        exports no read-only memory, or aligned below what the kernels were built for)."""
-        import tvm_ffi
+    def _wrap_input(a: np.ndarray, members) -> list | None:
+        """TVM tensors over the caller's array ``a`` for each tensor of its buffer
+        (``members``: (tensor, shape, dtype, uses)), or None when the kernels cannot read it
+        where it is (not C-contiguous, read-only: DLPack exports no read-only memory, or
+        not KERNEL_ALIGN-aligned)."""
+        import tvm
 
-        members, align = in_place
-        if not (a.flags.c_contiguous and a.flags.writeable) or a.ctypes.data % align:
+        if not (a.flags.c_contiguous and a.flags.writeable) or a.ctypes.data % KERNEL_ALIGN:
             return None
         if len(members) == 1 and members[0][1] == a.shape:
-            return [tvm_ffi.from_dlpack(a, require_alignment=align, require_contiguous=True)]
+            return [tvm.runtime.from_dlpack(a)]
         raw = a.reshape(-1).view(np.uint8)
-        return [tvm_ffi.from_dlpack(raw[:math.prod(shape) * dtype.itemsize].view(dtype)
-                                    .reshape(shape), require_alignment=align,
-                                    require_contiguous=True)
+        return [tvm.runtime.from_dlpack(raw[:math.prod(shape) * dtype.itemsize].view(dtype)
+                                        .reshape(shape))
                 for _, shape, dtype, _ in members]
 
     def io_binding(self):

@@ -147,3 +147,35 @@ def test_bad_feeds_refused_by_name(model, feed, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")
                        .replace(")", r"\)").replace("]", r"\]")):
         cm.session().run(None, feed)
+
+
+def test_threads_keep_and_drop_results_never_overwritten(model):
+    """Four threads on one session (arenas from the pool, each with its own output pools):
+    every kept result still holds its run's values after all runs, dropped ones are reused."""
+    import threading
+
+    m, cm = model
+    sess = cm.session()
+    feeds = [_feed(20 + i) for i in range(4)]
+    want = [ort_run(m, f) for f in feeds]
+    kept, errors = [[] for _ in feeds], []
+
+    def work(i):
+        try:
+            for r in range(12):
+                outs = sess.run(None, feeds[i])
+                if r % 3 == 0:
+                    kept[i].append(outs)  # every third result held to the end
+        except Exception as e:  # re-raised in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    for i, results in enumerate(kept):
+        assert len(results) == 4
+        for outs in results:
+            assert_close(outs, want[i])
