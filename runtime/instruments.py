@@ -42,6 +42,11 @@ class SessionOptions:
         writable and 64-byte aligned (no copy either way).  False keeps every tensor in the
         session's arena, where tools read them after a run (``onnxc debug``).  Profiling and
         NaN checks always run in the arena.
+    reuse_outputs : bool
+        True (default): the memory of a bound output whose returned array the caller has
+        dropped (no array, view or export of it left) is written again by a later run
+        instead of fresh memory (``runtime/output_pool.py``): no allocation, no page faults,
+        no new TVM tensor.  False: fresh memory every run.
     """
 
     enable_profiling: bool = False
@@ -49,6 +54,7 @@ class SessionOptions:
     check_nan: bool = False
     intra_op_num_threads: int = 0
     bind_io: bool = True
+    reuse_outputs: bool = True
 
 
 class NonFiniteError(RuntimeError):

@@ -33,6 +33,7 @@ from .cpu_features import nominal_peak_gflops
 from .dims import ShapeExpr, bind_dims
 from .instruments import Profiler, SessionOptions, check_outputs, inplace_inputs
 from .memory_plan import MemoryPlan
+from .output_pool import DEFAULT_DEPTH, OutputPool, aligned_bytes
 
 __all__ = ["Session", "NodeArg", "MemoryLimitError"]
 
@@ -89,12 +90,31 @@ def check_memory(graph: dict, arena_bytes: int, params_bytes: int) -> None:
 MAX_BINDINGS = 16
 
 
+# An input at least this large is read in place (when the kernels can take the caller's
+# array); a smaller one is copied into the arena: copying 32 KiB costs about what wrapping
+# the caller's array as a TVM tensor and patching the calls that read it costs.
+IN_PLACE_MIN_BYTES = 32 * 1024
+
+# The data alignment the kernels are built for: TVM marks every buffer parameter with it
+# (storage_alignment), and LLVM may then emit aligned vector moves, which fault on other
+# addresses.  An input the caller gives less aligned is copied (scripts/bench_alignment.py:
+# an element-aligned build costs nothing measurable, but the compiler does not make one yet).
+KERNEL_ALIGN = 64
+
+# Argument lists kept per arena for a static model, one per combination of output slots
+# (runtime/output_pool.py): a run whose slots were seen before patches nothing.
+MAX_COMBOS = 16
+
+
 class _Arena:
-    """One arena's memory and what was prepared over it, per dims binding."""
+    """One arena's memory and what was prepared over it, per dims binding; for a static
+    model also its output pools and the argument lists patched for their slots."""
 
     def __init__(self, data: np.ndarray):
         self.data = data
         self.prepared: OrderedDict = OrderedDict()
+        self.pools: dict = {}  # arena buffer -> OutputPool (static models)
+        self.combos: dict = {}  # ((buffer, slot), ...) -> calls with those slots bound
 
 
 class _Prepared:
@@ -207,11 +227,7 @@ def _names_in(exprs, names) -> set:
     return found
 
 
-def _aligned_bytes(nbytes: int, alignment: int = 64) -> np.ndarray:
-    """A uint8 array of ``nbytes`` whose data pointer is ``alignment``-aligned."""
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start:start + nbytes]
+_aligned_bytes = aligned_bytes  # the name tests and iobinding import
 
 
 def _place_params(params) -> np.ndarray:
@@ -328,7 +344,45 @@ class Session:
             ({}, {}, {}) if instrumented or not self.options.bind_io
             else direct_buffers(graph))
         self._arenas = 1
-        self._pool = threading.Condition()
+        self._pool = threading.Condition(threading.Lock())
+        self._waiting = 0  # threads waiting in _acquire for an arena
+        self._output_depth = DEFAULT_DEPTH if self.options.reuse_outputs else 0
+        self._static_plan(instrumented)
+
+    def _static_plan(self, instrumented: bool) -> None:
+        """What ``run()`` of a static model needs, computed once (``_run_static``): the
+        feed's expected (name, dtype, shape), each input's view, the bound output buffer
+        that holds it (if any), and when it may be read in place its buffer's tensors and
+        the kernel arguments they fill, and each bound output buffer's tensors and their
+        arguments.  None for symbolic or instrumented sessions, which take ``_execute``."""
+        self._static = None
+        if self.dims or instrumented:
+            return
+        tensors = self.graph["tensors"]
+
+        def spec(t):
+            return t, tuple(tensors[t]["shape"]), np.dtype(tensors[t]["dtype"])
+
+        def args_of(uses):
+            return [(k, self._arg_index[k][pos]) for k, pos in uses]
+
+        # (name, dtype, shape, has index bounds); None: narrow types, checked by _check_feed
+        feed = None if self._narrow else [
+            (io["name"], np.dtype(tensors[io["tensor"]]["dtype"]),
+             tuple(tensors[io["tensor"]]["shape"]), io["name"] in self._index_bounds)
+            for io in self.graph["inputs"]]
+        outputs = {b: ([spec(m) for m, _ in self._buffer_uses[b][1]],
+                       [(m, args_of(uses)) for m, uses in self._buffer_uses[b][1]])
+                   for b in set(self._direct_out.values())}
+        inputs = []
+        for io in self.graph["inputs"]:
+            t, b = io["tensor"], self._direct_in.get(io["name"])
+            held = tensors[t]["index"] if tensors[t]["storage"] == "arena" else None
+            in_place = None
+            if b is not None and self._bound_bytes(b, {}) >= IN_PLACE_MIN_BYTES:
+                in_place = [spec(m) + (args_of(uses),) for m, uses in self._buffer_uses[b][1]]
+            inputs.append((io["name"], t, held if held in outputs else None, in_place))
+        self._static = (feed, inputs, outputs)
 
     # -- the arena pool ------------------------------------------------------------------
     def _prepare(self, arena: "_Arena", binding: dict) -> "_Prepared":
@@ -384,14 +438,26 @@ class Session:
         return _Arena(_aligned_bytes(max(self.plan.arena_bytes, 1)))
 
     def _acquire(self):
+        try:  # list.pop is atomic: the uncontended case takes no lock
+            return self._free.pop()
+        except IndexError:
+            pass
         with self._pool:
-            while not self._free:
-                if self._arenas < self.max_arenas and self._can_grow():
-                    self._arenas += 1
-                    break
-                self._pool.wait()
-            else:
-                return self._free.pop()
+            # counted before looking at _free: a _release that appends after this look
+            # sees the count and notifies (no lost wake-up)
+            self._waiting += 1
+            try:
+                while True:
+                    try:  # a lock-free _acquire may have emptied _free since any look
+                        return self._free.pop()
+                    except IndexError:
+                        pass
+                    if self._arenas < self.max_arenas and self._can_grow():
+                        self._arenas += 1
+                        break
+                    self._pool.wait()
+            finally:
+                self._waiting -= 1
         try:
             return self._new_context()
         except BaseException:
@@ -401,9 +467,10 @@ class Session:
             raise
 
     def _release(self, ctx) -> None:
-        with self._pool:
-            self._free.append(ctx)
-            self._pool.notify()
+        self._free.append(ctx)
+        if self._waiting:
+            with self._pool:
+                self._pool.notify()
 
     def _can_grow(self) -> bool:
         avail = available_memory()
@@ -454,12 +521,128 @@ class Session:
         list of numpy.ndarray
             Fresh arrays: they never alias the session's memory.
         """
-        names = self._output_names if output_names is None else list(output_names)
-        for n in names:
-            if n not in self._output_names:
-                raise ValueError(f"unknown output {n!r}; the model's outputs are "
-                                 f"{self._output_names}")
+        if output_names is None:
+            names = self._output_names
+        else:
+            names = list(output_names)
+            for n in names:
+                if n not in self._output_names:
+                    raise ValueError(f"unknown output {n!r}; the model's outputs are "
+                                     f"{self._output_names}")
+        if self._static is not None:
+            return self._run_static(names, self._static_feed(input_feed))
         return self._execute(names, self._check_feed(input_feed), None)
+
+    def _static_feed(self, feed) -> dict:
+        """``feed`` itself when every input is a plain ndarray of exactly the declared dtype
+        and shape (a few tuple compares); anything else goes through ``_check_feed``,
+        which accepts what it can (ndarray subclasses, narrow types) and words the error."""
+        spec = self._static[0]
+        if spec is None or type(feed) is not dict or len(feed) != len(spec):
+            return self._check_feed(feed)
+        for name, dtype, shape, bounded in spec:
+            a = feed.get(name)
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape:
+                return self._check_feed(feed)
+            if bounded:
+                self._check_indices(name, a)
+        return feed
+
+    def _run_static(self, names, arrays: dict) -> list:
+        """``_execute`` for a static model without instruments or bound memory, from the
+        plan made at load (``_static_plan``): bound outputs come from the arena's output
+        pools, whose argument lists are kept per combination of slots; an input of
+        ``IN_PLACE_MIN_BYTES`` or more is read in place when the kernels can take it."""
+        _, inputs, outputs = self._static
+        arena = self._acquire()
+        try:
+            prepared = arena.prepared.get(())
+            if prepared is None:
+                prepared = self._prepare(arena, {})
+            calls = prepared.calls
+            slots: dict = {}  # output buffer -> the slot its tensors are written in
+            for n in names:
+                b = self._direct_out.get(n)
+                if b is not None and b not in slots:
+                    pool = arena.pools.get(b)
+                    if pool is None:
+                        pool = arena.pools[b] = OutputPool(
+                            self._bound_bytes(b, {}), outputs[b][0], self._output_depth)
+                    slots[b] = pool.take()
+            if slots:
+                calls = self._slot_calls(arena, calls, slots)
+            patched = None
+            for name, t, held, in_place in inputs:
+                a = arrays[name]
+                if in_place is not None:
+                    tvs = self._wrap_input(a, in_place)
+                    if tvs is not None:
+                        if patched is None:
+                            patched = {}
+                        for (_, _, _, uses), tv in zip(in_place, tvs):
+                            for k, pos in uses:
+                                patched.setdefault(k, list(calls[k][1]))[pos] = tv
+                        continue
+                view = prepared.views[t] if held not in slots else slots[held].views[t]
+                np.copyto(view, a, casting="no")
+            if patched:
+                calls = list(calls)
+                for k, args in patched.items():
+                    calls[k] = (calls[k][0], tuple(args))
+            for fn, args in calls:
+                fn(*args)
+            result, given = [], set()
+            for n in names:
+                b = self._direct_out.get(n)
+                if b in slots and b not in given:
+                    result.append(slots[b].give(self._outputs_tensor[n]))
+                    given.add(b)
+                else:  # not bound, or asked for twice: a copy
+                    t = self._outputs_tensor[n]
+                    result.append((slots[b].views[t] if b in slots else
+                                   prepared.views[t]).copy())
+            return result
+        finally:
+            self._release(arena)
+
+    def _slot_calls(self, arena: "_Arena", calls: list, slots: dict) -> list:
+        """``calls`` with the output buffers' tensors on ``slots``; kept per combination
+        of pooled slots (at most MAX_COMBOS per arena)."""
+        key = tuple((b, s.key) for b, s in slots.items())
+        cached = arena.combos.get(key)
+        if cached is not None:
+            return cached
+        patched: dict = {}
+        for b, slot in slots.items():
+            for t, uses in self._static[2][b][1]:
+                tv = slot.tensors[t]
+                if tv is None:  # empty: the prepared call's memory-less argument stays
+                    continue
+                for k, pos in uses:
+                    patched.setdefault(k, list(calls[k][1]))[pos] = tv
+        new = list(calls)
+        for k, args in patched.items():
+            new[k] = (calls[k][0], tuple(args))
+        if None not in (s.key for s in slots.values()) and len(arena.combos) < MAX_COMBOS:
+            arena.combos[key] = new
+        return new
+
+    @staticmethod
+    def _wrap_input(a: np.ndarray, members) -> list | None:
+        """TVM tensors over the caller's array ``a`` for each tensor of its buffer
+        (``members``: (tensor, shape, dtype, uses)), or None when the kernels cannot read it
+        where it is (not C-contiguous, read-only: DLPack exports no read-only memory, or
+        not KERNEL_ALIGN-aligned)."""
+        import tvm
+
+        if not (a.flags.c_contiguous and a.flags.writeable) or a.ctypes.data % KERNEL_ALIGN:
+            return None
+        if len(members) == 1 and members[0][1] == a.shape:
+            return [tvm.runtime.from_dlpack(a)]
+        raw = a.reshape(-1).view(np.uint8)
+        return [tvm.runtime.from_dlpack(raw[:math.prod(shape) * dtype.itemsize].view(dtype)
+                                        .reshape(shape))
+                for _, shape, dtype, _ in members]
 
     def io_binding(self):
         """A new :class:`runtime.iobinding.IOBinding` for :meth:`run_with_iobinding`
@@ -656,12 +839,16 @@ class Session:
             if not self.dims and list(a.shape) != list(declared):  # symbolic: bind_dims
                 raise ValueError(f"input {name!r}: expected shape {list(declared)}, got "
                                  f"{list(a.shape)}")
-            for b in self._index_bounds.get(name, ()):
-                # an index out of range would make the gather kernel read outside its table
-                if a.size and (a.min() < b["low"] or a.max() > b["high"]):
-                    bad = a.max() if a.max() > b["high"] else a.min()
-                    raise ValueError(f"input {name!r}: values are indices into node "
-                                     f"{b['node']!r} ({b['op']}, axis of size {b['size']}) and "
-                                     f"must lie in [{b['low']}, {b['high']}]; got {bad}")
+            self._check_indices(name, a)
             arrays[name] = a
         return arrays
+
+    def _check_indices(self, name: str, a: np.ndarray) -> None:
+        """Refuse index values outside what the gather kernels reading input ``name`` index:
+        out of range, the kernel would read outside its table."""
+        for b in self._index_bounds.get(name, ()):
+            if a.size and (a.min() < b["low"] or a.max() > b["high"]):
+                bad = a.max() if a.max() > b["high"] else a.min()
+                raise ValueError(f"input {name!r}: values are indices into node "
+                                 f"{b['node']!r} ({b['op']}, axis of size {b['size']}) and "
+                                 f"must lie in [{b['low']}, {b['high']}]; got {bad}")

@@ -109,3 +109,14 @@ def test_constant_loops_inside_a_symbolic_one_stay_in_the_parallel_body():
     text = Elementwise().apply(f, AVX2).mod["main"].script()
     assert "T.parallel(batch * (past + seq) * T.int64(12))" in text
     assert "in range(T.int64(8))" in text and "T.vectorized(T.int64(8))" in text
+
+
+@pytest.mark.parametrize("target", [TARGET, AVX2])
+def test_tiny_kernel_stays_serial(target):
+    """Below SERIAL_BELOW iterations a parallel launch costs more than the work: [1, 64]
+    is one vectorised loop on one core; [1, 144, 56, 56] above is parallel."""
+    from schedules.cpu.fallback import SERIAL_BELOW
+
+    assert 64 < SERIAL_BELOW <= 144 * 56 * 56
+    text = Elementwise().apply(_swish((1, 64)), target).mod["main"].script()
+    assert "T.parallel" not in text and "T.vectorized" in text
