@@ -487,7 +487,7 @@ def _build_checked(kernels, checked: dict, tinfo, where: str) -> None:
     import tvm
 
     try:
-        lib = tvm.compile(_checked_module(checked), target=_checked_target(tinfo))
+        lib = parallel_build.compile_kernels(_checked_module(checked), _checked_target(tinfo))
     except Exception as e:
         lines = str(e).strip().splitlines()
         raise CompileError(f"{where}: building the checked kernel variants for {tinfo.name} "

@@ -142,3 +142,34 @@ def _ok_and_bad_kernels():
             b[i] = a[i]
 
     return ok, bad
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_kernels_built_without_argument_checks_unless_asked(monkeypatch, tmp_path, workers):
+    """TVM's per-argument checks (and their error strings) are left out of the kernels by
+    default, in this process and in the build workers; ONNXC_KERNEL_ASSERTS=1 keeps them.
+    Same outputs either way."""
+    def build(asserts):
+        if asserts:
+            monkeypatch.setenv(parallel_build.ENV_ASSERTS, "1")
+        else:
+            monkeypatch.delenv(parallel_build.ENV_ASSERTS, raising=False)
+        cm = _compile("cnn", monkeypatch, workers)
+        path = tmp_path / f"cnn_{asserts}.so"
+        cm.export(str(path))
+        return path, runtime.load(str(path))
+
+    def checks(path) -> int:  # TVM's argument-check messages in the library's strings
+        out = subprocess.run(["strings", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+        return sum("on argument #" in line for line in out.splitlines())
+
+    plain, sp = build(False)
+    checked, sc = build(True)
+    assert checks(checked) > 0
+    assert checks(plain) == 0
+    assert plain.stat().st_size < checked.stat().st_size
+    x = np.random.default_rng(0).standard_normal(
+        tuple(sp.get_inputs()[0].shape)).astype(np.float32)
+    name = sp.get_inputs()[0].name
+    np.testing.assert_array_equal(sp.run(None, {name: x})[0], sc.run(None, {name: x})[0])
