@@ -137,12 +137,15 @@ def _reinfer_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
     gives any ``Shape``/``Size`` input a static shape it lacked; else None."""
     from onnx import shape_inference
 
+    from .loader import with_initializers, without_large_initializers
+
     before = _unknown_shape_reads(model)
+    light, large = without_large_initializers(model)  # as the loader infers: no weights
     m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m.CopyFrom(light)
     del m.graph.value_info[:]
     try:
-        m = shape_inference.infer_shapes(m, data_prop=True)
+        m = with_initializers(shape_inference.infer_shapes(m, data_prop=True), model, large)
     except Exception:  # the loader's strict inference passed; a failure here is not fatal
         return None
     return m if _unknown_shape_reads(m) < before else None

@@ -81,7 +81,7 @@ def load_model(model, warnings: list | None = None,
         onnx.checker.check_model(lenient.for_checker(light, leniency))
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{where}: invalid ONNX model: {_first_line(e)}") from None
-    inferred = lenient.restore(_with_initializers(_inferred(light, where), model, large),
+    inferred = lenient.restore(with_initializers(_inferred(light, where), model, large),
                                leniency)
     note = leniency.warning(where)
     if lenient_dims is not None:
@@ -125,7 +125,7 @@ def without_large_initializers(model: onnx.ModelProto) -> tuple[onnx.ModelProto,
     return light, [t.name for t in large]
 
 
-def _with_initializers(inferred: onnx.ModelProto, model: onnx.ModelProto,
+def with_initializers(inferred: onnx.ModelProto, model: onnx.ModelProto,
                        large: list) -> onnx.ModelProto:
     """``inferred`` (shape inference's result on ``without_large_initializers(model)``) with
     ``model``'s initializers back in their order and the stand-in inputs dropped."""

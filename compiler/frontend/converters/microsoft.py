@@ -239,6 +239,90 @@ def fused_matmul(bb, inputs, attrs, ctx):
     return y
 
 
+# --------------------------------------------------------------------------- #
+# What onnxruntime's graph optimizer writes (a model saved at ORT_ENABLE_EXTENDED)
+# --------------------------------------------------------------------------- #
+
+
+def _activation(ctx, y, name: str, params: dict):
+    """onnxruntime's fused activation ``name`` (MLAS / ElementWiseRangedTransform) on ``y``;
+    ``params``: alpha / beta / gamma as the op gives them (None: the default)."""
+    dt = dtype_of(y)
+
+    def p(key, default):
+        v = params.get(key)
+        return scalar(default if v is None else float(v), dt)
+
+    if name == "":
+        return y
+    if name == "Relu":
+        return relax.op.nn.relu(y)
+    if name == "Sigmoid":
+        return relax.op.sigmoid(y)
+    if name == "Tanh":
+        return relax.op.tanh(y)
+    if name == "LeakyRelu":
+        return relax.op.where(relax.op.less(y, scalar(0.0, dt)),
+                              relax.op.multiply(y, p("alpha", 0.01)), y)
+    if name == "Clip":
+        lo = params.get("min", -math.inf)
+        hi = params.get("max", math.inf)
+        return relax.op.minimum(relax.op.maximum(y, scalar(lo, dt)), scalar(hi, dt))
+    if name == "HardSigmoid":
+        v = relax.op.add(relax.op.multiply(y, p("alpha", 0.2)), p("beta", 0.5))
+        return relax.op.minimum(relax.op.maximum(v, scalar(0.0, dt)), scalar(1.0, dt))
+    refuse(ctx, f"fused activation {name!r}")
+
+
+@_register("FusedConv")
+def fused_conv(bb, inputs, attrs, ctx):
+    """activation(Conv(X, W, B) [+ Z]): onnxruntime's Conv + activation fusion (and its
+    Conv + Add fusion: the optional 4th input Z is added before the activation).
+    ``activation_params``: LeakyRelu's alpha; Clip's min, max; HardSigmoid's alpha, beta."""
+    from .nn import conv
+
+    x, w, b, z = _pad(inputs, 4)[:4]
+    _float(ctx, x, "X")
+    name = _text(attrs.get("activation"))
+    values = [float(v) for v in attrs.get("activation_params", [])]
+    keys = {"LeakyRelu": ("alpha",), "Clip": ("min", "max"),
+            "HardSigmoid": ("alpha", "beta")}.get(name, ())
+    if len(values) > len(keys):
+        refuse(ctx, f"activation_params {values} for activation {name!r}")
+    conv_attrs = {k: v for k, v in attrs.items() if k not in ("activation", "activation_params")}
+    y = bb.emit(conv(bb, [x, w, b], conv_attrs, ctx))  # TVM reads inputs[2]: None or B
+    if z is not None:
+        y = bb.emit(relax.op.add(y, z))
+    return _activation(ctx, y, name, dict(zip(keys, values)))
+
+
+@_register("FusedGemm")
+def fused_gemm(bb, inputs, attrs, ctx):
+    """activation(Gemm(A, B, C)): onnxruntime's Gemm + activation fusion; the activation's
+    parameters are the attributes ``activation_alpha`` / ``activation_beta`` /
+    ``activation_gamma`` (LeakyRelu: alpha; HardSigmoid: alpha, beta)."""
+    from ..registry import tvm_converter
+
+    _float(ctx, inputs[0], "A")
+    name = _text(attrs.get("activation"))
+    params = {k[len("activation_"):]: v for k, v in attrs.items()
+              if k.startswith("activation_")}
+    known = {"LeakyRelu": {"alpha"}, "HardSigmoid": {"alpha", "beta"}}.get(name, set())
+    extra = sorted(set(params) - known)
+    if extra:
+        refuse(ctx, f"attribute activation_{extra[0]} for activation {name!r}")
+    if "leaky_relu_alpha" in attrs:  # the older spelling onnxruntime still reads
+        params.setdefault("alpha", attrs["leaky_relu_alpha"])
+    gemm_attrs = {k: v for k, v in attrs.items()
+                  if k in ("alpha", "beta", "transA", "transB")}
+    y = bb.emit(tvm_converter("Gemm")(bb, inputs, gemm_attrs, ctx))
+    return _activation(ctx, y, name, params)
+
+
+def _text(v) -> str:
+    return "" if v is None else (v.decode() if isinstance(v, bytes) else str(v))
+
+
 @_register("RotaryEmbedding")
 def ms_rotary_embedding(bb, inputs, attrs, ctx):
     """RoPE on (B, S, N*H) or (B, N, S, H); position_ids (B, S), or (1,): the offset of

@@ -216,6 +216,83 @@ def test_fused_matmul_trans_batch_refused():
 
 
 # --------------------------------------------------------------------------- #
+# FusedConv / FusedGemm: what onnxruntime's optimizer saves (ORT_ENABLE_EXTENDED)
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize("activation,params", [
+    ("Relu", None), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 0.7]), ("HardSigmoid", [0.3, 0.4]),
+    ("Sigmoid", None), ("Tanh", None), (None, None)])
+def test_fused_conv_activations(activation, params):
+    attrs = {"pads": [1, 1, 1, 1]}
+    if activation is not None:
+        attrs["activation"] = activation
+    if params is not None:
+        attrs["activation_params"] = params
+    cm = check("FusedConv", {"x": randn(1, 8, 9, 7), "w": randn(16, 8, 3, 3, scale=0.2),
+                             "b": randn(16)}, consts=("w", "b"), **attrs)
+    assert [r for _, r in kernels(cm)].count("cpu.conv2d_nchwc") + \
+        [r for _, r in kernels(cm)].count("cpu.conv2d_packed") == 1, kernels(cm)
+
+
+@pytest.mark.parametrize("group,strides,auto_pad", [(1, [2, 2], "SAME_UPPER"),
+                                                    (8, [1, 1], "NOTSET")])
+def test_fused_conv_sum_input_groups_strides(group, strides, auto_pad):
+    """The 4th input Z (onnxruntime's Conv + Add fusion) is added before the activation."""
+    out_hw = (5, 4) if strides == [2, 2] else (9, 7)
+    check("FusedConv", {"x": randn(1, 8, 9, 7), "w": randn(8, 8 // group, 3, 3, scale=0.3),
+                        "b": randn(8), "z": randn(1, 8, *out_hw)}, consts=("w", "b"),
+          activation="Relu", group=group, strides=strides, auto_pad=auto_pad,
+          **({"pads": [1, 1, 1, 1]} if auto_pad == "NOTSET" else {}))
+
+
+def test_fused_conv_no_bias():
+    check("FusedConv", {"x": randn(1, 4, 6, 6), "w": randn(6, 4, 1, 1)}, consts=("w",),
+          activation="Relu")
+
+
+def test_fused_conv_unknown_activation_refused():
+    refused("FusedConv", {"x": randn(1, 4, 6, 6), "w": randn(6, 4, 1, 1)}, consts=("w",),
+            activation="Softsign", match="fusedconv_node.*fused activation 'Softsign'")
+
+
+@pytest.mark.parametrize("activation,extra", [
+    ("Relu", {}), ("LeakyRelu", {"activation_alpha": 0.3}), ("Tanh", {}),
+    ("HardSigmoid", {"activation_alpha": 0.25, "activation_beta": 0.6})])
+def test_fused_gemm(activation, extra):
+    check("FusedGemm", {"a": randn(5, 12), "w": randn(7, 12), "c": randn(7)}, consts=("w", "c"),
+          transB=1, alpha=0.5, beta=2.0, activation=activation, **extra)
+
+
+def test_fused_gemm_unused_parameter_refused():
+    refused("FusedGemm", {"a": randn(5, 12), "w": randn(12, 7)}, consts=("w",),
+            activation="Relu", activation_gamma=1.5,
+            match="fusedgemm_node.*activation_gamma for activation 'Relu'")
+
+
+def test_onnxruntime_extended_optimized_cnn_compiles(tmp_path):
+    """A model onnxruntime saved at ORT_ENABLE_EXTENDED (Conv + ReLU, Conv + Add + ReLU as
+    FusedConv) compiles and matches onnxruntime on the original."""
+    from tests.conftest import zoo_model
+
+    src = tmp_path / "cnn.onnx"
+    onnx.save(zoo_model("cnn"), str(src))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "cnn_ext.onnx")
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    opt = onnx.load(so.optimized_model_filepath)
+    assert any(n.op_type == "FusedConv" for n in opt.graph.node)
+    cm = compiler.compile(opt)
+    sess = cm.session()
+    i = sess.get_inputs()[0]
+    x = randn(*i.shape)
+    want = _ort(onnx.load(str(src)), {i.name: x})
+    for g_, w in zip(sess.run(None, {i.name: x}), want):
+        np.testing.assert_allclose(g_, w, rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------- #
 # Attention
 # --------------------------------------------------------------------------- #
 
