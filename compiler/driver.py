@@ -189,6 +189,11 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         "concats": {"placed": len(graph.concats.get("placed", [])),
                     "bytes_not_copied": sum(p["bytes"] for p in graph.concats.get("placed", [])),
                     "kernels": graph.concats.get("kernels", [])},
+        # key/value caches appended in place (passes/seq_major_cache.py, graph.py
+        # place_kv_caches): {input, output, nodes} each, and the marked ones kept copying,
+        # why (caches the pass refused: its report, "kept copying: <why>")
+        "kv_caches": {"placed": graph.kv_caches.get("placed", []),
+                      "kept": graph.kv_caches.get("kept", [])},
         "compile_seconds": round(time.perf_counter() - t0, 3),
         "stages": stage.seconds,
         "stages_cpu": stage.cpu_seconds,
