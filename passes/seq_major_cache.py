@@ -102,11 +102,12 @@ def _match(df: Dataflow, p):
     drop, x = [], p
     while True:  # the exporters' one-input Concat(past) is an identity
         users = _users(df, x)
-        if len(users) != 1 or users[0] is None:
+        concats = [u for u in users if u is not None and df.call(u, "concat") is not None]
+        if not concats:
             return ""
+        if len(users) != 1:
+            return "past is read by something other than the concat"
         call = df.call(users[0], "concat")
-        if call is None:
-            return ""
         fields = df.value(call.args[0]).fields
         if len(fields) == 1:
             drop.append(users[0])
@@ -114,9 +115,11 @@ def _match(df: Dataflow, p):
             continue
         break
     concat = users[0]
+    if not df.source(fields[0]).same_as(df.source(x)):
+        return ""  # a new row, not a past
     if int(call.attrs.axis) % 4 != 2:
         return "the concat is not on the sequence axis (2)"
-    if len(fields) != 2 or not df.source(fields[0]).same_as(df.source(x)):
+    if len(fields) != 2:
         return "the concat is not (past, new)"
     if dtype_of(concat) != "float32" or any(dtype_of(f) != "float32" for f in fields):
         return "not float32"
@@ -134,44 +137,53 @@ def _match(df: Dataflow, p):
     for u in users:
         if _is_result(df, u):
             continue
-        read = _read(df, u, concat, shape)
-        if read is None:
+        found = _reads(df, u, concat, shape)
+        if found is None:
             return "present is read by something other than the attention matmuls"
-        reads.append(read)
-        drop += read["chain"]
+        drop += found[0]
+        reads += found[1]
     return {"past": p, "concat": concat, "new": fields[1], "reads": reads, "drop": drop}
 
 
-def _read(df: Dataflow, u, present, shape):
-    """How binding ``u`` reads ``present``: {matmul var, operand a, transposed, rep, chain
-    (the bindings between, each used once)}; None if not a matmul read."""
-    chain, rep, x = [], 1, u
-    e = df.call(x, "expand_dims")
-    if e is not None:  # repeat_kv: expand_dims(2) -> broadcast_to -> reshape
-        if [int(a) for a in e.attrs.axis] != [2] or len(_users(df, x)) != 1:
+def _reads(df: Dataflow, u, present, shape) -> tuple | None:
+    """How binding ``u`` reads ``present``: (the bindings between that the rewrite drops,
+    [{matmul var, operand a, transposed, rep}]) when only attention matmuls read it (through
+    repeat_kv, possibly transposed); else None."""
+    e = df.call(u, "expand_dims")
+    if e is None:
+        one = _matmul_read(df, u, present, shape, 1)
+        return None if one is None else (one[0], [one[1]])
+    # repeat_kv: expand_dims(2) -> broadcast_to [B, KV, rep, T, D] -> reshape [B, H, T, D]
+    if [int(a) for a in e.attrs.axis] != [2] or len(_users(df, u)) != 1:
+        return None
+    b = _users(df, u)[0]
+    bc = df.call(b, "broadcast_to") if b is not None else None
+    if bc is None or len(_users(df, b)) != 1:
+        return None
+    r = _users(df, b)[0]
+    bshape = list(bc.ty.shape.values)
+    if r is None or df.call(r, "reshape") is None or len(bshape) != 5 or \
+            not isinstance(bshape[2], tirx.IntImm):
+        return None
+    rep = bshape[2].value
+    rshape = list(df.value(r).ty.shape.values)
+    if len(rshape) != 4 or not isinstance(rshape[1], tirx.IntImm) or \
+            rshape[1].value != shape[1].value * rep:
+        return None
+    chain, reads = [u, b, r], []
+    for v in _users(df, r):
+        one = _matmul_read(df, v, r, shape, rep) if v is not None else None
+        if one is None:
             return None
-        b = _users(df, x)[0]
-        bc = df.call(b, "broadcast_to") if b is not None else None
-        if bc is None or len(_users(df, b)) != 1:
-            return None
-        r = _users(df, b)[0]
-        rs = df.call(r, "reshape") if r is not None else None
-        bshape = list(bc.ty.shape.values)
-        if rs is None or len(bshape) != 5 or not isinstance(bshape[2], tirx.IntImm):
-            return None
-        rep = bshape[2].value
-        rshape = list(df.value(r).ty.shape.values)
-        if len(rshape) != 4 or not isinstance(rshape[1], tirx.IntImm) or \
-                rshape[1].value != shape[1].value * rep:
-            return None
-        chain += [x, b]
-        x = r
-        users = _users(df, x)
-        if len(users) != 1 or users[0] is None:
-            return None
-        chain.append(x)
-        x = users[0]
-    transposed = False
+        chain += one[0]
+        reads.append(one[1])
+    return chain, reads
+
+
+def _matmul_read(df: Dataflow, x, operand, shape, rep: int) -> tuple | None:
+    """(dropped bindings, {matmul, a, transposed, rep}) when binding ``x`` is
+    ``matmul(a, operand)`` or ``matmul(a, permute_dims(operand, [0, 1, 3, 2]))``."""
+    chain, transposed = [], False
     pd = df.call(x, "permute_dims")
     if pd is not None:
         if pd.attrs.axes is None or [int(a) for a in pd.attrs.axes] != [0, 1, 3, 2]:
@@ -180,17 +192,19 @@ def _read(df: Dataflow, u, present, shape):
         if len(users) != 1 or users[0] is None:
             return None
         chain.append(x)
-        transposed, x = True, users[0]
+        transposed, operand, x = True, x, users[0]
     mm = df.call(x, "matmul")
-    if mm is None or not df.source(mm.args[1]).same_as(df.source(chain[-1] if chain else present)):
+    if mm is None or not df.source(mm.args[1]).same_as(df.source(operand)):
         return None
     a = mm.args[0]
+    if df.source(a).same_as(df.source(operand)) or df.source(a).same_as(df.source(x)):
+        return None  # the cache on both sides: not attention
     ash = list(a.ty.shape.values) if isinstance(a.ty, relax.TensorType) and a.ty.shape else []
     if len(ash) != 4 or dtype_of(a) != "float32" or dtype_of(x) != "float32":
         return None
     if not isinstance(ash[1], tirx.IntImm) or ash[1].value != shape[1].value * rep:
         return None
-    return {"matmul": x, "a": a, "transposed": transposed, "rep": rep, "chain": chain}
+    return chain, {"matmul": x, "a": a, "transposed": transposed, "rep": rep}
 
 
 # -- the computes -----------------------------------------------------------------------
