@@ -261,7 +261,18 @@ def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
         why = "convert_layout disabled: the model's NCHW"
     entry = {"requested": layout, "chosen": opts["layout"] if "convert_layout" not in
              set(disabled) else "NCHW", "block": opts["block"], "why": why}
-    return _int8_dot(tinfo, _conv_tiles(tinfo, _matmul_tiles(tinfo, config))), entry
+    return _kv_caches(tinfo, _int8_dot(tinfo, _conv_tiles(tinfo, _matmul_tiles(
+        tinfo, config)))), entry
+
+
+def _kv_caches(tinfo, pass_config) -> dict:
+    """pass_config with seq_major_cache off (``cpu`` False) on non-CPU targets: the GPU
+    runtime (runtime/device.py) has no permuted inputs or offsets that are expressions."""
+    if tinfo.is_cpu:
+        return pass_config
+    config = {k: dict(v) for k, v in (pass_config or {}).items()}
+    config.setdefault("seq_major_cache", {}).setdefault("cpu", False)
+    return config
 
 
 def _int8_dot(tinfo, pass_config) -> dict:

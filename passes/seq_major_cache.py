@@ -57,8 +57,12 @@ class SeqMajorCache(GraphPass):
 
     name = "seq_major_cache"
     opt_level = 1
+    # cpu: False on targets whose runtime cannot hold a permuted cache (the driver sets it)
+    options = {"cpu": True}
 
     def rewrite(self, mod, report: PassReport, options: dict):
+        if not options["cpu"]:
+            return mod
         df = Dataflow(mod)
         caches, refused = [], {}
         for p in mod["main"].params:
@@ -84,39 +88,44 @@ class SeqMajorCache(GraphPass):
 
 
 # -- matching ---------------------------------------------------------------------------
-def _users(df: Dataflow, var) -> list:
-    return df.users(var)
-
-
 def _is_result(df: Dataflow, u) -> bool:
     """``u`` (a user) is the function's result or a tuple of it."""
     return u is None or isinstance(df.value(u), relax.Tuple)
 
 
+def _first_in_concat(df: Dataflow, x):
+    """(binding var, concat call) of a concat whose first input is ``x``, else None."""
+    for u in df.users(x):
+        call = df.call(u, "concat") if u is not None else None
+        if call is not None and df.source(df.value(call.args[0]).fields[0]).same_as(
+                df.source(x)):
+            return u, call
+    return None
+
+
 def _match(df: Dataflow, p):
     """The cache rooted at model input ``p`` ({past, concat, new, reads, drop}), or why not
-    ("" when ``p`` is no candidate at all: not a rank-4 tensor concatenated on axis 2)."""
+    ("" when ``p`` is no candidate at all: not a rank-4 input concatenated first into a
+    model output)."""
     ty = p.ty
     if not isinstance(ty, relax.TensorType) or getattr(ty, "ndim", -1) != 4:
         return ""
     drop, x = [], p
     while True:  # the exporters' one-input Concat(past) is an identity
-        users = _users(df, x)
-        concats = [u for u in users if u is not None and df.call(u, "concat") is not None]
-        if not concats:
+        found = _first_in_concat(df, x)
+        if found is None:
             return ""
-        if len(users) != 1:
-            return "past is read by something other than the concat"
-        call = df.call(users[0], "concat")
+        concat, call = found
         fields = df.value(call.args[0]).fields
-        if len(fields) == 1:
-            drop.append(users[0])
-            x = users[0]
+        if len(fields) == 1 and len(df.users(x)) == 1:
+            drop.append(concat)
+            x = concat
             continue
         break
-    concat = users[0]
-    if not df.source(fields[0]).same_as(df.source(x)):
-        return ""  # a new row, not a past
+    if not df.returned(concat):
+        return ""  # no present: not a cache
+    if len(df.users(x)) != 1:
+        return "past is read by something other than the concat"
     if int(call.attrs.axis) % 4 != 2:
         return "the concat is not on the sequence axis (2)"
     if len(fields) != 2:
@@ -124,13 +133,11 @@ def _match(df: Dataflow, p):
     if dtype_of(concat) != "float32" or any(dtype_of(f) != "float32" for f in fields):
         return "not float32"
     shape = list(concat.ty.shape.values)
-    row = [d for d in shape[1:2] + shape[3:]]
+    row = [shape[1], shape[3]]
     if not all(isinstance(d, tirx.IntImm) for d in row) or \
             (row[0].value * row[1].value * 4) % ALIGN:
         return f"a cache row (heads x head_dim floats) is not a multiple of {ALIGN} bytes"
-    users = _users(df, concat)
-    if not df.returned(concat):
-        return "present is not a model output"
+    users = df.users(concat)
     if sum(_is_result(df, u) for u in users) != 1:
         return "present is returned more than once"
     reads = []
@@ -154,13 +161,13 @@ def _reads(df: Dataflow, u, present, shape) -> tuple | None:
         one = _matmul_read(df, u, present, shape, 1)
         return None if one is None else (one[0], [one[1]])
     # repeat_kv: expand_dims(2) -> broadcast_to [B, KV, rep, T, D] -> reshape [B, H, T, D]
-    if [int(a) for a in e.attrs.axis] != [2] or len(_users(df, u)) != 1:
+    if [int(a) for a in e.attrs.axis] != [2] or len(df.users(u)) != 1:
         return None
-    b = _users(df, u)[0]
+    b = df.users(u)[0]
     bc = df.call(b, "broadcast_to") if b is not None else None
-    if bc is None or len(_users(df, b)) != 1:
+    if bc is None or len(df.users(b)) != 1:
         return None
-    r = _users(df, b)[0]
+    r = df.users(b)[0]
     bshape = list(bc.ty.shape.values)
     if r is None or df.call(r, "reshape") is None or len(bshape) != 5 or \
             not isinstance(bshape[2], tirx.IntImm):
@@ -171,7 +178,7 @@ def _reads(df: Dataflow, u, present, shape) -> tuple | None:
             rshape[1].value != shape[1].value * rep:
         return None
     chain, reads = [u, b, r], []
-    for v in _users(df, r):
+    for v in df.users(r):
         one = _matmul_read(df, v, r, shape, rep) if v is not None else None
         if one is None:
             return None
@@ -188,7 +195,7 @@ def _matmul_read(df: Dataflow, x, operand, shape, rep: int) -> tuple | None:
     if pd is not None:
         if pd.attrs.axes is None or [int(a) for a in pd.attrs.axes] != [0, 1, 3, 2]:
             return None
-        users = _users(df, x)
+        users = df.users(x)
         if len(users) != 1 or users[0] is None:
             return None
         chain.append(x)

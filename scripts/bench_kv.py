@@ -4,7 +4,8 @@
 For each past length (default 1, 128, 512, 1023: GPT-2 has 1024 positions, so a step at
 past 1023 is its last) a step of one token over a random past of that length is run
 repeatedly, each engine through its IOBinding loop of ``examples/generate.py`` (onnxc:
-the past bound in place, presents in runtime-owned buffers; onnxruntime: OrtValues), in
+the past bound in place, presents in runtime-owned buffers, after one step the past is
+that step's present, as when decoding: ``OnnxcDecoder.settle``; onnxruntime: OrtValues), in
 its own worker process; engines alternate over ``--rounds``; the figure is the median over
 rounds of each round's median step.  ``--profile`` adds onnxc's top kernels at each
 length (the session's profiler, ``SessionOptions(enable_profiling=True)``).
@@ -48,6 +49,8 @@ def worker(args) -> dict:
         past = [rng.standard_normal((1, dec.heads, past_len, dec.head_dim)).astype(np.float32)
                 for _ in dec.past]
         dec.start(np.array([[1]], np.int64), past)
+        if hasattr(dec, "settle"):  # onnxc: the past is the previous step's present
+            dec.settle()
         for _ in range(2):
             dec.repeat()
         times = []
