@@ -560,7 +560,7 @@ class Session:
                     out = self._into(memory[n], views.get(t, outputs[n]))
                     out = out if perm is None else out.transpose(perm)
                 elif perm is not None:  # a sequence-major cache, in the model's layout
-                    out = np.ascontiguousarray(views.get(t, outputs[n]).transpose(perm))
+                    out = views.get(t, outputs[n]).transpose(perm).copy()  # always a copy
                 else:
                     out = outputs[n].copy() if t not in views else (
                         views[t].copy() if t in given else views[t])  # asked twice: a copy
