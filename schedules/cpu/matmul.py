@@ -143,37 +143,16 @@ def _split_last_tiles(sch, jo, io, rows: bool, cols: bool):
     return None
 
 
-def _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores, lead_rows=False):
+def _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores):
     """One output row (GEMV, decoding): ``k`` outer, the row's columns inner, so ``B`` streams
     contiguously (a register tile would read it a column panel at a time, one page per
     ``k``); the row block (at most 1024 columns) accumulates in L1, ``ku`` rows of ``B``
-    per load/store of it (one over a symbolic K).  ``lead_rows`` (a sequence-major value
-    cache ``[k, b, h, j]``): the heads inside ``k`` too, one group of them per core, so a
-    core reads its heads' part of each cache row, one row after the other, instead of
-    every page of the cache once per head."""
+    per load/store of it (one over a symbolic K)."""
     *bat, i, j, k = sch.get_loops(mm)
     chunk = max(d for d in common.divisors(N) if d % lanes == 0 and d <= 1024)
     ku = 1 if K is None else max(u for u in (4, 2, 1) if K % u == 0)
     jc, jv, jl = sch.split(j, [None, chunk // lanes, lanes])
     ko, ki = sch.split(k, [None, ku])
-    if lead_rows:
-        *outer, h = bat
-        ho, hi = sch.split(h, [ncores, None])
-        sch.reorder(*outer, ho, jc, i, ko, hi, jv, ki, jl)
-        wb = sch.cache_write(mm, 0, "global")
-        sch.reverse_compute_at(wb, jc, preserve_unit_loops=True)
-        if tail is not None:
-            sch.reverse_compute_inline(tail)
-        common.parallel(sch, [*outer, ho], ncores)
-        sch.unroll(ki)
-        sch.vectorize(jl)
-        init = sch.decompose_reduction(mm, ko)
-        for blk in (wb, init):
-            _, v = sch.split(sch.get_loops(blk)[-1], [None, lanes])
-            sch.vectorize(v)
-        for p in stages:
-            common.schedule_elementwise(sch, p, lanes, ncores)
-        return sch
     sch.reorder(*bat, jc, i, ko, jv, ki, jl)
     wb = sch.cache_write(mm, 0, "global")
     sch.reverse_compute_at(wb, jc, preserve_unit_loops=True)
@@ -191,33 +170,25 @@ def _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores, lead_rows=False):
     return sch
 
 
-def _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores, lead_rows=False):
+def _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores):
     """One row of A against the rows of a transposed B ``[.., N, K]``, K whole vectors: per
     output, ``K / lanes`` vector FMAs of two contiguous K-vectors into one accumulator
     (``rfactor`` over the lanes, the accumulator in registers), a horizontal sum, then the
     epilogue on that output.  Parallel over the batch (attention's heads) when it gives
-    every core a share, else over blocks of ``DOT_ROWS`` outputs too.  ``lead_rows`` (a
-    sequence-major key cache ``[j, b, h, k]``): blocks of ``DOT_ROWS`` keys outermost and in
-    parallel, every head inside a block, so the block's cache rows are read together (not
-    every page of the cache once per head)."""
+    every core a share, else over blocks of ``DOT_ROWS`` outputs too."""
     *bat, i, j, k = sch.get_loops(mm)
     _, kl = sch.split(k, [None, lanes])
     rf = sch.rfactor(kl, factor_axis=nbat + 2)
     *bat, i, j, kl = sch.get_loops(mm)
     jo = None
-    if lead_rows:  # key rows outer, heads inner: the cache read row after row
-        jo, j = sch.split(j, [None, DOT_ROWS])
-        sch.reorder(jo, i, j, *bat)
-        j = bat[-1]
-    elif _shares(sch, bat) < ncores:
+    if _shares(sch, bat) < ncores:
         jo, j = sch.split(j, [None, DOT_ROWS])
         sch.reorder(jo, i)
     sch.compute_at(rf, j, preserve_unit_loops=True)
     sch.set_scope(rf, 0, "local")
     if tail is not None:
         sch.reverse_compute_at(tail, j, preserve_unit_loops=False)
-    common.parallel(sch, [jo] if lead_rows else [*bat] + ([jo] if jo is not None else []),
-                    ncores)
+    common.parallel(sch, [*bat] + ([jo] if jo is not None else []), ncores)
     loops = sch.get_loops(rf)
     at = next(n for n, lp in enumerate(loops) if sch.get(lp).same_as(sch.get(j)))
     # rfactor put the lanes first and the k blocks last (unit loops kept: K = one vector)
@@ -268,11 +239,9 @@ class Matmul(MatchingCPURule):
         stages = pads if tail is not None else pads + after
         one_row = M == 1 or (M is None and _opt_extent(sch, sch.get_loops(mm)[-3]) == 1)
         if one_row and N is not None and not b_t and N % lanes == 0:
-            return _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores,
-                                 lead_rows=not standard)
+            return _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores)
         if one_row and b_t and K is not None and K % lanes == 0:
-            return _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores,
-                                      lead_rows=not standard)
+            return _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores)
         if not standard:  # the padded tiles below copy B's panels as [.., j, k] / [.., k, j]
             return None
         it, jt = common.gemm_tile(M or SYMBOLIC_EXTENT, N or SYMBOLIC_EXTENT, lanes,
