@@ -161,12 +161,6 @@ def kv_buffers(graph: dict) -> dict:
             for c in graph.get("kv_caches", ())}
 
 
-def _offset(t: dict, binding: dict) -> int:
-    """Bytes into its buffer where tensor ``t`` starts at ``binding`` ({dim: value})."""
-    off = t.get("offset", 0)
-    return off if isinstance(off, int) else int(ShapeExpr([off], binding)(binding)[0])
-
-
 def permuted(shape, perm) -> list:
     """``shape`` as the caller sees a tensor stored permuted (``transpose(perm)``)."""
     return list(shape) if perm is None else [shape[p] for p in perm]
@@ -302,6 +296,8 @@ class Session:
         self.dims = graph.get("dims") or []
         names = {d["name"] for d in self.dims}
         self._shapes = [ShapeExpr(t["shape"], names) for t in graph["tensors"]]
+        # bytes into the buffer: ints, or expressions of the dims (a cache's new rows)
+        self._offsets = [ShapeExpr([t.get("offset", 0)], names) for t in graph["tensors"]]
         # integer kernel arguments computed from the dims: (position, expression)
         self._scalars = [[(pos, ShapeExpr([e], names)) for pos, e in call.get("scalars", ())]
                          for call in graph["calls"]]
@@ -389,7 +385,8 @@ class Session:
                                | {k for n in changed for k in self._calls_of_dim.get(n, ())})
             nps, tvm_views, calls = list(prev.views), list(prev.tvm_views), list(prev.calls)
         for t in touched_t:
-            v = self._view(tensors[t], self._shapes[t](binding), arena.data, binding)
+            v = self._view(tensors[t], self._shapes[t](binding), arena.data,
+                           self._offsets[t](binding)[0])
             nps[t] = v
             tvm_views[t] = tvm.runtime.from_dlpack(v) if v.size else None
         for k in touched_c:
@@ -441,11 +438,11 @@ class Session:
         avail = available_memory()
         return avail is None or 2 * self.plan.arena_bytes < avail
 
-    def _view(self, t: dict, shape, arena, binding=None) -> np.ndarray:
+    def _view(self, t: dict, shape, arena, offset: int = 0) -> np.ndarray:
         dtype = np.dtype(t["dtype"])
         nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~10 us a call here
         if t["storage"] == "arena":
-            start = self.plan.offsets[t["index"]] + _offset(t, binding or {})
+            start = self.plan.offsets[t["index"]] + offset
             base = arena
         else:
             start = self.graph["params"][t["index"]]["offset"]
@@ -648,7 +645,7 @@ class Session:
             for t, uses in self._buffer_uses[b][1]:
                 shape = self._shapes[t](binding)
                 dtype = np.dtype(tensors[t]["dtype"])
-                start = _offset(tensors[t], binding)
+                start = self._offsets[t](binding)[0]
                 v = raw[start:start + math.prod(shape) * dtype.itemsize].view(dtype).reshape(
                     shape)
                 views[t] = v
