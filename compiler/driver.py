@@ -189,6 +189,11 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         "concats": {"placed": len(graph.concats.get("placed", [])),
                     "bytes_not_copied": sum(p["bytes"] for p in graph.concats.get("placed", [])),
                     "kernels": graph.concats.get("kernels", [])},
+        # key/value caches appended in place (passes/seq_major_cache.py, graph.py
+        # place_kv_caches): {input, output, nodes} each, and the marked ones kept copying,
+        # why (caches the pass refused: its report, "kept copying: <why>")
+        "kv_caches": {"placed": graph.kv_caches.get("placed", []),
+                      "kept": graph.kv_caches.get("kept", [])},
         "compile_seconds": round(time.perf_counter() - t0, 3),
         "stages": stage.seconds,
         "stages_cpu": stage.cpu_seconds,
@@ -256,7 +261,18 @@ def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
         why = "convert_layout disabled: the model's NCHW"
     entry = {"requested": layout, "chosen": opts["layout"] if "convert_layout" not in
              set(disabled) else "NCHW", "block": opts["block"], "why": why}
-    return _int8_dot(tinfo, _conv_tiles(tinfo, _matmul_tiles(tinfo, config))), entry
+    return _kv_caches(tinfo, _int8_dot(tinfo, _conv_tiles(tinfo, _matmul_tiles(
+        tinfo, config)))), entry
+
+
+def _kv_caches(tinfo, pass_config) -> dict:
+    """pass_config with seq_major_cache off (``cpu`` False) on non-CPU targets: the GPU
+    runtime (runtime/device.py) has no permuted inputs or offsets that are expressions."""
+    if tinfo.is_cpu:
+        return pass_config
+    config = {k: dict(v) for k, v in (pass_config or {}).items()}
+    config.setdefault("seq_major_cache", {}).setdefault("cpu", False)
+    return config
 
 
 def _int8_dot(tinfo, pass_config) -> dict:

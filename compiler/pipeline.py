@@ -61,6 +61,11 @@ def graph_passes() -> list:
         # MatMul, scale, mask Add, Softmax, MatMul => one attention kernel (after
         # stable_softmax); opt-in: slower than three kernels until attention has a schedule
         passes.FuseAttention(),
+        # a decoder's key/value cache concat(past, new) on the sequence axis => stored
+        # sequence-major [P, B, H, D]: present extends past in place (only the new rows are
+        # written, no per-step copy of the cache), the attention matmuls read it through
+        # their index (repeat_kv too); before fold_transpose_matmul, which takes Q @ K^T
+        passes.SeqMajorCache(),
         # Q @ transpose(K) reads K in place (the matmul rule packs its panel transposed)
         # instead of a transpose kernel writing a copy; after fuse_attention, which matches
         # the transpose as part of attention

@@ -105,6 +105,19 @@ class OnnxcDecoder:
             b.bind_input(name, v)
         return tok
 
+    def settle(self) -> None:
+        """Run the bound step once, then bind the first ``past_len`` rows of its presents as
+        the past: the decode loop's steady state, where the past is the previous step's
+        present, read where it lies (a sequence-major cache: only the new row is written
+        per step, in place).  ``repeat`` then reruns that step at a fixed past length.
+        Nothing to do for a build whose caches are copied (no ``kv_caches``): its bound past
+        is read in place already, and a prefix view would not be contiguous."""
+        if not self.sess.graph.get("kv_caches"):
+            return
+        self.sess.run_with_iobinding(self.binding)
+        for name, v in zip(self.past, self.binding.get_outputs()[1:]):
+            self.binding.bind_input(name, v[:, :, :self.past_len])
+
     def repeat(self) -> None:
         """Run the bound step again as it is (a fixed past length: per-step latency)."""
         self.sess.run_with_iobinding(self.binding)

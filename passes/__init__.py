@@ -23,6 +23,7 @@ from .fuse_attention import FuseAttention
 from .fuse_gelu import FuseGelu
 from .fuse_layer_norm import FuseLayerNorm
 from .place_concat import PlaceConcat
+from .seq_major_cache import SeqMajorCache
 from .sink_reshape import SinkReshape
 from .stable_logsumexp import StableLogSumExp
 from .stable_sigmoid import StableSigmoid
@@ -35,4 +36,4 @@ __all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmul
            "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
-           "FoldPadIntoConv", "PlaceConcat", "SinkReshape"]
+           "FoldPadIntoConv", "PlaceConcat", "SeqMajorCache", "SinkReshape"]

@@ -112,6 +112,11 @@ class Dataflow:
         """Live uses of ``expr``'s source, counted through aliases (the result is a use)."""
         return len(self._final_users(self.source(expr)))
 
+    def users(self, expr) -> list:
+        """The live binding vars using ``expr``'s source, through aliases (None: the
+        function's result)."""
+        return self._final_users(self.source(expr))
+
     def returned(self, expr) -> bool:
         """True when the function returns ``expr``'s source (through aliases and tuples)."""
         todo, seen = [self.source(expr)], set()

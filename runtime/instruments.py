@@ -79,6 +79,8 @@ def inplace_inputs(graph: dict) -> list:
         if tt["storage"] != "arena":
             return None
         start = tt.get("offset", 0)  # a placed concat's member sits inside its buffer
+        if isinstance(start, str):  # a cache's new rows: where they start at the maxima
+            start = ShapeExpr([start], at_max)(at_max)[0]
         size = math.prod(ShapeExpr(tt["shape"], at_max)(at_max)) * np.dtype(tt["dtype"]).itemsize
         return tt["index"], start, start + size
 

@@ -143,19 +143,27 @@ class IOBinding:
                                      "read. Bind the output to other memory")
                 memory[name] = raw
                 continue
-            memory[name] = self._owned_buffer(name, inputs, need)
+            past = sess._kv.get(name, (None,))[0]
+            memory[name] = self._owned_buffer(name, inputs, need,
+                                              None if past is None else id(_root(arrays[past])))
         return list(self._outputs), memory
 
-    def _owned_buffer(self, name: str, inputs: set, need: int) -> np.ndarray:
+    def _owned_buffer(self, name: str, inputs: set, need: int, past=None) -> np.ndarray:
         """The runtime-owned buffer to write ``name`` into: the one not written last,
         unless an input lies in it (then the other).  ``inputs``: ids of the inputs' root
-        arrays (each owned buffer is a slice of an allocation of its own)."""
+        arrays (each owned buffer is a slice of an allocation of its own).  A key/value
+        cache appended in place (``past``: the id of its past input's root array) is
+        written into the buffer its past lies in: only the new rows are written there."""
         bufs = self._owned.get(name)
         if bufs is None or bufs[0].nbytes < need:
             at_max = {d["name"]: d["max"] for d in self._session.dims}
             size = max(need, self._session.output_bytes(name, at_max))
             bufs = self._owned[name] = [_aligned_bytes(size), _aligned_bytes(size)]
             self._last[name] = 1
+        for k in (0, 1):
+            if past is not None and id(bufs[k].base) == past:
+                self._last[name] = k
+                return bufs[k]
         order = (1 - self._last[name], self._last[name])
         for k in order:
             if id(bufs[k].base) not in inputs:

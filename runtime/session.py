@@ -10,12 +10,17 @@ Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
 
     tensors: [{name, shape, dtype, storage: "arena"|"param", index, offset?}]
                                        # index: buffer or param; offset: bytes into the buffer
-                                       # (a placed concat's members; absent: 0)
-    inputs / outputs: [{name, tensor}]
+                                       # (a placed concat's members, or an expression of the
+                                       # dims: a cache's new rows; absent: 0)
+    inputs / outputs: [{name, tensor, perm?}]  # perm: the tensor is stored permuted (a
+                                       # sequence-major key/value cache [P, B, H, D]); callers
+                                       # see tensor.transpose(perm)
     calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes}]
     params: [{offset, nbytes}]                                         # into the payload
     buffers: [{nbytes, first_use, last_use}]                           # arena buffers
     placed_concats: [{nodes, output, inputs, bytes}]   # concats with no call (optional)
+    kv_caches: [{input, output, nodes}]  # present = concat(past, new) with no call: present
+                                       # and the new rows are views of past's buffer
 """
 
 from __future__ import annotations
@@ -166,6 +171,21 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
+def kv_buffers(graph: dict) -> dict:
+    """{present output name: (past input name, arena buffer)} of the key/value caches
+    appended in place (``graph["kv_caches"]``): one buffer holds past, the new rows and
+    present, which is past's rows followed by the new ones."""
+    tensors = graph["tensors"]
+    ins = {i["name"]: i["tensor"] for i in graph["inputs"]}
+    return {c["output"]: (c["input"], tensors[ins[c["input"]]]["index"])
+            for c in graph.get("kv_caches", ())}
+
+
+def permuted(shape, perm) -> list:
+    """``shape`` as the caller sees a tensor stored permuted (``transpose(perm)``)."""
+    return list(shape) if perm is None else [shape[p] for p in perm]
+
+
 def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
     """The arena buffers a run may bind to other memory instead of copying.
 
@@ -209,9 +229,10 @@ def direct_buffers(graph: dict) -> tuple[dict, dict, dict]:
                  and b not in out_bufs}
     direct_out = {o["name"]: b for o, b in zip(graph["outputs"], out_bufs)
                   if b in usable and in_bufs.count(b) <= 1 and out_bufs.count(b) == 1}
+    kv = {b for _, b in kv_buffers(graph).values()}  # bound by _bind's own rule
     buffer_uses = {b: (max(nbytes(t) for t in members[b]),
                        [(t, uses.get(t, [])) for t in members[b]])
-                   for b in set(direct_in.values()) | set(direct_out.values())}
+                   for b in set(direct_in.values()) | set(direct_out.values()) | kv}
     return direct_in, direct_out, buffer_uses
 
 
@@ -291,6 +312,8 @@ class Session:
         self.dims = graph.get("dims") or []
         names = {d["name"] for d in self.dims}
         self._shapes = [ShapeExpr(t["shape"], names) for t in graph["tensors"]]
+        # bytes into the buffer: ints, or expressions of the dims (a cache's new rows)
+        self._offsets = [ShapeExpr([t.get("offset", 0)], names) for t in graph["tensors"]]
         # integer kernel arguments computed from the dims: (position, expression)
         self._scalars = [[(pos, ShapeExpr([e], names)) for pos, e in call.get("scalars", ())]
                          for call in graph["calls"]]
@@ -298,7 +321,7 @@ class Session:
         # only those when a dim changes), and the calls each tensor is an argument of
         self._tensors_of_dim: dict = {}
         for t, tt in enumerate(graph["tensors"]):
-            for n in _names_in(tt["shape"], names):
+            for n in _names_in(list(tt["shape"]) + [tt.get("offset", 0)], names):
                 self._tensors_of_dim.setdefault(n, []).append(t)
         self._calls_of_dim: dict = {}
         self._calls_of_tensor = [[] for _ in graph["tensors"]]
@@ -313,8 +336,13 @@ class Session:
             at = {pos for pos, _ in scalars}
             self._arg_index.append([i for i in range(len(call["args"]) + len(at))
                                     if i not in at])
-        self._declared = [(i["name"], graph["tensors"][i["tensor"]]["shape"])
-                          for i in graph["inputs"]]
+        # sequence-major key/value caches: {input / output name: perm} (callers see
+        # the stored tensor transposed by perm), {present name: (past name, buffer)}
+        self._perms = {io["name"]: io["perm"] for io in graph["inputs"] + graph["outputs"]
+                       if io.get("perm")}
+        self._kv = kv_buffers(graph)
+        self._declared = [(i["name"], permuted(graph["tensors"][i["tensor"]]["shape"],
+                                                i.get("perm"))) for i in graph["inputs"]]
         self._index_bounds: dict = {}
         for b in self.manifest.get("index_bounds", ()):
             self._index_bounds.setdefault(b["input"], []).append(b)
@@ -411,7 +439,8 @@ class Session:
                                | {k for n in changed for k in self._calls_of_dim.get(n, ())})
             nps, tvm_views, calls = list(prev.views), list(prev.tvm_views), list(prev.calls)
         for t in touched_t:
-            v = self._view(tensors[t], self._shapes[t](binding), arena.data)
+            v = self._view(tensors[t], self._shapes[t](binding), arena.data,
+                           self._offsets[t](binding)[0])
             nps[t] = v
             tvm_views[t] = tvm.runtime.from_dlpack(v) if v.size else None
         for k in touched_c:
@@ -476,11 +505,11 @@ class Session:
         avail = available_memory()
         return avail is None or 2 * self.plan.arena_bytes < avail
 
-    def _view(self, t: dict, shape, arena) -> np.ndarray:
+    def _view(self, t: dict, shape, arena, offset: int = 0) -> np.ndarray:
         dtype = np.dtype(t["dtype"])
         nbytes = math.prod(shape) * dtype.itemsize  # np.prod costs ~10 us a call here
         if t["storage"] == "arena":
-            start = self.plan.offsets[t["index"]] + t.get("offset", 0)
+            start = self.plan.offsets[t["index"]] + offset
             base = arena
         else:
             start = self.graph["params"][t["index"]]["offset"]
@@ -497,7 +526,7 @@ class Session:
 
     def _node_arg(self, io: dict) -> NodeArg:
         t = self.graph["tensors"][io["tensor"]]
-        name, shape = io["name"], list(t["shape"])
+        name, shape = io["name"], permuted(t["shape"], io.get("perm"))
         if name in self._narrow:
             dtype, elem_type = self._narrow[name]
             return NodeArg(name, shape, dtype.name, elem_type)
@@ -667,6 +696,8 @@ class Session:
         ``{}`` for a static model): its arena buffer's, when the kernels may write it
         directly (tensors computed in place before it share that buffer), else its own."""
         b = self._direct_out.get(name)
+        if b is None and name in self._kv and self._kv[name][1] in self._buffer_uses:
+            b = self._kv[name][1]
         if b is not None:
             return self._bound_bytes(b, binding)
         t = self._outputs_tensor[name]
@@ -692,7 +723,10 @@ class Session:
                 calls, views = self._rebind(calls, bound, binding)
             for (name, view), t in zip(prepared.inputs, self._input_tensors):
                 if name not in in_place:
-                    np.copyto(views.get(t, view), arrays[name], casting="no")
+                    dst = views.get(t, view)
+                    if name in self._perms:  # a sequence-major cache: stored transposed
+                        dst = dst.transpose(self._perms[name])
+                    np.copyto(dst, arrays[name], casting="no")
             if self._profiler is None and not self.options.check_nan:
                 for fn, args in calls:
                     fn(*args)
@@ -701,8 +735,12 @@ class Session:
             result, given = [], set()
             for n in names:
                 t = self._outputs_tensor[n]
+                perm = self._perms.get(n)
                 if memory is not None and n in memory:
                     out = self._into(memory[n], views.get(t, outputs[n]))
+                    out = out if perm is None else out.transpose(perm)
+                elif perm is not None:  # a sequence-major cache, in the model's layout
+                    out = views.get(t, outputs[n]).transpose(perm).copy()  # always a copy
                 else:
                     out = outputs[n].copy() if t not in views else (
                         views[t].copy() if t in given else views[t])  # asked twice: a copy
@@ -750,7 +788,32 @@ class Session:
             if (a.flags.c_contiguous and a.flags.writeable and a.ctypes.data % 64 == 0):
                 bound[b] = a.reshape(-1).view(np.uint8)
                 in_place.add(name)
+        for out, (name, b) in self._kv.items():
+            # a cache appended in place: its buffer is the memory present is bound to; the
+            # past is read there when it lies at its start, stored sequence-major (the
+            # present view of the previous step), else copied in
+            raw = memory.get(out) if memory and b in self._buffer_uses else None
+            if raw is None:
+                continue
+            need = self._bound_bytes(b, binding)
+            if raw.nbytes < need or raw.ctypes.data % 64:
+                continue
+            bound[b] = raw[:need]
+            if self._stored_at(arrays[name], raw, self._perms[name]):
+                in_place.add(name)
         return bound, in_place
+
+    @staticmethod
+    def _stored_at(a: np.ndarray, raw: np.ndarray, perm) -> bool:
+        """``a`` is the array stored from the start of ``raw`` in the permuted layout
+        (``raw``'s elements, ``[P, B, H, D]``, seen transposed by ``perm``)."""
+        if not a.size:
+            return True
+        if a.ctypes.data != raw.ctypes.data or not a.flags.writeable:
+            return False
+        stored = [a.shape[k] for k in np.argsort(perm)]
+        want = raw[:a.nbytes].view(a.dtype).reshape(stored).transpose(perm)
+        return want.shape == a.shape and want.strides == a.strides
 
     def _rebind(self, calls: list, bound: dict, binding: dict) -> tuple[list, dict]:
         """``calls`` with the bound buffers' tensors swapped in (the arena's views stay as
@@ -765,7 +828,9 @@ class Session:
             for t, uses in self._buffer_uses[b][1]:
                 shape = self._shapes[t](binding)
                 dtype = np.dtype(tensors[t]["dtype"])
-                v = raw[:math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+                start = self._offsets[t](binding)[0]
+                v = raw[start:start + math.prod(shape) * dtype.itemsize].view(dtype).reshape(
+                    shape)
                 views[t] = v
                 if not v.size:
                     continue

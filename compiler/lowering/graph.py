@@ -22,6 +22,7 @@ from runtime.memory_plan import MemoryPlan, MemoryPlanner
 from schedules import flops
 
 from passes.place_concat import ALIGN, CONCAT_ATTR
+from passes.seq_major_cache import KV_ATTR, TO_SEQ_MAJOR
 
 from ..errors import UnsupportedError
 from .provenance import nodes_of_binding
@@ -39,6 +40,8 @@ class Tensor:
     param: np.ndarray | None = None
     layout: str | None = None  # compiler/lowering/layouts.py; None = the ONNX layout
     size: str | int | None = None  # element count as an expression (symbolic shapes only)
+    offset: str | None = None  # bytes into its base's storage, an expression of the dims
+                               # (a key/value cache's new rows: place_kv_caches)
 
     @property
     def nbytes(self) -> int:
@@ -79,6 +82,10 @@ class KernelGraph:
     # concats by placement (place_concats): tensor -> (group id, byte offset in the group)
     placed: dict = field(default_factory=dict)
     concats: dict = field(default_factory=dict)    # {"placed": [...], "kernels": [...]}
+    # key/value caches stored sequence-major (place_kv_caches): input / output name ->
+    # the permutation that shows the stored tensor in the model's layout
+    perms: dict = field(default_factory=dict)
+    kv_caches: dict = field(default_factory=dict)  # {"placed": [...], "kept": [...]}
 
     def add(self, t: Tensor) -> int:
         self.tensors.append(t)
@@ -155,6 +162,7 @@ def extract(mod, input_names: list, output_names: list, where: str = "model",
         raise UnsupportedError(f"{where}: the model has {len(output_names)} outputs but the "
                                f"compiled graph returns {len(result)}")
     g.outputs = list(zip(output_names, result))
+    place_kv_caches(g)
     place_concats(g)
     return g
 
@@ -214,10 +222,13 @@ def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
     ops = sorted({op for _, op in covered})
     concat_axis = g.prim_funcs[symbol].attrs.get(CONCAT_ATTR) \
         if g.prim_funcs[symbol].attrs is not None else None
+    kv = g.prim_funcs[symbol].attrs.get(KV_ATTR) \
+        if g.prim_funcs[symbol].attrs is not None else None
     g.calls.append({"kernel": symbol, "args": ins + outs, "num_outputs": len(outs),
                     "nodes": [n for n, _ in covered], "ops": "+".join(ops) or symbol,
                     "flops": g.flops[symbol], **({"scalars": scalars} if scalars else {}),
-                    **({"concat": int(concat_axis)} if concat_axis is not None else {})})
+                    **({"concat": int(concat_axis)} if concat_axis is not None else {}),
+                    **({"kv": str(kv)} if kv is not None else {})})
     return tuple(outs) if isinstance(sinfo, relax.TupleType) else outs[0]
 
 
@@ -266,6 +277,87 @@ def _root(g: KernelGraph, t: int) -> int:
     while g.tensors[t].base is not None:
         t = g.tensors[t].base
     return t
+
+
+def place_kv_caches(g: KernelGraph) -> None:
+    """Key/value caches appended in place (``passes/seq_major_cache.py`` marked them).
+
+    A ``kv_past`` call (``past_sm = permute(past)``) whose input is a model input read by
+    nothing else is dropped: the model input *is* ``past_sm``, stored ``[P, B, H, D]``, and the
+    runtime shows it as ``[B, H, P, D]`` (``g.perms``: it copies a caller's array in through
+    that permutation).  A ``kv_append`` call (``present_sm = concat(past_sm, new_sm)``) whose
+    ``past_sm`` is such an input, whose ``present_sm`` is a model output and whose ``new_sm``
+    one kernel writes is dropped too: ``present_sm`` is a view of ``past_sm``'s storage and
+    ``new_sm`` one at byte ``P * row`` of it (an offset expression of the dims), so the
+    producer of the new rows writes them after the past and nothing copies the cache.  The
+    input's buffer is sized for ``present_sm`` at the dims' maxima.  A call that cannot be
+    dropped stays a kernel (a transpose copy, or a concat into its own buffer): correct,
+    copying, and reported with its reason in ``g.kv_caches``.
+    """
+    inputs = {t: n for n, t in g.inputs}
+    outputs = {}
+    for n, t in g.outputs:
+        outputs.setdefault(t, []).append(n)
+    readers: dict = {}
+    writers: dict = {}
+    for k, call in enumerate(g.calls):
+        nin = len(call["args"]) - call["num_outputs"]
+        for t in call["args"][:nin]:
+            readers.setdefault(t, []).append(k)
+        for t in call["args"][nin:]:
+            writers.setdefault(t, []).append(k)
+    stored: dict = {}   # past_sm tensor -> model input name
+    drop, placed, kept = set(), [], []
+    for k, call in enumerate(g.calls):
+        if call.get("kv") != "past":
+            continue
+        i, o = call["args"]
+        if i not in inputs or readers.get(i) != [k] or i in outputs:
+            kept.append({"nodes": call["nodes"], "reason": "past is read by other kernels"})
+            continue
+        name = inputs[i]
+        g.inputs = [(n, o if t == i else t) for n, t in g.inputs]
+        g.tensors[o].kind = "input"
+        g.tensors[i].base = o  # the model's [B, H, P, D] tensor: unused, shares the storage
+        g.perms[name] = [TO_SEQ_MAJOR.index(a) for a in range(4)]
+        stored[o] = name
+        drop.add(k)
+    for k, call in enumerate(g.calls):
+        if call.get("kv") != "append":
+            continue
+        past, new, present = call["args"]
+        out_names = outputs.get(present, [])
+        for n in out_names:
+            g.perms[n] = [TO_SEQ_MAJOR.index(a) for a in range(4)]
+        reason = None
+        if past not in stored:
+            reason = "past is not stored sequence-major"
+        elif len(out_names) != 1:
+            reason = "present is not one model output"
+        elif len(writers.get(new, ())) != 1 or new in inputs or new in outputs or \
+                g.tensors[new].base is not None or g.tensors[new].kind != "intermediate":
+            reason = "the new rows are not one kernel's output"
+        if reason is not None:
+            kept.append({"nodes": call["nodes"], "reason": reason})
+            continue
+        pt = g.tensors[past]
+        g.tensors[present].base = past
+        g.tensors[new].base = past
+        itemsize = np.dtype(pt.dtype).itemsize
+        g.tensors[new].offset = "*".join(f"({d})" for d in pt.shape) + f"*{itemsize}"
+        placed.append({"input": stored[past], "output": out_names[0], "nodes": call["nodes"]})
+        drop.add(k)
+    if not drop:
+        g.kv_caches = {"placed": placed, "kept": kept} if kept else {}
+        return
+    for call in g.calls:
+        call.pop("kv", None)
+    g.calls = [c for k, c in enumerate(g.calls) if k not in drop]
+    used = {c["kernel"] for c in g.calls}
+    for symbol in [s for s in g.prim_funcs if s not in used]:
+        del g.prim_funcs[symbol]
+        g.flops.pop(symbol, None)
+    g.kv_caches = {"placed": placed, "kept": kept}
 
 
 # kernels assume 64-byte aligned buffers (as the params payload keeps them); the pass
@@ -403,7 +495,9 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
     buffers: list = []        # [nbytes, first, last]
     for name, t in g.inputs:
         buffer_of[t] = len(buffers)
-        buffers.append([g.tensors[t].nbytes_at(at_max), 0, max(last[t], 0)])
+        # a sequence-major cache's input holds present too (views of its storage)
+        nbytes = max(g.tensors[v].nbytes_at(at_max) for v in range(n) if _root(g, v) == t)
+        buffers.append([nbytes, 0, max(last[t], 0)])
     # concats by placement: one buffer per group, live from its first member's write to its
     # last member's read (members that no call writes, the placed outputs, add no start)
     written = {t for c in g.calls for t in c["args"][len(c["args"]) - c["num_outputs"]:]}
@@ -429,6 +523,8 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
         taken = set()
         for o_idx, o in enumerate(outs):
             if o in g.placed:  # written in place of its group's buffer: nothing to choose
+                continue
+            if g.tensors[o].base is not None:  # a cache's new rows, inside the input's buffer
                 continue
             chosen = None
             for i_idx, oo in inplace_cache.get(call["kernel"], []) if reuse else []:
@@ -478,20 +574,24 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
             k += 1
         else:
             r = _root(g, t)
-            offset = g.placed[r][1] if r in g.placed else 0
+            offset = g.placed[r][1] if r in g.placed else (tt.offset or 0)
             tensors.append({"name": tt.name, "shape": tt.shape, "dtype": tt.dtype,
                             "storage": "arena", "index": buffer_of[r],
                             **({"offset": offset} if offset else {}),
                             **({"layout": tt.layout} if tt.layout else {})})
     meta = {
         "tensors": tensors,
-        "inputs": [{"name": n, "tensor": t} for n, t in g.inputs],
-        "outputs": [{"name": n, "tensor": t} for n, t in g.outputs],
+        # perm: a sequence-major cache, shown to callers as tensor.transpose(perm)
+        "inputs": [{"name": n, "tensor": t, **({"perm": g.perms[n]} if n in g.perms else {})}
+                   for n, t in g.inputs],
+        "outputs": [{"name": n, "tensor": t, **({"perm": g.perms[n]} if n in g.perms else {})}
+                    for n, t in g.outputs],
         "calls": g.calls,
         "params": params,
         "buffers": [{"nbytes": b[0], "first_use": b[1], "last_use": b[2]} for b in buffers],
         # concats by placement: no call, their inputs written in place (place_concats)
         **({"placed_concats": g.concats["placed"]} if g.concats.get("placed") else {}),
+        **({"kv_caches": g.kv_caches["placed"]} if g.kv_caches.get("placed") else {}),
         "params_payload": payload,  # uint8 array (bytes-like)
         **({"dims": list(dims)} if dims else {}),
     }

@@ -46,8 +46,12 @@ ROWWISE_B_BYTES = 1 << 19
 
 
 def match_matmul(sch):
-    """(block rv, number of batch dims, B transposed) of the single matmul block reading
-    ``A[.., i, k]`` and ``B[.., k, j]`` or ``B[.., j, k]``; else None."""
+    """(block rv, number of batch dims, B transposed, B in the standard layout) of the
+    single matmul block reading ``A[.., i, k]`` and ``B[.., k, j]`` or ``B[.., j, k]``; else
+    None.  A sequence-major key/value cache (``passes/seq_major_cache.py``) is a B read at
+    ``[j, b, h // rep, k]`` (transposed) or ``[k, b, h // rep, j]``: the row of B an output
+    reads is still contiguous, but the row axis leads; only the one-row schedules, which
+    work on the loops alone, take such a B (``standard`` False)."""
     m = common.matmul_block(sch)
     if m is None:
         return None
@@ -55,26 +59,41 @@ def match_matmul(sch):
     *bat, i, j, k = ivs
     a_ok = False
     b_t = None
+    standard = True
     for r in ins:
         idx = common.region_vars(r)
-        if len(idx) < 2 or not all(_batch_index(e, bat) for e in idx[:-2]):
+        if len(idx) < 2:
             return None
-        if idx[-2].same_as(i) and idx[-1].same_as(k):
-            a_ok = True
-        elif idx[-2].same_as(k) and idx[-1].same_as(j):
-            b_t = False
-        elif idx[-2].same_as(j) and idx[-1].same_as(k):
-            b_t = True
+        if all(_batch_index(e, bat) for e in idx[:-2]):
+            if idx[-2].same_as(i) and idx[-1].same_as(k):
+                a_ok = True
+                continue
+            if idx[-2].same_as(k) and idx[-1].same_as(j):
+                b_t = False
+                continue
+            if idx[-2].same_as(j) and idx[-1].same_as(k):
+                b_t = True
+                continue
+        row = next((v for v in (j, k) if idx[-1].same_as(v)), None)
+        other = k if row is j else j
+        lead = [e for e in idx[:-1] if not _batch_index(e, bat, grouped=True)]
+        if row is None or len(lead) != 1 or not lead[0].same_as(other):
+            return None
+        b_t, standard = row is k, False
     if not a_ok or b_t is None:
         return None
-    return rv, len(bat), b_t
+    return rv, len(bat), b_t, standard
 
 
-def _batch_index(e, bat) -> bool:
-    """A batch dimension of an operand is read at a batch var or a constant (broadcast)."""
+def _batch_index(e, bat, grouped: bool = False) -> bool:
+    """A batch dimension of an operand is read at a batch var or a constant (broadcast);
+    ``grouped``: or at ``batch var // constant`` (grouped-query attention's shared heads)."""
     from tvm import tirx
 
-    return isinstance(e, tirx.IntImm) or any(e.same_as(b) for b in bat)
+    if isinstance(e, tirx.IntImm) or any(e.same_as(b) for b in bat):
+        return True
+    return grouped and isinstance(e, tirx.FloorDiv) and isinstance(e.b, tirx.IntImm) and \
+        any(e.a.same_as(b) for b in bat)
 
 
 def _operand_index(block, transposed: bool) -> int:
@@ -212,7 +231,7 @@ class Matmul(MatchingCPURule):
         return match_matmul(sch)
 
     def schedule(self, sch, m, target):
-        mm, nbat, b_t = m
+        mm, nbat, b_t, standard = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, mm, keep_pads=False)
         ext = [common.const_extent(sch, lp) for lp in sch.get_loops(mm)]
@@ -223,6 +242,8 @@ class Matmul(MatchingCPURule):
             return _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores)
         if one_row and b_t and K is not None and K % lanes == 0:
             return _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores)
+        if not standard:  # the padded tiles below copy B's panels as [.., j, k] / [.., k, j]
+            return None
         it, jt = common.gemm_tile(M or SYMBOLIC_EXTENT, N or SYMBOLIC_EXTENT, lanes,
                                   common.acc_budget(target, "matmul"))
         padded = M is None or N is None or M % it or N % jt

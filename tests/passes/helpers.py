@@ -31,11 +31,12 @@ def node(op, inputs, output, **attrs):
     return helper.make_node(op, list(inputs), [output], name=output, **attrs)
 
 
-def run_pass(p, onnx_model):
-    """Import ``onnx_model``, fold constants, run pass ``p``: (ops before, ops after, report)."""
+def run_pass(p, onnx_model, symbolic: bool = False):
+    """Import ``onnx_model`` (``symbolic``: its dim_params as symbolic dims), fold
+    constants, run pass ``p``: (ops before, ops after, report)."""
     names = [n.name for n in onnx_model.graph.node]
-    mod = PassContext(node_names=names).run([FoldConstants()],
-                                            import_onnx(load_model(onnx_model)))
+    mod = PassContext(node_names=names).run(
+        [FoldConstants()], import_onnx(load_model(onnx_model), symbolic=symbolic))
     ctx = PassContext(required=[p.name], node_names=names)   # opt-in passes run too
     after = ctx.run([p], mod)
     return op_counts(mod), op_counts(after), ctx.reports[-1]

@@ -370,3 +370,55 @@ def test_numerics_decoder_attention_seq_opt_one_vs_ort():
                  "v": rng.standard_normal((1, 4, total, 16)).astype("float32"),
                  "m": rng.standard_normal((1, 1, seq, total)).astype("float32")}
         assert_close(sess.run(None, feeds), ort_run(model, feeds))
+
+
+def _seq_major(kind: str, heads: int, kv_heads: int, head_dim: int, rows: int = 1):
+    """passes/seq_major_cache.py's attention matmuls over a sequence-major cache
+    [n, 1, kv_heads, head_dim] (symbolic n): ``scores`` reads it at [j, b, h // rep, k],
+    ``context`` at [k, b, h // rep, j]."""
+    from tvm import tirx
+
+    from passes.seq_major_cache import context_sm, scores_sm
+
+    i64 = lambda x: tirx.IntImm("int64", x)  # noqa: E731  (the importer's int64 extents)
+    n = tirx.Var("n", "int64")
+    cache = te.placeholder((n, i64(1), i64(kv_heads), i64(head_dim)), name="cache")
+    width = head_dim if kind == "scores" else n
+    a = te.placeholder((i64(1), i64(heads), i64(rows), width), name="a")
+    fn = scores_sm if kind == "scores" else context_sm
+    return te.create_prim_func([a, cache, fn(a, cache, heads // kv_heads)])
+
+
+@pytest.mark.parametrize("kv_heads", [12, 4], ids=["mha", "gqa"])
+def test_structure_seq_major_cache_one_row(kv_heads):
+    """A sequence-major cache (GQA's h // rep included) takes the one-row schedules: dot
+    rows for Q K^T, rows streamed for P V; the cache read in place, no padded panel."""
+    text = Matmul().apply(_seq_major("scores", 12, kv_heads, 64), AVX2).mod["main"].script()
+    assert "_pad" not in text and "_rf_local" in text and 8 in _widths(text, "vectorized")
+    text = Matmul().apply(_seq_major("context", 12, kv_heads, 64), AVX2).mod["main"].script()
+    assert "_pad" not in text and "context_sm_global" in text  # the row block, streamed
+    assert 8 in _widths(text, "vectorized") and "_rf_local" not in text
+
+
+def test_structure_seq_major_cache_many_rows_left_to_next_rule():
+    """Several query rows over a sequence-major cache: the padded tiles copy B's panels as
+    [.., j, k] / [.., k, j], so the rule declines (None: the next rule takes it)."""
+    assert Matmul().apply(_seq_major("scores", 4, 4, 16, rows=3), AVX2) is None
+
+
+def test_numerics_seq_major_cache_vs_numpy():
+    """Scheduled scores and context kernels over a GQA sequence-major cache against numpy."""
+    rng = np.random.default_rng(5)
+    n, heads, kvh, d = 37, 4, 2, 16
+    cache = rng.standard_normal((n, 1, kvh, d)).astype(np.float32)
+    heads_view = np.repeat(cache.transpose(1, 2, 0, 3), heads // kvh, axis=1)  # [1, H, n, d]
+    target = targets.resolve("host").tvm_target()
+    for kind, width in (("scores", d), ("context", n)):
+        sch = Matmul().apply(_seq_major(kind, heads, kvh, d), target)
+        assert sch is not None
+        lib = tvm.compile(sch.mod, target=target)
+        a = rng.standard_normal((1, heads, 1, width)).astype(np.float32)
+        want = a @ (heads_view.transpose(0, 1, 3, 2) if kind == "scores" else heads_view)
+        out = tvm.runtime.empty(want.shape, "float32")
+        lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(cache), out)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -174,3 +174,31 @@ def test_placed_artifact_loads_without_the_compiler(tmp_path):
     summary = sess.profile_summary()
     assert "3 Concat nodes by placement, no kernel call" in summary
     assert summary.endswith("cat1, cat2, catL")
+
+
+def test_kv_cache_appended_in_place_shares_the_input_buffer():
+    """place_kv_caches: the past input is stored sequence-major (perm [1, 2, 0, 3] on its
+    entry, no transpose call), present is a view of its buffer at offset 0 and the new rows
+    one at byte P * row (an expression of the dims), the buffer sized for present at the
+    maxima; neither the input permute nor the append is a call."""
+    from tests.passes.test_seq_major_cache import DIMS, D, H, attention
+
+    cm = compiler.compile(attention(), dims=DIMS)
+    g = cm.session().graph
+    tensors = g["tensors"]
+    (past,) = [i for i in g["inputs"] if i["name"] == "past"]
+    (present,) = [o for o in g["outputs"] if o["name"] == "present"]
+    assert past["perm"] == present["perm"] == [1, 2, 0, 3]
+    assert tensors[past["tensor"]]["shape"] == ["past", 1, H, D]
+    buf = tensors[past["tensor"]]["index"]
+    assert tensors[present["tensor"]]["index"] == buf and "offset" not in tensors[present["tensor"]]
+    rows = [t for t in tensors if t["storage"] == "arena" and t["index"] == buf
+            and isinstance(t.get("offset"), str)]
+    assert len(rows) == 1 and "past" in rows[0]["offset"]
+    assert rows[0]["shape"] == ["seq", 1, H, D]
+    assert g["buffers"][buf]["nbytes"] == (16 + 4) * H * D * 4  # present at past + seq max
+    assert g["kv_caches"] == [{"input": "past", "output": "present", "nodes": ["present"]}]
+    assert not any(c["kernel"].startswith(("kv_past", "kv_append")) for c in g["calls"])
+    # the new rows' producer writes them into the cache: its output is that view
+    assert any(t["name"] == rows[0]["name"] for c in g["calls"]
+               for t in [tensors[a] for a in c["args"][len(c["args"]) - c["num_outputs"]:]])
