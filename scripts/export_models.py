@@ -25,6 +25,13 @@ torch and transformers are not dependencies of onnxc; run this from a separate v
 
     /tmp/torchenv/bin/python scripts/export_models.py [--out /work/real_models] [--models ...]
     /tmp/torchenv/bin/python scripts/export_models.py --check   # onnxruntime vs torch too
+    /tmp/torchenv/bin/python scripts/export_models.py --set sweep --exporter dynamo \
+        --out /work/sweep_models/dynamo      # new architectures, torch's default exporter
+
+``--exporter dynamo`` uses ``torch.onnx.export(..., dynamo=True, external_data=False)`` at
+torch's default opset (18+: LayerNormalization, Gelu, Split, GatherND appear).  ``--set
+sweep`` is a second set of architectures outside the benchmark set, at reduced depth (see
+``SWEEP``), for correctness sweeps rather than timing.
 
 Each model is exported in its own try/except; the failures are listed at the end (exit 1).
 Files over 2 GB would use external data (none of these is: LLaMA-style is ~0.5 GB).
@@ -294,6 +301,235 @@ MODELS = {f.__name__: f for f in (
     bert_base, gpt2, llama_gqa, t5_small_encoder, distilbert)}
 
 
+# -- the sweep set (``--set sweep``): architectures outside the benchmark set ----------------
+# Each exercises op patterns the benchmark set lacks.  Reduced depth (2-4 layers, noted per
+# model) so that exports and compiles stay quick; published widths, heads and resolutions.
+# The decoders' vocabularies are capped at 32000 (BLOOM 250880, Qwen2 151936): the embedding
+# Gather is the same op at any vocabulary, and the full tables would be 0.5-1 GB of file.
+SWEEP_LAYERS = 2
+SWEEP_VOCAB = 32000
+
+
+def _seq_inputs(names, vocab, seed, seq=SEQ):
+    """input_ids / attention_mask (last 16 padded) / decoder_input_ids of length ``seq``."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for n in names:
+        if n == "attention_mask":
+            mask = np.ones((1, seq), np.int64)
+            mask[:, seq - 16:] = 0
+            feeds[n] = mask
+        elif n == "decoder_input_ids":
+            feeds[n] = rng.integers(0, vocab, (1, 32), dtype=np.int64)
+        else:
+            feeds[n] = rng.integers(0, vocab, (1, seq), dtype=np.int64)
+    return feeds
+
+
+def _pixels(seed, h, w=None):
+    rng = np.random.default_rng(seed)
+    return {"pixel_values": rng.standard_normal((1, 3, h, w or h)).astype(np.float32)}
+
+
+def deberta_v3_base(seed):
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    # microsoft/deberta-v3-base, 2 of 12 layers: disentangled relative-position attention
+    # (c2p + p2c, 256 log buckets, shared keys), no token types
+    cfg = DebertaV2Config(vocab_size=128100, hidden_size=768, num_hidden_layers=SWEEP_LAYERS,
+                          num_attention_heads=12, intermediate_size=3072, hidden_act="gelu",
+                          max_position_embeddings=512, type_vocab_size=0,
+                          relative_attention=True, position_buckets=256,
+                          norm_rel_ebd="layer_norm", share_att_key=True,
+                          pos_att_type=["p2c", "c2p"], max_relative_positions=-1,
+                          position_biased_input=False, layer_norm_eps=1e-7)
+    names = ["input_ids", "attention_mask"]
+    return DebertaV2Model(cfg), _seq_inputs(names, 128100, seed), ["last_hidden_state"]
+
+
+def bart_base(seed):
+    from transformers import BartConfig, BartModel
+
+    # facebook/bart-base, 2 + 2 of 6 + 6 layers: full encoder-decoder (causal self-attention
+    # and cross-attention in the decoder), 128 source and 32 target tokens
+    cfg = BartConfig(vocab_size=50265, d_model=768, encoder_layers=SWEEP_LAYERS,
+                     decoder_layers=SWEEP_LAYERS, encoder_attention_heads=12,
+                     decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072,
+                     max_position_embeddings=1024, activation_function="gelu", use_cache=False)
+    names = ["input_ids", "attention_mask", "decoder_input_ids"]
+    return BartModel(cfg), _seq_inputs(names, 50265, seed), ["last_hidden_state",
+                                                             "encoder_last_hidden_state"]
+
+
+def clip_text_b32(seed):
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    # openai/clip-vit-base-patch32 text tower, 2 of 12 layers: causal mask, quick_gelu,
+    # pooled output gathered at the argmax token (77 tokens)
+    cfg = CLIPTextConfig(vocab_size=49408, hidden_size=512, intermediate_size=2048,
+                         num_hidden_layers=SWEEP_LAYERS, num_attention_heads=8,
+                         max_position_embeddings=77, hidden_act="quick_gelu")
+    names = ["input_ids", "attention_mask"]
+    return CLIPTextModel(cfg), _seq_inputs(names, 49408, seed, seq=77), [
+        "last_hidden_state", "pooler_output"]
+
+
+def clip_vision_b32(seed):
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    # openai/clip-vit-base-patch32 vision tower, 2 of 12 layers: pre-LayerNorm, 50 tokens
+    cfg = CLIPVisionConfig(hidden_size=768, intermediate_size=3072,
+                           num_hidden_layers=SWEEP_LAYERS, num_attention_heads=12,
+                           image_size=224, patch_size=32, hidden_act="quick_gelu")
+    return CLIPVisionModel(cfg), _pixels(seed, 224), ["last_hidden_state", "pooler_output"]
+
+
+def segformer_b0(seed):
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+
+    # nvidia/segformer-b0-finetuned-ade-512-512 (full depth: B0 is 2-2-2-2): overlapping
+    # patch embeddings, spatial-reduction attention, Mix-FFN depthwise conv, bilinear
+    # upsampling of every stage in the decode head
+    cfg = SegformerConfig(num_labels=150)
+    return SegformerForSemanticSegmentation(cfg), _pixels(seed, 512), ["logits"]
+
+
+def dpt_base(seed):
+    from transformers import DPTConfig, DPTForDepthEstimation
+
+    # DPT with a ViT-B/16 backbone at 384 x 384, 4 of 12 layers (each one a reassemble tap):
+    # ConvTranspose + Resize (bilinear, align_corners) fusion head
+    cfg = DPTConfig(hidden_size=768, num_hidden_layers=4, num_attention_heads=12,
+                    intermediate_size=3072, image_size=384, patch_size=16,
+                    backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[96, 192, 384, 768],
+                    fusion_hidden_size=256, is_hybrid=False)
+    return DPTForDepthEstimation(cfg), _pixels(seed, 384), ["predicted_depth"]
+
+
+def mobilevit_small(seed):
+    from transformers import MobileViTConfig, MobileViTForImageClassification
+
+    # apple/mobilevit-small (full depth, 256 x 256): unfold/fold of patches around
+    # transformer blocks, SiLU
+    cfg = MobileViTConfig(image_size=256, num_labels=1000)
+    return MobileViTForImageClassification(cfg), _pixels(seed, 256), ["logits"]
+
+
+def levit_128s(seed):
+    from transformers import LevitConfig, LevitForImageClassification
+
+    # facebook/levit-128S (full depth, 224): attention biases gathered by offset index,
+    # Hardswish, BatchNorm after Linear, subsampling attention
+    cfg = LevitConfig(image_size=224, hidden_sizes=[128, 256, 384], num_attention_heads=[4, 6, 8],
+                      depths=[2, 3, 4], key_dim=[16, 16, 16], num_labels=1000)
+    return LevitForImageClassification(cfg), _pixels(seed, 224), ["logits"]
+
+
+def swinv2_tiny(seed):
+    from transformers import Swinv2Config, Swinv2ForImageClassification
+
+    # microsoft/swinv2-tiny-patch4-window8-256, depths 2-2-2-2 of 2-2-6-2: scaled cosine
+    # attention (normalised q, k, clamped logit scale), continuous position bias MLP
+    cfg = Swinv2Config(image_size=256, patch_size=4, embed_dim=96, depths=[2, 2, 2, 2],
+                       num_heads=[3, 6, 12, 24], window_size=8, num_labels=1000)
+    return Swinv2ForImageClassification(cfg), _pixels(seed, 256), ["logits"]
+
+
+def convnextv2_tiny(seed):
+    from transformers import ConvNextV2Config, ConvNextV2ForImageClassification
+
+    # facebook/convnextv2-tiny-1k-224, depths 1-1-3-1 of 3-3-9-3: global response
+    # normalisation (L2 norm over H, W divided by its channel mean)
+    cfg = ConvNextV2Config(hidden_sizes=[96, 192, 384, 768], depths=[1, 1, 3, 1],
+                           num_labels=1000)
+    return ConvNextV2ForImageClassification(cfg), _pixels(seed, 224), ["logits"]
+
+
+def qwen2_05b(seed):
+    from transformers import Qwen2Config, Qwen2Model
+
+    # Qwen/Qwen2-0.5B widths, 2 of 24 layers: GQA 14 query / 2 kv heads, q/k/v biases,
+    # RoPE theta 1e6; the second layer a sliding-window layer (window 64 < 128 tokens)
+    cfg = Qwen2Config(vocab_size=SWEEP_VOCAB, hidden_size=896, intermediate_size=4864,
+                      num_hidden_layers=SWEEP_LAYERS, num_attention_heads=14,
+                      num_key_value_heads=2, max_position_embeddings=32768,
+                      rope_theta=1000000.0, rms_norm_eps=1e-6, use_sliding_window=True,
+                      sliding_window=64, max_window_layers=1, use_cache=False,
+                      tie_word_embeddings=True)
+    names = ["input_ids", "attention_mask"]
+    return Qwen2Model(cfg), _seq_inputs(names, SWEEP_VOCAB, seed), ["last_hidden_state"]
+
+
+def phi_15(seed):
+    from transformers import PhiConfig, PhiModel
+
+    # microsoft/phi-1_5 widths, 2 of 24 layers: parallel attention + MLP, partial rotary
+    # (32 of 64 dims), gelu_new
+    cfg = PhiConfig(vocab_size=51200, hidden_size=2048, intermediate_size=8192,
+                    num_hidden_layers=SWEEP_LAYERS, num_attention_heads=32,
+                    partial_rotary_factor=0.5, hidden_act="gelu_new",
+                    max_position_embeddings=2048, use_cache=False)
+    names = ["input_ids", "attention_mask"]
+    return PhiModel(cfg), _seq_inputs(names, 51200, seed), ["last_hidden_state"]
+
+
+def bloom_560m(seed):
+    from transformers import BloomConfig, BloomModel
+
+    # bigscience/bloom-560m widths (vocabulary capped), 2 of 24 layers: ALiBi position
+    # biases from the attention mask's cumsum, LayerNorm after the embedding
+    cfg = BloomConfig(vocab_size=SWEEP_VOCAB, hidden_size=1024, n_layer=SWEEP_LAYERS,
+                      n_head=16, use_cache=False)
+    names = ["input_ids", "attention_mask"]
+    return BloomModel(cfg), _seq_inputs(names, SWEEP_VOCAB, seed), ["last_hidden_state"]
+
+
+def squeezebert(seed):
+    from transformers import SqueezeBertConfig, SqueezeBertModel
+
+    # squeezebert/squeezebert-uncased, 2 of 12 layers: grouped 1-D convolutions for q/k/v
+    # and the FFN, channels-first attention
+    cfg = SqueezeBertConfig(vocab_size=30522, hidden_size=768,
+                            num_hidden_layers=SWEEP_LAYERS, num_attention_heads=12,
+                            intermediate_size=3072, q_groups=4, k_groups=4, v_groups=4,
+                            post_attention_groups=1, intermediate_groups=4, output_groups=4)
+    names = ["input_ids", "attention_mask"]
+    return SqueezeBertModel(cfg), _seq_inputs(names, 30522, seed), ["last_hidden_state"]
+
+
+def ast_audio(seed):
+    from transformers import ASTConfig, ASTModel
+
+    # MIT/ast-finetuned-audioset-10-10-0.4593, 2 of 12 layers: overlapping 16 x 16 patches
+    # (stride 10) over 1024 frames x 128 mel bins = 1212 + 2 tokens
+    cfg = ASTConfig(hidden_size=768, num_hidden_layers=SWEEP_LAYERS, num_attention_heads=12,
+                    intermediate_size=3072, patch_size=16, frequency_stride=10,
+                    time_stride=10, max_length=1024, num_mel_bins=128)
+    rng = np.random.default_rng(seed)
+    feats = rng.standard_normal((1, 1024, 128)).astype(np.float32)
+    return ASTModel(cfg), {"input_values": feats}, ["last_hidden_state", "pooler_output"]
+
+
+def yolos_tiny(seed):
+    from transformers import YolosConfig, YolosForObjectDetection
+
+    # hustvl/yolos-tiny (hidden 192, 3 heads, 100 detection tokens), 4 of 12 layers, fed
+    # 512 x 640 against its configured 800 x 1333: position embeddings interpolated
+    # (bicubic Resize) at run time, box MLP heads
+    cfg = YolosConfig(hidden_size=192, num_hidden_layers=4, num_attention_heads=3,
+                      intermediate_size=768, image_size=[800, 1333], patch_size=16,
+                      num_detection_tokens=100, use_mid_position_embeddings=False,
+                      num_labels=91)
+    return YolosForObjectDetection(cfg), _pixels(seed, 512, 640), ["logits", "pred_boxes"]
+
+
+SWEEP = {f.__name__: f for f in (
+    deberta_v3_base, bart_base, clip_text_b32, clip_vision_b32, segformer_b0, dpt_base,
+    mobilevit_small, levit_128s, swinv2_tiny, convnextv2_tiny, qwen2_05b, phi_15,
+    bloom_560m, squeezebert, ast_audio, yolos_tiny)}
+SETS = {"bench": MODELS, "sweep": SWEEP}
+
+
 def _trained_like_batchnorm(model, seed: int) -> int:
     """Give every BatchNorm trained-looking statistics; returns how many it changed.
 
@@ -336,12 +572,13 @@ def _wrap(model, input_names, output_names):
     return Wrapped().eval()
 
 
-def export(name: str, out_dir: str, seed: int = 0, check: bool = False) -> dict:
+def export(name: str, out_dir: str, seed: int = 0, check: bool = False,
+           exporter: str = "torchscript", models: dict = MODELS) -> dict:
     import onnx
     import torch
 
     torch.manual_seed(seed)
-    model, feeds, output_names = MODELS[name](seed)
+    model, feeds, output_names = models[name](seed)
     model.eval()
     _trained_like_batchnorm(model, seed)
     input_names = list(feeds)
@@ -352,14 +589,21 @@ def export(name: str, out_dir: str, seed: int = 0, check: bool = False) -> dict:
     t0 = time.perf_counter()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(wrapped, args, path, input_names=input_names,
-                          output_names=output_names, opset_version=OPSET,
-                          do_constant_folding=True, dynamo=False)
+        if exporter == "dynamo":
+            # torch's default exporter, at its default opset, as users call it
+            torch.onnx.export(wrapped, args, path, input_names=input_names,
+                              output_names=output_names, dynamo=True, external_data=False)
+        else:
+            torch.onnx.export(wrapped, args, path, input_names=input_names,
+                              output_names=output_names, opset_version=OPSET,
+                              do_constant_folding=True, dynamo=False)
     export_s = time.perf_counter() - t0
     m = onnx.load(path)
     m.producer_name = f"pytorch {torch.__version__} (scripts/export_models.py {name})"
+    opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
     m.doc_string = (f"random-weight {type(model).__name__} ({params} params, seed {seed}), "
-                    f"batch 1, static shapes, torch.onnx.export opset {OPSET} dynamo=False")
+                    f"batch 1, static shapes, torch.onnx.export opset {opset} "
+                    f"dynamo={exporter == 'dynamo'}")
     big = m.ByteSize() > TWO_GB
     if big:
         onnx.save(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
@@ -402,15 +646,26 @@ def _check(path, wrapped, feeds):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="/work/real_models", help="output folder")
-    ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--set", default="bench", choices=list(SETS),
+                    help="bench: the benchmark set; sweep: architectures outside it")
+    ap.add_argument("--exporter", default="torchscript", choices=["torchscript", "dynamo"],
+                    help="torchscript: dynamo=False, opset 17 (the benchmark set); dynamo: "
+                         "torch's default exporter at its default opset")
+    ap.add_argument("--models", nargs="*", default=None,
+                    choices=list(MODELS) + list(SWEEP), help="default: all of --set")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", action="store_true", help="compare with torch via onnxruntime")
     args = ap.parse_args(argv)
+    models = SETS[args.set]
+    args.models = args.models or list(models)
+    unknown = [m for m in args.models if m not in models]
+    if unknown:
+        ap.error(f"not in --set {args.set}: {' '.join(unknown)}")
     os.makedirs(args.out, exist_ok=True)
     failed = {}
     for name in args.models:
         try:
-            export(name, args.out, args.seed, args.check)
+            export(name, args.out, args.seed, args.check, args.exporter, models)
         except Exception as e:  # keep going: report every model that does not export
             failed[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             print(f"{name}: export FAILED: {failed[name]}", flush=True)

@@ -277,15 +277,21 @@ class Matmul(MatchingCPURule):
         # columns are cut off an it x N block still in cache, not in a pass over C
         rowwise = (M is not None and N is not None and N % jt != 0 and len(rows) == 1
                    and K is not None and K * -(-N // jt) * jt * 4 <= ROWWISE_B_BYTES)
+        # M padded, N whole tiles, B small (attention's P V over 1381 tokens, [1381, 64]):
+        # B packed once ahead, row tiles outer, so A's padded it x K rows are copied once
+        # per row tile, not once per column tile ([3,1381,1381] @ [3,1381,64] with the pad
+        # below in whole vectors: 85 -> 40 ms, znver3 2 threads, time_evaluator)
+        a_rows = (not rowwise and a_pad is not None and M is not None and N is not None
+                  and K is not None and N % jt == 0 and K * N * 4 <= ROWWISE_B_BYTES)
         *bat, i, j, k = sch.get_loops(mm)
         io, ii = sch.split(i, [None, it])
         jo, ji = sch.split(j, [None, jt])
-        sch.reorder(*bat, *((io, jo) if rowwise else (jo, io)), k, ii, ji)
+        sch.reorder(*bat, *((io, jo) if rowwise or a_rows else (jo, io)), k, ii, ji)
         panel = M is None or M > it or b_t or b_pad is not None
         if panel:  # copy the K x jt panel of B once per column tile: contiguous, reused
             # (row-wise: all of B once, ahead of the tiles)
             pb = sch.cache_read(mm, _operand_index(sch.get(mm), b_t), "global")
-            if not rowwise:
+            if not (rowwise or a_rows):
                 sch.compute_at(pb, jo, preserve_unit_loops=True)
             if b_pad is not None:
                 sch.compute_inline(b_pad)
@@ -303,13 +309,14 @@ class Matmul(MatchingCPURule):
             _vectorize_const(sch, sch.get_loops(a_pad)[-1])
         elif a_pad is not None:  # the tile's it x K rows of A, zero past M
             sch.compute_at(a_pad, io, preserve_unit_loops=True)
-            _vectorize_const(sch, sch.get_loops(a_pad)[-1])
+            # whole vectors and a tail: a K of 1381 as one 1381-lane vector was 1.6x slower
+            common.vectorize_row(sch, a_pad, lanes)
         wb = sch.cache_write(mm, 0, "local")
-        sch.reverse_compute_at(wb, jo if rowwise else io, preserve_unit_loops=True)
+        sch.reverse_compute_at(wb, jo if rowwise or a_rows else io, preserve_unit_loops=True)
         if tail is not None and padded:
             # the epilogue covers the real outputs, the tile the padded ones: the write-back
             # is guarded, the inner loop is not
-            sch.reverse_compute_at(tail, io, preserve_unit_loops=True)
+            sch.reverse_compute_at(tail, jo if a_rows else io, preserve_unit_loops=True)
             sch.compute_inline(wb)
             wb = tail
         elif tail is not None:
@@ -321,7 +328,9 @@ class Matmul(MatchingCPURule):
             sch.reverse_compute_at(cut, io, preserve_unit_loops=True)
             if panel:
                 common.parallel(sch, sch.get_loops(pb)[:nbat], ncores)
-        common.parallel(sch, bat if a_once else [*bat, io] if rowwise
+        if a_rows and panel:
+            common.parallel(sch, sch.get_loops(pb)[:nbat], ncores)
+        common.parallel(sch, bat if a_once else [*bat, io] if rowwise or a_rows
                         else [*bat, jo] if panel else [*bat, jo, io], ncores)
         sch.unroll(ii)
         sch.vectorize(ji)

@@ -99,6 +99,31 @@ def test_structure_odd_columns_cut_per_row_block(target):
 
 
 @pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
+def test_structure_padded_rows_small_b_row_tiles_outer(target):
+    """YOLOS-tiny's P V ([3, 1381, 1381] @ [3, 1381, 64]): M no whole tiles, N whole tiles,
+    B small: B packed once ahead (its own parallel nest over the heads), the row tiles
+    outer and parallel, A's padded rows copied once per row tile (inside it, before the
+    column tiles) in whole vectors plus a tail, not as one 1381-lane vector."""
+    lanes = targets.cpu_facts(target)["lanes"]
+    f, _ = _bmm((3, 1381, 1381), (3, 1381, 64), epilogue=False)
+    sch = Matmul().apply(f, target)
+    # the pad's row loop partitioned (block a_pad_ax2_common): whole vectors, then a tail
+    pb, pad, tiles = (sch.get_loops(sch.get_sblock(n))
+                      for n in ("b_global", "a_pad_ax2_common", "mm_update"))
+    assert not sch.get(pb[0]).same_as(sch.get(tiles[0]))  # B ahead of the tiles
+    assert sch.get(pad[0]).same_as(sch.get(tiles[0]))     # A's pad inside the row tile
+    assert sch.get(pad[0]).kind == 1  # parallel
+    widths = _widths(sch.mod["main"].script(), "vectorized")
+    assert 1381 not in widths and widths & {lanes, 2 * lanes, 4 * lanes}
+    # negative: K x N = 1381 x 256 floats of B (1.4 MB) keeps the column-panel order, the
+    # panel copied per column tile
+    f, _ = _bmm((3, 1381, 1381), (3, 1381, 256), epilogue=False)
+    sch = Matmul().apply(f, target)
+    pb, tiles = (sch.get_loops(sch.get_sblock(n)) for n in ("b_global", "mm_update"))
+    assert sch.get(pb[0]).same_as(sch.get(tiles[0]))
+
+
+@pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
 def test_structure_broadcast_batch_and_decode(target):
     f = fused_primfunc(lambda bb, a, b: bb.emit(relax.op.matmul(a, b)),
                        [(2, 12, 128, 64), (64, 64)], "matmul")
@@ -139,6 +164,7 @@ def test_rejects_integer_conv_and_reduction():
     ((12, 1, 64), (12, 64, 1024), False),   # decoding
     ((12, 1, 64), (12, 197, 64), True),     # decoding, transposed K
     ((2, 3, 37, 64), (3, 64, 37), False),   # broadcast batch
+    ((3, 101, 101), (3, 101, 64), False),   # padded rows, row tiles outer (YOLOS P V)
 ])
 def test_numerics_scheduled_kernel_vs_numpy(a_shape, b_shape, transposed):
     """The scheduled kernel (on this host's target) against numpy, scale + mask epilogue."""
