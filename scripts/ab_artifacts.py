@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Paired single-thread A/B of two onnxc artifacts of one model, in one process.
+
+Both sessions run on one thread (``TVM_NUM_THREADS=1``), alternating call by call, each call
+timed with ``time.thread_time`` (CPU time of this thread: other jobs on a shared host do not
+count); prints min / median per artifact and the median of the paired ratios B/A, and the
+largest output difference (seeded random feeds, ``compiler.tools.bench.random_feeds``).
+
+    python scripts/ab_artifacts.py before.so after.so [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("TVM_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import runtime  # noqa: E402
+from compiler.tools.bench import host_cpu, random_feeds  # noqa: E402
+from runtime.instruments import SessionOptions  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a", help="artifact A (.so)")
+    ap.add_argument("b", help="artifact B (.so)")
+    ap.add_argument("--runs", type=int, default=10, help="paired calls")
+    args = ap.parse_args(argv)
+    opts = SessionOptions(intra_op_num_threads=1)
+    sa, sb = runtime.load(args.a, opts), runtime.load(args.b, opts)
+    feeds = random_feeds([(i.name, i.shape, i.dtype) for i in sa.get_inputs()], seed=0)
+    ra, rb = sa.run(None, feeds), sb.run(None, feeds)
+    diff = max(float(np.abs(x.astype(np.float64) - y).max()) for x, y in zip(ra, rb))
+    ta, tb = [], []
+    for _ in range(args.runs):
+        t = time.thread_time()
+        sa.run(None, feeds)
+        ta.append(time.thread_time() - t)
+        t = time.thread_time()
+        sb.run(None, feeds)
+        tb.append(time.thread_time() - t)
+    ta, tb = np.array(ta) * 1e3, np.array(tb) * 1e3
+    print(f"{host_cpu()}, 1 thread, {args.runs} paired runs, max |A - B| {diff:.3g}")
+    print(f"A {ta.min():.2f} / {np.median(ta):.2f} ms  B {tb.min():.2f} / {np.median(tb):.2f} ms"
+          f" (min / median)  paired B/A {np.median(tb / ta):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
