@@ -382,9 +382,11 @@ class Session:
         feed's expected (name, dtype, shape), each input's view, the bound output buffer
         that holds it (if any), and when it may be read in place its buffer's tensors and
         the kernel arguments they fill, and each bound output buffer's tensors and their
-        arguments.  None for symbolic or instrumented sessions, which take ``_execute``."""
+        arguments.  None for symbolic or instrumented sessions and for models with
+        sequence-major key/value caches (stored transposed: ``_execute`` copies them in and
+        out), which take ``_execute``."""
         self._static = None
-        if self.dims or instrumented:
+        if self.dims or instrumented or self._perms:
             return
         tensors = self.graph["tensors"]
 
