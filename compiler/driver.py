@@ -638,7 +638,12 @@ def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_
     pass_config = _one_row_dims(_build_only.get("dims"), pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
-    _, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=_build_only.get("dims"))
+    dims = _build_only.get("dims")
+    _, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=dims)
+    ranges = resolve_ranges(graph.dim_names, dims, model_label(model))
+    if ranges:  # the rules read each dim's opt, as in compile_static()
+        graph.prim_funcs = annotate_dim_opt(graph.prim_funcs,
+                                            {d["name"]: d["opt"] for d in ranges})
     return tinfo, ctx, graph
 
 
