@@ -132,6 +132,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     precisions.check(precision, tinfo, where)
     pass_config, layout_report = _choose_layout(layout, tinfo, pass_config, disabled_passes)
     pass_config = precisions.pass_config(precision, tinfo, pass_config)
+    pass_config = _one_row_dims(dims, pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
@@ -286,6 +287,20 @@ def _int8_dot(tinfo, pass_config) -> dict:
     config = {k: dict(v) for k, v in (pass_config or {}).items()}
     for name in ("pack_int_matmul", "pack_int_conv"):
         config.setdefault(name, {}).setdefault("u8_dot", kind)
+    return config
+
+
+def _one_row_dims(dims, pass_config) -> dict:
+    """pass_config with pack_matmul_weights' ``one_row_dims``: the dims declared with opt 1
+    (``dims={"seq": (1, 128, 1)}``, a decoder compiled for its one-token steps), whose
+    matmuls against constant weights then compute one row per row, not a padded register
+    tile; options the user set win."""
+    one = tuple(sorted(n for n, r in (dims or {}).items()
+                       if len(tuple(r)) == 3 and int(tuple(r)[2]) == 1))
+    if not one:
+        return pass_config
+    config = {k: dict(v) for k, v in (pass_config or {}).items()}
+    config.setdefault("pack_matmul_weights", {}).setdefault("one_row_dims", one)
     return config
 
 
@@ -620,9 +635,15 @@ def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_
     """(TargetInfo, PassContext, KernelGraph): the front half of compile_static() on its own."""
     tinfo = targets.resolve(target)  # the same refusals as compile_static()
     pass_config, _ = _choose_layout(layout, tinfo, pass_config, disabled_passes)
+    pass_config = _one_row_dims(_build_only.get("dims"), pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
-    _, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=_build_only.get("dims"))
+    dims = _build_only.get("dims")
+    _, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=dims)
+    ranges = resolve_ranges(graph.dim_names, dims, model_label(model))
+    if ranges:  # the rules read each dim's opt, as in compile_static()
+        graph.prim_funcs = annotate_dim_opt(graph.prim_funcs,
+                                            {d["name"]: d["opt"] for d in ranges})
     return tinfo, ctx, graph
 
 

@@ -37,12 +37,15 @@ class PackMatmulWeights(GraphPass):
     opt_level = 2
     # panel and rows: the CPU rule's register tile; compile_static sets both from the
     # target (compiler/driver.py _matmul_tiles: two fp32 vectors wide); these are AVX-512's
-    options = {"panel": 32, "rows": 12}
+    # one_row_dims: symbolic dims compiled for one row (``dims=`` opt 1: a decoder's seq,
+    # compiler/driver.py _one_row_dims); an M of such a dim is not padded to ``rows``
+    options = {"panel": 32, "rows": 12, "one_row_dims": ()}
 
     def rewrite(self, mod, report: PassReport, options: dict):
         panel, rows = int(options["panel"]), int(options["rows"])
+        one_row = frozenset(options["one_row_dims"])
         out, rewritten = rewrite_calls(mod, "relax.matmul",
-                                       lambda m, call: _packed(m, call, panel, rows))
+                                       lambda m, call: _packed(m, call, panel, rows, one_row))
         record_calls(report, RULE, rewritten)
         return out
 
@@ -60,11 +63,13 @@ def matmul_packed(x, wp, rows: int = 1, n: int | None = None):
     if isinstance(m, tvm.tirx.IntImm) or isinstance(m, int):
         m = int(m)
         mp = -(-m // rows) * rows
-    else:  # symbolic rows: rounded up to whole multiples of ``rows``, clamped reads
+    elif rows > 1:  # symbolic rows: rounded up to whole multiples of ``rows``, clamped reads
         mp = te.indexdiv(m + (rows - 1), rows) * rows
+    else:  # symbolic rows at one row a call (a decode step): M as it is
+        mp = m
 
     def row(i):
-        return i if isinstance(mp, int) and mp == m else te.min(i, m - 1)
+        return i if mp is m or (isinstance(mp, int) and mp == m) else te.min(i, m - 1)
 
     out = te.compute(
         (*bat, mp, no * nr),
@@ -72,7 +77,7 @@ def matmul_packed(x, wp, rows: int = 1, n: int | None = None):
             x[(*idx[:-2], row(idx[-2]), k)]
             * wp[te.indexdiv(idx[-1], nr), k, te.indexmod(idx[-1], nr)], axis=k),
         name="matmul_packed")
-    if isinstance(mp, int) and mp == m and n == no * nr:
+    if (mp is m or (isinstance(mp, int) and mp == m)) and n == no * nr:
         return out
     return te.compute((*bat, m, n), lambda *idx: out[idx], name="matmul_rows")
 
@@ -104,11 +109,12 @@ def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(k, np_ // nr, nr).transpose(1, 0, 2))
 
 
-def float_weight_matmul(call, rows: int):
+def float_weight_matmul(call, rows: int, one_row=frozenset()):
     """(x, W as numpy, rows to pad M to) of a float32 ``relax.matmul`` ``x[.., M, K] @ W``
     with W a constant 2-D float32 array and K static (M and batch dims may be symbolic:
-    then M is padded to ``rows``); None for any other matmul.  Shared by the passes that
-    pack such weights (this one, pack_bf16_matmul)."""
+    then M is padded to ``rows``, unless M is a dim of ``one_row``: then 1); None for any
+    other matmul.  Shared by the passes that pack such weights (this one,
+    pack_bf16_matmul)."""
     x, weight = call.args
     if not isinstance(weight, GenericConst):
         return None
@@ -124,13 +130,19 @@ def float_weight_matmul(call, rows: int):
     if not isinstance(xt.shape[-1], tvm.tirx.IntImm) or int(xt.shape[-1]) != w.shape[0]:
         return None
     mdim = xt.shape[-2]
-    return x, w, pad_rows(int(mdim), rows) if isinstance(mdim, tvm.tirx.IntImm) else rows
+    if isinstance(mdim, tvm.tirx.IntImm):
+        return x, w, pad_rows(int(mdim), rows)
+    # a decode step's one row computed as 1, not ``rows``: the 6-row tile's FMAs and
+    # broadcasts per weight byte left the weight stream 1.3x slower (Zen 3, one thread:
+    # LM head 768 x 50257 from DRAM 8.1 -> 11.2 GB/s, scripts/bench_gemv.py)
+    one = isinstance(mdim, tvm.tirx.Var) and mdim.name in one_row
+    return x, w, 1 if one else rows
 
 
-def _packed(m, call, panel: int, rows: int):
+def _packed(m, call, panel: int, rows: int, one_row=frozenset()):
     """``call`` (a relax.matmul) as matmul_packed on W packed in ``panel`` columns, emitted
     through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
-    qualified = float_weight_matmul(call, rows)
+    qualified = float_weight_matmul(call, rows, one_row)
     if qualified is None:
         return None
     x, w, pad = qualified

@@ -365,3 +365,19 @@ def row_multiple(extent) -> int | None:
             extent.a, tirx.FloorDiv):
         return int(extent.b)
     return None
+
+
+def opt_extent(sch, loop):
+    """The extent ``loop`` is compiled for when it is a symbolic dim: the dim's ``opt``
+    (``dims={"seq": (1, 128, 1)}``: a decoder tuned for its one-token steps, whose
+    attention then runs one query row), from the kernel's ``onnxc.dim_opt``; else None."""
+    from tvm import tirx
+
+    from compiler.lowering.symbolic import DIM_OPT_ATTR
+
+    ext = sch.get(loop).extent
+    attrs = sch.mod["main"].attrs
+    if not isinstance(ext, tirx.Var) or attrs is None or DIM_OPT_ATTR not in attrs:
+        return None
+    opt = attrs[DIM_OPT_ATTR].get(ext.name)
+    return None if opt is None else int(opt)

@@ -206,22 +206,6 @@ def _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores):
 DOT_ROWS = 64
 
 
-def _opt_extent(sch, loop):
-    """The extent ``loop`` is compiled for when it is a symbolic dim: the dim's ``opt``
-    (``dims={"seq": (1, 128, 1)}``: a decoder tuned for its one-token steps, whose
-    attention then runs one query row), from the kernel's ``onnxc.dim_opt``; else None."""
-    from tvm import tirx
-
-    from compiler.lowering.symbolic import DIM_OPT_ATTR
-
-    ext = sch.get(loop).extent
-    attrs = sch.mod["main"].attrs
-    if not isinstance(ext, tirx.Var) or attrs is None or DIM_OPT_ATTR not in attrs:
-        return None
-    opt = attrs[DIM_OPT_ATTR].get(ext.name)
-    return None if opt is None else int(opt)
-
-
 class Matmul(MatchingCPURule):
     """matmul / dense / batch_matmul, B as [.., K, N] or [.., N, K], + elementwise epilogue."""
 
@@ -237,7 +221,7 @@ class Matmul(MatchingCPURule):
         ext = [common.const_extent(sch, lp) for lp in sch.get_loops(mm)]
         M, N, K = ext[-3:]
         stages = pads if tail is not None else pads + after
-        one_row = M == 1 or (M is None and _opt_extent(sch, sch.get_loops(mm)[-3]) == 1)
+        one_row = M == 1 or (M is None and common.opt_extent(sch, sch.get_loops(mm)[-3]) == 1)
         if one_row and N is not None and not b_t and N % lanes == 0:
             return _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores)
         if one_row and b_t and K is not None and K % lanes == 0:

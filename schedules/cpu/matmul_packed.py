@@ -71,18 +71,22 @@ class MatmulPacked(MatchingCPURule):
         return match_packed_matmul(sch)
 
     def schedule(self, sch, m, target):
-        mm, nr, padded = m
+        mm, nr, rows_padded = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
         pads, after, tail = common.inline_around(sch, mm, keep_pads=False)
         # W's last panel padded with zero columns: the output is narrower than the tile
         cols_padded = tail is not None and _last_dim(sch, tail) != _last_dim(sch, mm)
-        padded = padded or cols_padded
+        padded = rows_padded or cols_padded
         loops = sch.get_loops(mm)
         *bat, i, j, k = loops
         ext = [common.const_extent(sch, lp) for lp in loops]
         if ext[-2] is None or ext[-1] is None or ext[-2] % nr:
             return None
         M = ext[-3]
+        if M is None and not rows_padded and common.opt_extent(sch, loops[-3]) == 1:
+            # symbolic rows compiled for one (a decode step: pack_matmul_weights left M
+            # unpadded): a row at a time, each weight panel streamed once per row
+            M = 1
         if M is None:  # symbolic rows: whole multiples of the pass's row padding, else none
             M = common.row_multiple(sch.get(loops[-3]).extent) if padded else None
             if M is None:

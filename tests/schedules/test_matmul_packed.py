@@ -69,3 +69,57 @@ def test_numerics_matmul_add(a_shape, n, residual):
     model = onnx_model(nodes, [("a", a_shape)], [("y", out)], inits)
     check_against_ort(model, {"a": rng.standard_normal(a_shape).astype("float32")},
                       "cpu.matmul_packed")
+
+
+def _symbolic_packed(opt, rows=1, k=48, n=40, nr=16):
+    """The packed matmul PrimFunc over x[1, seq, k] (seq symbolic, ``onnxc.dim_opt`` opt)."""
+    import tvm
+    from tvm import te
+
+    from compiler.lowering.symbolic import DIM_OPT_ATTR
+
+    seq = tvm.tirx.Var("seq", "int64")
+    x = te.placeholder((1, seq, k), "float32", "x")
+    wp = te.placeholder((-(-n // nr), k, nr), "float32", "wp")
+    out = matmul_packed(x, wp, rows, n)
+    return te.create_prim_func([x, wp, out]).with_attr(DIM_OPT_ATTR, {"seq": opt})
+
+
+def test_structure_one_row_symbolic_m_streams_unpadded():
+    # a decode step (seq opt 1, pack_matmul_weights' one_row_dims): one row per row, no
+    # clamp, no padded tile; panels parallel, the panel's columns vectorised
+    text = MatmulPacked().apply(_symbolic_packed(opt=1), TARGET).mod["main"].script()
+    assert "T.min(" not in text and "// T.int64(" not in text.split("for k")[1]
+    assert "T.parallel(seq * T.int64(3))" in text  # 3 panels of 16 columns for N = 40
+    assert text.split("for k")[1].count("T.vectorized(16)") == 1
+
+
+def test_negative_unpadded_symbolic_m_needs_opt_one():
+    # seq compiled for 128 rows with M unpadded: no register tile divides it, no schedule
+    assert MatmulPacked().apply(_symbolic_packed(opt=128), TARGET) is None
+    # padded rows (the pass's default for symbolic M) keep their register tile
+    text = MatmulPacked().apply(_symbolic_packed(opt=128, rows=12), TARGET).mod["main"].script()
+    assert "T.min(" in text
+
+
+@pytest.mark.parametrize("seq", [1, 3])
+def test_numerics_one_row_build_at_any_seq(seq):
+    # N = 50: not a multiple of the panel; the one-row build also runs a 3-row prompt
+    import compiler
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((24, 50)).astype("float32")
+    b = rng.standard_normal((50,)).astype("float32")
+    model = onnx_model([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                        helper.make_node("Add", ["h", "b"], ["y"])],
+                       [("x", [1, "seq", 24])], [("y", [1, "seq", 50])], {"w": w, "b": b})
+    cm = compiler.compile(model, dims={"seq": (1, 8, 1)})
+    packed = next(r for r in cm.report["passes"] if r["name"] == "pack_matmul_weights")
+    assert sum(packed["rewrites"].values()) == 1, packed
+    assert cm.report["schedules"].get("cpu.matmul_packed", 0) == 1, cm.report["schedules"]
+    x = rng.standard_normal((1, seq, 24)).astype("float32")
+    got = cm.session().run(None, {"x": x})[0]
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
