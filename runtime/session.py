@@ -382,11 +382,12 @@ class Session:
         feed's expected (name, dtype, shape), each input's view, the bound output buffer
         that holds it (if any), and when it may be read in place its buffer's tensors and
         the kernel arguments they fill, and each bound output buffer's tensors and their
-        arguments.  None for symbolic or instrumented sessions and for models with
+        arguments.  None for symbolic or instrumented sessions, for models with
         sequence-major key/value caches (stored transposed: ``_execute`` copies them in and
-        out), which take ``_execute``."""
+        out) and for models with narrow-typed inputs or outputs (bfloat16, float8, int4...:
+        ``_execute`` views their codes as ml_dtypes), which take ``_execute``."""
         self._static = None
-        if self.dims or instrumented or self._perms:
+        if self.dims or instrumented or self._perms or self._narrow:
             return
         tensors = self.graph["tensors"]
 
