@@ -12,7 +12,8 @@ broadcasts two taps share live and spilled the tile).  The accumulator tile is s
 [y][x][f] (f contiguous) and transposed to NCHW in its write-back, where the elementwise
 epilogue (bias, ReLU, residual add, GELU) is applied.  When a block's weights outgrow
 L1 (``channel_chunk``), the input channels run in chunks outside the row's pixel tiles and
-the tiles accumulate in a [pixels][channels] row cache written back once.  Padding stays
+the tiles accumulate in a [pixels][channels] row cache written back once; input planes a
+multiple of ``ALIAS_BYTES`` apart (which share L1/L2 sets) are copied contiguous per chunk.  Padding stays
 its own parallel stage.  Parallel over (n, channel block, row block (and plane)); rows
 outside the channel blocks when the input outweighs the weights.  Tiles are divisors of
 the output height and width, so every shape is exact (pack_conv_weights pads a 1-D width
