@@ -9,8 +9,8 @@ and does ``nf`` FMAs per input vector.  A 1x1 stride-1 unpadded conv fuses (y, x
 contiguous axis first, which is exactly a GEMM.  Padding stays its own parallel,
 vectorised stage.  A 1x1 conv whose input outgrows ``PANEL_BYTES`` runs panel by panel:
 a run of output pixels, all input channels copied contiguous, then every output-channel
-block over it (parallel over the panels).  The elementwise epilogue (bias, relu, residual add) is inlined into the
-write-back of the register tile.  Parallel over (n, output-channel block, y).
+block over it (parallel over the panels).  The elementwise epilogue (bias, relu, residual
+add) is inlined into the write-back of the register tile.  Parallel over (n, output-channel block, y).
 """
 
 from __future__ import annotations
