@@ -267,6 +267,12 @@ conv_case("conv2d", "effnet_dw5x5_240", 240, 240, 5, [28, 28], group=240,
 conv_case("conv2d", "odd_3x3_40to80", 40, 80, 3, [28, 28], source="odd channels (EfficientNet)")
 conv_case("conv2d", "odd_1x1_112to672", 112, 672, 1, [14, 14], source="EfficientNet-B0 expand")
 conv_case("conv2d", "unet_3x3_128to64", 128, 64, 3, [128, 128], source="U-Net decoder conv")
+conv_case("conv2d", "dpt_3x3_256_144", 256, 256, 3, [144, 144], epilogue="relu",
+          source="DPT-base (384) fusion stage residual conv at 144x144 (+ReLU)")
+conv_case("conv2d", "segformer_cls_1x1_256to150", 256, 150, 1, [128, 128], bias=False,
+          source="Segformer-B0 (512) decode head classifier (150 classes: not packed)")
+conv_case("conv2d", "segformer_fuse_1x1_1024to256", 1024, 256, 1, [128, 128], bias=False,
+          epilogue="relu", source="Segformer-B0 (512) decode head linear_fuse + BN + ReLU")
 
 # conv3d
 conv_case("conv3d", "c3d_3x3x3_64to128", 64, 128, 3, [8, 56, 56], source="C3D conv2")

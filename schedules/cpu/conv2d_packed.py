@@ -12,7 +12,8 @@ broadcasts two taps share live and spilled the tile).  The accumulator tile is s
 [y][x][f] (f contiguous) and transposed to NCHW in its write-back, where the elementwise
 epilogue (bias, ReLU, residual add, GELU) is applied.  When a block's weights outgrow
 L1 (``channel_chunk``), the input channels run in chunks outside the row's pixel tiles and
-the tiles accumulate in a [pixels][channels] row cache written back once.  Padding stays
+the tiles accumulate in a [pixels][channels] row cache written back once; input planes a
+multiple of ``ALIAS_BYTES`` apart (which share L1/L2 sets) are copied contiguous per chunk.  Padding stays
 its own parallel stage.  Parallel over (n, channel block, row block (and plane)); rows
 outside the channel blocks when the input outweighs the weights.  Tiles are divisors of
 the output height and width, so every shape is exact (pack_conv_weights pads a 1-D width
@@ -139,6 +140,15 @@ class Conv2dPacked(MatchingCPURule):
             wb, pads = common.write_back_at(sch, conv, outer[-1], tail, pads, after,
                                             write_layout=lambda a, c, *p: (a, *p, c),
                                             scope="global")
+            data = _aliasing_input(sch, conv, nd + 2)
+            if data is not None:
+                # the chunk's channel rows copied contiguous: rows a multiple of
+                # ALIAS_BYTES apart fall into the same L1 (and L2) sets, so the tile's
+                # broadcasts missed to L3 (Segformer's 1024 -> 256 1x1 at 128x128:
+                # channel planes 64 KB apart)
+                packed = sch.cache_read(conv, data, "global")
+                sch.compute_at(packed, rc)
+                common.vectorize_row(sch, packed, lanes)
         else:
             sch.reorder(*outer, xo, fm, *rs, rc, *inner, fi)
             # channels innermost in the register tile: one vector register per pixel
@@ -180,6 +190,24 @@ def channel_chunk(channels: int, taps: int, b: int, cap: int = 32) -> int:
             if d <= cap and d * taps * b * 4 <= CHUNK_BYTES]
     best = max(fits) if fits else 1
     return best if best < channels else 0
+
+
+# The span of one way of an L1 data cache (size / ways: 32 KB / 8 on x86 since Nehalem,
+# 64 KB / 16 on Zen 5's and Neoverse's 64 KB L1s): rows this many bytes apart share sets.
+ALIAS_BYTES = 4096
+
+
+def _aliasing_input(sch, conv, rank: int):
+    """Index of ``conv``'s input read (the buffer of rank ``rank``) when its channel planes
+    are a whole multiple of ``ALIAS_BYTES`` apart, else None."""
+    for i, r in enumerate(sch.get(conv).reads):
+        if len(r.source.shape) == rank:
+            plane = common.elements(r.source)
+            channels = r.source.shape[1]
+            if plane is None or not isinstance(channels, tirx.IntImm):
+                return None
+            return i if (plane // int(channels) * 4) % ALIAS_BYTES == 0 else None
+    return None
 
 
 def _read_elements(sch, conv, rank: int) -> int:

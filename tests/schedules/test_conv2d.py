@@ -77,3 +77,45 @@ def test_numerics_conv_bias_relu_add(k, stride, pad, shape, f, g):
     # pack_conv_weights would hand the conv to cpu.conv2d_packed; depthwise has its own rule
     check_against_ort(model, feeds, "cpu.depthwise_conv2d_nchw" if g > 1 else "cpu.conv2d_nchw",
                       disabled_passes=["pack_conv_weights"], layout="NCHW")
+
+
+def test_structure_1x1_large_input_runs_over_packed_panels():
+    # 64 channels x 64x64 pixels = 1 MB of input > PANEL_BYTES: panels of whole rows
+    f = fused_primfunc(_conv(pad=0, epilogue=False), [(1, 64, 64, 64), (24, 64, 1, 1), (1,)],
+                       "conv2d")
+    text = Conv2dNCHW().apply(f, TARGET).mod["main"].script()
+    assert "_global" in text  # the contiguous panel copy
+    # parallel over the panels (one loop per panel), the channel blocks inside
+    assert text.count("T.parallel") >= 1
+    from schedules.cpu.conv2d import PANEL_BYTES, _panel
+    p = _panel(64 * 64, 64, 32, 64)
+    assert p and p % 64 == 0 and 64 * p * 4 <= PANEL_BYTES and (64 * 64) % p == 0
+
+
+def test_small_1x1_keeps_the_plain_gemm_order():
+    # the whole input (32 x 8 x 8) fits in L2: no panel copy
+    f = fused_primfunc(_conv(pad=0, epilogue=False), [(1, 32, 8, 8), (64, 32, 1, 1), (1,)],
+                       "conv2d")
+    assert "_global" not in Conv2dNCHW().apply(f, TARGET).mod["main"].script()
+    from schedules.cpu.conv2d import _panel
+    assert _panel(64, 8, 32, 32) == 0
+    # no panel divides a prime pixel count into whole tiles: the plain order is kept
+    assert _panel(127 * 127, 127, 127, 1024) == 0
+
+
+@pytest.mark.parametrize("c,f,hw", [
+    (64, 24, (64, 64)),    # panels of whole rows, 24 output channels
+    (96, 10, (45, 45)),    # odd width: tiles and panels of odd sizes
+    (256, 150, (32, 32)),  # Segformer's classifier channels (150 classes), smaller image
+])
+def test_numerics_1x1_panels(c, f, hw):
+    rng = np.random.default_rng(1)
+    shape, out = (1, c) + hw, (1, f) + hw
+    w = rng.standard_normal((f, c, 1, 1)).astype("float32") * 0.1
+    b = rng.standard_normal((f,)).astype("float32")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    model = onnx_model(nodes, [("x", shape)], [("y", out)], {"w": w, "b": b})
+    feeds = {"x": rng.standard_normal(shape).astype("float32")}
+    check_against_ort(model, feeds, "cpu.conv2d_nchw",
+                      disabled_passes=["pack_conv_weights"], layout="NCHW")

@@ -198,6 +198,9 @@ def test_grouped_structure_reads_the_groups_channels():
     ((61,), 48, 16, 10, 5, 0),        # wav2vec2's first conv shape class, 11 outputs
     ((3, 9, 10), 48, 32, 3, 1, 1),    # conv3d with chunks and rows inside channel blocks
     ((13, 11), 64, 32, 3, 1, 1),      # conv2d with chunks (NCHW: not NCHWc's)
+    ((32, 32), 256, 32, 1, 1, 0),     # 1x1, planes 4 KB apart: chunks copied contiguous
+    ((30, 30), 64, 32, 3, 1, 1),      # 3x3 whose padded planes (32x32) are 4 KB apart
+    ((16, 48), 128, 48, 1, 1, 0),     # 3 KB planes (no copy), a 48-channel block
 ])
 def test_numerics_chunked_and_padded(size, cin, f, k, stride, pad):
     """Channel chunks (global row cache) and output widths padded to whole register tiles
@@ -219,3 +222,16 @@ def test_numerics_chunked_and_padded(size, cin, f, k, stride, pad):
                         "half": np.float32(0.5)})
     check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
                       "cpu.conv2d_packed", layout="NCHW")
+
+
+def test_structure_aliasing_planes_are_copied_per_chunk():
+    """Channel planes a multiple of ALIAS_BYTES apart (64x64 fp32: 16 KB) are copied into a
+    contiguous buffer per channel chunk; planes of 14x14 (784 B) are read in place."""
+    from schedules.cpu.conv2d_packed import ALIAS_BYTES
+    assert (64 * 64 * 4) % ALIAS_BYTES == 0 and (14 * 14 * 4) % ALIAS_BYTES
+    text = Conv2dPacked().apply(_packed(256, 64, 64, 32, 1, 32, pad=0),
+                                TARGET).mod["main"].script()
+    assert "_global" in text and text.count("alloc_buffer") >= 2  # row cache + input copy
+    plain = Conv2dPacked().apply(_packed(256, 14, 14, 32, 1, 32, pad=0),
+                                 TARGET).mod["main"].script()
+    assert plain.count("alloc_buffer") == text.count("alloc_buffer") - 1
