@@ -295,8 +295,9 @@ def _one_row_dims(dims, pass_config) -> dict:
     (``dims={"seq": (1, 128, 1)}``, a decoder compiled for its one-token steps), whose
     matmuls against constant weights then compute one row per row, not a padded register
     tile; options the user set win."""
-    one = tuple(sorted(n for n, r in (dims or {}).items()
-                       if len(tuple(r)) == 3 and int(tuple(r)[2]) == 1))
+    one = tuple(sorted(n for n, r in (dims or {}).items()  # opt 1, or the range 1..1
+                       if (len(tuple(r)) == 3 and int(tuple(r)[2]) == 1)
+                       or (len(tuple(r)) == 2 and int(tuple(r)[1]) == 1)))
     if not one:
         return pass_config
     config = {k: dict(v) for k, v in (pass_config or {}).items()}

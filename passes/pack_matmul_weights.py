@@ -135,8 +135,19 @@ def float_weight_matmul(call, rows: int, one_row=frozenset()):
     # a decode step's one row computed as 1, not ``rows``: the 6-row tile's FMAs and
     # broadcasts per weight byte left the weight stream 1.3x slower (Zen 3, one thread:
     # LM head 768 x 50257 from DRAM 8.1 -> 11.2 GB/s, scripts/bench_gemv.py)
-    one = isinstance(mdim, tvm.tirx.Var) and mdim.name in one_row
-    return x, w, 1 if one else rows
+    return x, w, 1 if _at_one(mdim, one_row) else rows
+
+
+def _at_one(e, one_row) -> bool:
+    """True when extent ``e`` is 1 with every dim of ``one_row`` at 1: such a dim, or a
+    product of them (``batch * seq``: GPT-2's Conv1D flattens its rows)."""
+    if isinstance(e, tvm.tirx.Var):
+        return e.name in one_row
+    if isinstance(e, tvm.tirx.IntImm):
+        return int(e) == 1
+    if isinstance(e, tvm.tirx.Mul):
+        return _at_one(e.a, one_row) and _at_one(e.b, one_row)
+    return False
 
 
 def _packed(m, call, panel: int, rows: int, one_row=frozenset()):

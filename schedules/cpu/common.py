@@ -377,7 +377,22 @@ def opt_extent(sch, loop):
 
     ext = sch.get(loop).extent
     attrs = sch.mod["main"].attrs
-    if not isinstance(ext, tirx.Var) or attrs is None or DIM_OPT_ATTR not in attrs:
+    if isinstance(ext, tirx.IntImm) or attrs is None or DIM_OPT_ATTR not in attrs:
         return None
-    opt = attrs[DIM_OPT_ATTR].get(ext.name)
-    return None if opt is None else int(opt)
+    opts = attrs[DIM_OPT_ATTR]
+    if isinstance(ext, tirx.Var):
+        opt = opts.get(ext.name)
+        return None if opt is None else int(opt)
+    # a product of dims (``batch * seq``: flattened rows): its value with each dim at its opt
+    def at_opt(e):
+        if isinstance(e, tirx.IntImm):
+            return int(e)
+        if isinstance(e, tirx.Var):
+            opt = opts.get(e.name)
+            return None if opt is None else int(opt)
+        if isinstance(e, tirx.Mul):
+            a, b = at_opt(e.a), at_opt(e.b)
+            return None if a is None or b is None else a * b
+        return None
+
+    return at_opt(ext)

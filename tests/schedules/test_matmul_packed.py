@@ -123,3 +123,54 @@ def test_numerics_one_row_build_at_any_seq(seq):
     ref = ort.InferenceSession(model.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seq", [1, 3])
+def test_one_row_build_of_flattened_rows(seq):
+    """GPT-2's Conv1D: Reshape(x, [-1, K]) @ W + b over batch * seq rows, batch 1..1 and seq
+    opt 1: the product is one row at the opts, so the matmul is not padded to the register
+    tile and the rule runs it one row per row (it was padded to 6 rows on AVX2)."""
+    import compiler
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((24, 50)).astype("float32")
+    b = rng.standard_normal((50,)).astype("float32")
+    model = onnx_model([helper.make_node("Reshape", ["x", "flat"], ["x2"]),
+                        helper.make_node("Gemm", ["x2", "w", "b"], ["y"])],
+                       [("x", ["batch", "seq", 24])], [("y", ["rows", 50])],
+                       {"w": w, "b": b, "flat": np.array([-1, 24], np.int64)})
+    dims = {"batch": (1, 1), "seq": (1, 8, 1)}
+    cm = compiler.compile(model, dims=dims)
+    assert cm.report["schedules"].get("cpu.matmul_packed", 0) == 1, cm.report["schedules"]
+    mod, rules, _ = compiler.driver.schedule_kernels(model, target="host", dims=dims)
+    (name,) = [n for n, r in rules.items() if r == "cpu.matmul_packed"]
+    assert "T.min(" not in mod[name].script()  # no clamped reads of padded rows
+    x = rng.standard_normal((1, seq, 24)).astype("float32")
+    got = cm.session().run(None, {"x": x})[0]
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def _flattened_packed(opts, k=48, n=40, nr=16):
+    """The packed matmul PrimFunc over x[batch * seq, k] (dims' opts ``opts``)."""
+    import tvm
+    from tvm import te
+
+    from compiler.lowering.symbolic import DIM_OPT_ATTR
+
+    rows = tvm.tirx.Var("batch", "int64") * tvm.tirx.Var("seq", "int64")
+    x = te.placeholder((rows, k), "float32", "x")
+    wp = te.placeholder((-(-n // nr), k, nr), "float32", "wp")
+    return te.create_prim_func([x, wp, matmul_packed(x, wp, 1, n)]).with_attr(DIM_OPT_ATTR,
+                                                                               opts)
+
+
+def test_flattened_rows_at_one_run_one_row():
+    """batch * seq rows at opts batch 1, seq 1: one row per row, unpadded; at seq opt 4 the
+    unpadded product has no tile that divides it: no schedule (the pass pads it then)."""
+    text = MatmulPacked().apply(_flattened_packed({"batch": 1, "seq": 1}), TARGET)\
+        .mod["main"].script()
+    assert "T.min(" not in text and text.split("for k")[1].count("T.vectorized(16)") == 1
+    assert MatmulPacked().apply(_flattened_packed({"batch": 1, "seq": 4}), TARGET) is None
