@@ -25,7 +25,8 @@ import math
 import numpy as np
 from tvm import relax
 
-from .common import constant_value, dtype_of, is_float, refuse, scalar, static_shape
+from .common import (attr_text, constant_value, dtype_of, is_float, refuse, scalar,
+                     static_shape)
 from .rnn import rotary_embedding
 from ..registry import register_op
 
@@ -283,7 +284,7 @@ def fused_conv(bb, inputs, attrs, ctx):
 
     x, w, b, z = _pad(inputs, 4)[:4]
     _float(ctx, x, "X")
-    name = _text(attrs.get("activation"))
+    name = attr_text(attrs.get("activation"), "")
     values = [float(v) for v in attrs.get("activation_params", [])]
     keys = {"LeakyRelu": ("alpha",), "Clip": ("min", "max"),
             "HardSigmoid": ("alpha", "beta")}.get(name, ())
@@ -304,7 +305,7 @@ def fused_gemm(bb, inputs, attrs, ctx):
     from ..registry import tvm_converter
 
     _float(ctx, inputs[0], "A")
-    name = _text(attrs.get("activation"))
+    name = attr_text(attrs.get("activation"), "")
     params = {k[len("activation_"):]: v for k, v in attrs.items()
               if k.startswith("activation_")}
     known = {"LeakyRelu": {"alpha"}, "HardSigmoid": {"alpha", "beta"}}.get(name, set())
@@ -317,10 +318,6 @@ def fused_gemm(bb, inputs, attrs, ctx):
                   if k in ("alpha", "beta", "transA", "transB")}
     y = bb.emit(tvm_converter("Gemm")(bb, inputs, gemm_attrs, ctx))
     return _activation(ctx, y, name, params)
-
-
-def _text(v) -> str:
-    return "" if v is None else (v.decode() if isinstance(v, bytes) else str(v))
 
 
 @_register("RotaryEmbedding")
