@@ -34,3 +34,17 @@ def test_conv_with_a_swish_epilogue_reports_its_flops():
                                      {"w": w}))
     conv = next(r for r in cm.report["kernel_table"] if "conv" in r["kernel"])
     assert "sigmoid" in conv["kernel"] and conv["flops"] >= 2 * 16 * 8 * 64
+
+
+def test_symbolic_kernel_counted_at_the_dims_opt():
+    # rows of batch * seq (GPT-2's Conv1D flattens them): the kernel table counts the
+    # kernel at the opts (specialize refuses a shape that is not one Var)
+    from compiler.lowering.graph import _flops
+    from passes.pack_matmul_weights import matmul_packed
+
+    b, s = tirx.Var("batch", "int64"), tirx.Var("seq", "int64")
+    x = te.placeholder((b * s, 64), name="x")
+    wp = te.placeholder((6, 64, 16), name="wp")
+    f = te.create_prim_func([x, wp, matmul_packed(x, wp, 1, 96)])
+    assert _flops(f, {"batch": 2, "seq": 3}) == 2 * 6 * 64 * 96
+    assert _flops(f, {"batch": 1, "seq": 1}) == 2 * 64 * 96
