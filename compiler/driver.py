@@ -38,6 +38,7 @@ from .pipeline import FUSE, graph_passes, lowering
 from .lowering.checked import attach_checked, fused_steps
 from .lowering.layouts import binding_layouts
 from .lowering.provenance import name_fused_calls
+from .lowering.row_variants import add_row_variants
 from .lowering.symbolic import annotate_dim_opt, resolve_ranges
 from .native_log import routed
 
@@ -146,6 +147,11 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         flops_at(graph, at_opt)
         # rules read each dim's opt (a decoder's seq opt 1: one-row attention kernels)
         graph.prim_funcs = annotate_dim_opt(graph.prim_funcs, at_opt)
+        # one-row matmuls (seq opt 1) get a padded-tile variant for prompts
+        row_variants = stage("row_variants", add_row_variants, graph,
+                             _padded_rows(pass_config), graph.dim_names)
+    else:
+        row_variants = []
     if tinfo.is_cuda or ranges:  # unscheduled GPU kernels do not build; checked variants
         # of symbolic kernels would need their temporaries' shapes bound: none for now
         graph.checked = {}
@@ -179,6 +185,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         "constant_outputs": [o["name"] for o in graph_meta["outputs"]
                              if graph_meta["tensors"][o["tensor"]]["storage"] == "param"],
         "distinct_kernels": len(graph.prim_funcs),
+        # one-row kernels with a padded-tile variant the runtime runs for several rows
+        "row_variants": row_variants,
         "checked_kernels": len(graph.checked),  # fused kernels with a checked variant
         "passes": [r.to_dict() for r in ctx.reports],
         "memory": {"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
@@ -288,6 +296,14 @@ def _int8_dot(tinfo, pass_config) -> dict:
     for name in ("pack_int_matmul", "pack_int_conv"):
         config.setdefault(name, {}).setdefault("u8_dot", kind)
     return config
+
+
+def _padded_rows(pass_config) -> int:
+    """The rows pack_matmul_weights pads a matmul to when it is not one-row (its ``rows``
+    option: ``_matmul_tiles``), or 1 when its one-row dims are not set: then no kernel is
+    one-row and none needs a padded variant (compiler/lowering/row_variants.py)."""
+    opts = (pass_config or {}).get("pack_matmul_weights", {})
+    return int(opts.get("rows", 1)) if opts.get("one_row_dims") else 1
 
 
 def _one_row_dims(dims, pass_config) -> dict:
@@ -614,7 +630,7 @@ def lower_to_kernels(model, target="host", *, opt_level: int = 3, disabled_passe
     accepted and ignored, so callers can pass compile_static()'s keywords as they are.
     """
     _, _, graph = _front_only(model, target, opt_level, disabled_passes, required_passes,
-                              pass_config, layout, dump_ir)
+                              pass_config, layout, dump_ir, **_build_only)
     return graph, graph.prim_funcs
 
 
