@@ -6,7 +6,7 @@ Both engines run single-threaded in this process: each onnxc kernel call timed b
 thread's CPU time, onnxruntime by its per-node profile (wall), the first
 run of each dropped.  Each onnxc kernel call names the ONNX nodes it computes; an
 onnxruntime node (after its own fusions: ``Conv_12`` fused with its ReLU keeps the conv's
-name, NCHWc nodes add a ``_nchwc`` suffix) is charged to the onnxc kernel holding a node of
+name, NCHWc nodes add a ``_nchwc`` suffix, QuickGelu fusions ``<node>/QuickGeluFusion/``) is charged to the onnxc kernel holding a node of
 the same name, and reorders / transposes it adds stay in a row of their own.  Rows are
 sorted by (onnxc - onnxruntime) microseconds per run, the minimum over runs of each (a shared host: the least disturbed run)."""
 
@@ -122,6 +122,10 @@ def main():
     for name, us in ref.items():
         base = re.sub(r"(_nchwc|_token_\d+)+$", "", name)
         key = node_to_kernel.get(name) or node_to_kernel.get(base)
+        trimmed = base.rstrip("/")
+        while key is None and "/" in trimmed:  # ".../act/Mul/QuickGeluFusion/": a fusion
+            trimmed = trimmed.rsplit("/", 1)[0]  # named after the node it starts from
+            key = node_to_kernel.get(trimmed)
         if key is None:
             unmatched[name] = us
         else:
