@@ -138,20 +138,22 @@ class Case:
     bytes: float = 0.0         # activation bytes read + written (for GB/s)
     quick: bool = False        # the small case --quick runs for its class
     notes: str = ""
+    layout: str = "auto"       # compile's layout: "NCHW" where the real model keeps NCHW
 
 
 CASES: list[Case] = []
 
 
-def case(cls, name, shape, build, flops, nbytes=0.0, quick=False, notes=""):
-    CASES.append(Case(cls, name, shape, build, float(flops), float(nbytes), quick, notes))
+def case(cls, name, shape, build, flops, nbytes=0.0, quick=False, notes="", layout="auto"):
+    CASES.append(Case(cls, name, shape, build, float(flops), float(nbytes), quick, notes,
+                      layout))
 
 
 # -- convolutions ------------------------------------------------------------ #
 
 
 def conv_case(cls, name, cin, cout, k, spatial, stride=1, pad=None, dil=1, group=1, bias=True,
-              epilogue=None, quick=False, pads=None, source=""):
+              epilogue=None, quick=False, pads=None, source="", layout="auto"):
     """Conv (any rank) over x[1,cin,*spatial]; k, stride, dil ints or tuples per axis."""
     nd = len(spatial)
     k = (k,) * nd if isinstance(k, int) else tuple(k)
@@ -179,6 +181,8 @@ def conv_case(cls, name, cin, cout, k, spatial, stride=1, pad=None, dil=1, group
             y = g.node("Relu", [y])
         elif epilogue == "relu6":
             y = g.node("Clip", [y, g.init("lo", np.float32(0)), g.init("hi", np.float32(6))])
+        elif epilogue == "silu":  # x * sigmoid(x), as torch.onnx exports nn.SiLU()
+            y = g.node("Mul", [y, g.node("Sigmoid", [y])])
         elif epilogue == "gelu":  # erf form, as torch.onnx exports nn.GELU()
             e = g.node("Erf", [g.node("Div", [y, g.init("sqrt2", np.float32(2 ** 0.5))])])
             h = g.node("Mul", [y, g.node("Add", [e, g.init("one", np.float32(1))])])
@@ -191,7 +195,7 @@ def conv_case(cls, name, cin, cout, k, spatial, stride=1, pad=None, dil=1, group
         (f" d{dil[0]}" if any(d > 1 for d in dil) else "") + (f" g{group}" if group > 1 else "") + \
         (f" +{epilogue}" if epilogue else "")
     shape = f"{_s([1, cin, *spatial])} {kk}{extra} ->{cout}"
-    case(cls, name, shape, build, flops, quick=quick, notes=source)
+    case(cls, name, shape, build, flops, quick=quick, notes=source, layout=layout)
 
 
 def convT_case(cls, name, cin, cout, k, spatial, stride, pad=0, bias=True, quick=False, source=""):
@@ -244,8 +248,14 @@ conv_case("conv2d", "r50_3x3s2_128", 128, 128, 3, [56, 56], stride=2,
           source="ResNet-50 v1.5 layer2.0 conv2")
 conv_case("conv2d", "r50_1x1_1024to256", 1024, 256, 1, [14, 14], quick=True,
           source="ResNet-50 layer4.0 conv1")
+conv_case("conv2d", "r50_1x1s2_1024to2048", 1024, 2048, 1, [14, 14], stride=2,
+          source="ResNet-50 layer4 downsampling shortcut (strided 1x1: a subsample stage)")
 conv_case("conv2d", "r50_3x3_512_7", 512, 512, 3, [7, 7], source="ResNet-50 layer4 conv2")
 conv_case("conv2d", "r50_1x1_512to2048_7", 512, 2048, 1, [7, 7], source="ResNet-50 layer4 conv3")
+conv_case("conv2d", "mvit_1x1_64to256_64", 64, 256, 1, [64, 64], epilogue="silu", layout="NCHW",
+          source="MobileViT-S expand 1x1 at 64x64 (NCHW as in the model: 16 KB planes)")
+conv_case("conv2d", "mvit_1x1_32to128_128", 32, 128, 1, [128, 128], epilogue="silu",
+          layout="NCHW", source="MobileViT-S expand 1x1 at 128x128 (NCHW as in the model)")
 conv_case("conv2d", "mbv2_expand_16to96", 16, 96, 1, [112, 112], epilogue="relu6",
           source="MobileNetV2 layer 1 expand 1x1 (+ReLU6)")
 conv_case("conv2d", "mbv2_stem3x3s2", 3, 32, 3, [224, 224], stride=2, epilogue="relu6",
@@ -687,7 +697,8 @@ def run_case(c: Case, args, tmp: str, target) -> dict:
         return row
     try:
         t0 = time.perf_counter()
-        cm = compiler.compile(path, target=target, isolate=True, timeout=args.compile_timeout)
+        cm = compiler.compile(path, target=target, isolate=True, timeout=args.compile_timeout,
+                              layout=c.layout)
         row["compile_s"] = round(time.perf_counter() - t0, 1)
         cm.export(so)
         rep = cm.report
