@@ -244,12 +244,16 @@ def _flops(func, binding: dict | None = None) -> int:
 
 
 def bind_dims(func, binding: dict):
-    """``func`` with its symbolic dims (the Vars of its parameters' shapes named in
-    ``binding``) replaced by their values everywhere (shapes, loop extents, indices); a
-    shape of ``batch * seq`` too, which ``PrimFunc.specialize`` refuses (it binds
-    buffers of independent Vars only)."""
+    """``func`` with its symbolic dims (the Vars of its parameters' shapes, and its scalar
+    parameters, named in ``binding``) replaced by their values everywhere (shapes, loop
+    extents, indices); a shape of ``batch * seq`` too, which ``PrimFunc.specialize``
+    refuses for a buffer (it binds buffers of independent Vars only)."""
     import tvm_ffi
 
+    scalars = {p: tvm.tirx.IntImm(str(p.ty), int(binding[p.name])) for p in func.params
+               if p.name in binding and getattr(p.ty, "shape", None) is None}
+    if scalars:
+        func = func.specialize(scalars)
     dims = []
     for p in func.params:
         for d in (getattr(p.ty, "shape", None) or ()):
