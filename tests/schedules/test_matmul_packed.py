@@ -204,3 +204,25 @@ def test_flattened_rows_at_one_run_one_row():
         .mod["main"].script()
     assert "T.min(" not in text and text.split("for k")[1].count("T.vectorized(16)") == 1
     assert MatmulPacked().apply(_flattened_packed({"batch": 1, "seq": 4}), TARGET) is None
+
+
+def test_structure_write_back_rows_unrolled_for_flattened_symbolic_rows():
+    # rows of batch * seq padded to the tile: the epilogue's row loop is unrolled like the
+    # tile's, so the accumulators are indexed by constants (a kept loop left them in
+    # memory, stored every k step: 1.6x slower at 64 rows)
+    from compiler import driver
+
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.standard_normal((24, 32)).astype("float32"),
+             "b": rng.standard_normal(32).astype("float32"), "s": np.array([-1, 24], np.int64)}
+    model = onnx_model([helper.make_node("Reshape", ["x", "s"], ["r"]),
+                        helper.make_node("MatMul", ["r", "w"], ["h"]),
+                        helper.make_node("Add", ["h", "b"], ["y"])],
+                       [("x", ["batch", "seq", 24])], [("y", ["rows", 32])], inits)
+    mod, rules, _ = driver.schedule_kernels(model, dims={"batch": (1, 2, 2), "seq": (1, 64, 64)})
+    (gv, func), = mod.functions.items()
+    assert rules[gv.name_hint] == "cpu.matmul_packed"
+    text = func.script()
+    write_back = text[:text.index('T.sblock("T_add")')].split("for k in")[-1]
+    rows = next(ln for ln in write_back.splitlines() if ln.strip().startswith("for ax"))
+    assert "T.unroll(" in rows, write_back
