@@ -35,6 +35,8 @@ pad copied A seq / 16 times: Q K^T [1,12,16,16] 47-53 -> 34-41 us, static 20-25)
 
 from __future__ import annotations
 
+import os
+
 from ..base import MatchingCPURule
 from . import common
 
@@ -279,7 +281,17 @@ class Matmul(MatchingCPURule):
                 sch.compute_at(pb, jo, preserve_unit_loops=True)
             if b_pad is not None:
                 sch.compute_inline(b_pad)
-            if b_t:  # laid out [k, j] as a [.., k, j] B is: the same micro-kernel
+            whole = rowwise or a_rows
+            if whole and os.environ.get("XP_PANEL", "1") == "1":
+                if b_t:
+                    sch.transform_layout(pb, ("write", 0), lambda *x: (
+                        *x[:-2], x[-2] // jt, x[-1], x[-2] % jt))
+                    *_, pj, pk = sch.get_loops(pb)
+                    sch.reorder(pk, pj)
+                else:
+                    sch.transform_layout(pb, ("write", 0), lambda *x: (
+                        *x[:-2], x[-1] // jt, x[-2], x[-1] % jt))
+            elif b_t:  # laid out [k, j] as a [.., k, j] B is: the same micro-kernel
                 sch.transform_layout(pb, ("write", 0), lambda *x: (*x[:-2], x[-1], x[-2]))
                 *_, pj, pk = sch.get_loops(pb)
                 sch.reorder(pk, pj)
