@@ -435,7 +435,7 @@ def norm_case(name, shape, build_body, flops, quick=False, source="", in_dtype="
 
 
 for _shape, _tag in (([12, 197, 197], "vit"), ([12, 128, 128], "bert"), ([1, 32000], "vocab32k"),
-                     ([16, 4096], "16x4096"), ([8, 1500, 1500], "whisper")):
+                     ([16, 4096], "16x4096"), ([8, 1500, 1500], "whisper"), ([8, 128, 128], "t5")):
     norm_case(f"softmax_{_tag}", _shape, lambda g, x: g.node("Softmax", [x], axis=-1),
               5 * _prod(_shape), quick=_tag == "bert", source="softmax(-1)")
 
