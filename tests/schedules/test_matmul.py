@@ -86,20 +86,23 @@ def test_structure_197_padded(target, transposed):
 @pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
 def test_structure_odd_columns_cut_per_row_block(target):
     """Whisper's 1500 x 1500 scores: N is no whole number of tiles, so the tiles run a row
-    block at a time and the block's padded columns are cut off (with the epilogue) while
-    it is in cache, inside the tiles' parallel loop; a B too large to sweep per row block
-    keeps the column-panel order and cuts C in a stage of its own."""
+    block at a time over B packed once ahead, and each tile's padded columns are cut off
+    (with the epilogue) inside the column-tile loop, from the tile's block in L1; that loop
+    is marked for partitioning (whole tiles unguarded); a B too large to sweep per row
+    block keeps the column-panel order and cuts C in a stage of its own."""
     lanes = targets.cpu_facts(target)["lanes"]
     f, _ = _bmm((8, 1500, 64), (8, 1500, 64), transposed=True)
     sch = Matmul().apply(f, target)
-    # the cut: whole vectors, then a scalar tail (blocks epi_ax20 / epi_ax21 in epi_ax2_common)
-    epi, tiles = (sch.get_loops(sch.get_sblock(n))[0] for n in ("epi_ax2_common", "mm_update"))
-    assert sch.get(epi).same_as(sch.get(tiles)) and "T.parallel" in sch.mod.script()
-    assert lanes in _widths(sch.mod["main"].script(), "vectorized")
-    assert f"range({1500 - 1500 % lanes}, 1500)" in sch.mod["main"].script()
+    epi, tiles = (sch.get_loops(sch.get_sblock(n)) for n in ("epi", "mm_update"))
+    assert sch.get(epi[0]).same_as(sch.get(tiles[0]))   # the parallel row-block loop
+    assert sch.get(epi[1]).same_as(sch.get(tiles[1]))   # the column-tile loop
+    assert "pragma_loop_partition_hint" in sch.get(tiles[1]).annotations
+    text = sch.mod["main"].script()
+    assert "T.parallel" in text and _widths(text, "vectorized") & {lanes, 2 * lanes}
     # all of B packed ahead panel-major [8, N/jt, K, jt]: a tile's 64 x jt panel contiguous
-    h, panels, kk, jt = _alloc_shape(sch.mod["main"].script(), "b_pad_global")
+    h, panels, kk, jt = _alloc_shape(text, "b_pad_global")
     assert (h, kk) == (8, 64) and jt in (lanes, 2 * lanes) and panels == -(-1500 // jt)
+    assert sch.get(epi[-1]).extent == jt  # the cut: one tile's columns
     # negative: K x N = 768 x 1001 floats of B (3 MB)
     f, _ = _bmm((2, 64, 768), (2, 768, 1001))
     sch = Matmul().apply(f, target)
