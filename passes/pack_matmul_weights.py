@@ -7,10 +7,10 @@ strided ``K x nr`` panel of W (rows ``4 N`` bytes apart), as ``cpu.matmul`` make
 768x768).  Fires on float32 ``x[.., M, K] @ W[K, N]`` with a constant 2-D W, static
 shapes; an ``N`` that is not a multiple of ``panel`` (two fp32 vectors of the target) gets
 zero columns up to whole panels, dropped again in the write-back (MobileNetV2's 1280 x 1001
-classifier: 2.8-9 ms under cpu.matmul, 20-60x onnxruntime, single-thread on Zen 3).  When M has no
-divisor that makes a register tile (prime M: 37, 197), the kernel computes M rounded up
-to ``rows`` (x's row index clamped) and drops the extra rows: 67 -> 250 GFLOP/s at
-197 x 768 x 768.  A symbolic M (batch x seq tokens, ``lowering/symbolic.py``) is always
+classifier: 2.8-9 ms under cpu.matmul, 20-60x onnxruntime, single-thread on Zen 3).  When M's
+divisors make only thinner register tiles than ``rows`` (prime M: 37, 197; 128 on AVX2's
+6-row tile; ``pad_rows``), the kernel computes M rounded up to ``rows`` (x's row index
+clamped) and drops the extra rows: 67 -> 250 GFLOP/s at 197 x 768 x 768.  A symbolic M (batch x seq tokens, ``lowering/symbolic.py``) is always
 rounded up so: one kernel, whole register tiles, only the write-back guarded.  Emitted through ``call_te`` (a call_tir of our own TE compute), so
 FoldConstant does not undo the packing, and a reduction that FuseOps fuses bias / GELU /
 residual adds into.  Runs after the passes that build the matmul chains (fuse_gelu,
@@ -86,15 +86,21 @@ def pad_rows(m: int, rows: int) -> int:
     """``rows`` when padding M to a multiple of it beats the best divisor tile, else 1.
 
     ``rows`` is the register tile the CPU rule makes on this target (accumulator budget /
-    vectors per panel row: 12 with AVX-512's 32 registers and 2-vector panels, 3 with
-    AVX2's 16 and 4-vector panels); the rule tiles rows by the largest divisor of M up to
-    it.  A divisor tile below half of ``rows`` (M = 37 or 197: 1 row, ~65 GFLOP/s against
-    250 at 12; Swin's 49-token windows on AVX2: 1 row) loses more than computing the
-    padded rows costs, when the padding wastes less (M / padded M above tile / rows)."""
+    vectors per panel row: 12 with AVX-512's 32 registers and 2-vector panels, 6 with
+    AVX2's 16); the rule tiles rows by the largest divisor ``t`` of M up to it.  Each k
+    step of a tile loads the panel's ``nr`` weights for ``t x nr / lanes`` FMAs, so a
+    thinner tile streams ``rows / t`` times the weight bytes (from L2) per FMA, while
+    padding computes ``padded / M`` times the rows.  The kernel sits between the FMA bound
+    (time ~ M) and the weight-stream bound (time ~ M x rows / t); the divisor tile is
+    costed at the mean of the two, ``(1 + rows / t) / 2``, against ``padded / M``.  Zen 3,
+    one thread, M = 128 (t = 4) padded to 132 (6-row tiles): 0.86-0.95x the time at
+    K x N = 1024 x 2816, 2816 x 1024, 512 x 512, 512 x 2048, 768 x 3072 (a pure stream bound
+    predicts 0.69, a pure FMA bound 1.03); M = 37 or 197 (t = 1): ~65 GFLOP/s against 250
+    at 12 rows on AVX-512."""
     rows = max(int(rows), 1)
     tile = max(d for d in range(1, min(m, rows) + 1) if m % d == 0)
     padded = -(-m // rows) * rows
-    if 2 * tile < rows and m / padded > tile / rows:
+    if tile < rows and padded / m < (1 + rows / tile) / 2:
         return rows
     return 1
 

@@ -333,6 +333,13 @@ matmul_case("matmul", "gpt2_m1_768x2304", 1, 768, 2304, source="GPT-2 decode c_a
 matmul_case("matmul", "llama_m77_1024x2816", 77, 1024, 2816, source="LLaMA-like MLP, 77 tokens")
 matmul_case("matmul", "llama_m257_1024x2816", 257, 1024, 2816, source="LLaMA-like MLP, 257 tokens")
 matmul_case("matmul", "whisper_m1500_512x2048", 1500, 512, 2048, source="Whisper-base encoder MLP")
+matmul_case("matmul", "t5_m128_512x512", 128, 512, 512, bias=False, source="T5-small q/k/v/o")
+matmul_case("matmul", "t5_m128_512x2048", 128, 512, 2048, bias=False, source="T5-small MLP wi")
+matmul_case("matmul", "t5_m128_2048x512", 128, 2048, 512, bias=False, source="T5-small MLP wo")
+matmul_case("matmul", "llama_m128_1024x2816", 128, 1024, 2816, bias=False,
+            source="LLaMA-GQA MLP gate/up, 128 tokens")
+matmul_case("matmul", "llama_m128_2816x1024", 128, 2816, 1024, bias=False,
+            source="LLaMA-GQA MLP down, 128 tokens")
 matmul_case("matmul", "odd_m49_768x768", 49, 768, 768, source="Swin window 7x7 tokens")
 matmul_case("matmul", "odd_m50_768x3072", 50, 768, 3072, source="CLIP ViT-B/32 50 tokens MLP")
 
@@ -438,7 +445,7 @@ def norm_case(name, shape, build_body, flops, quick=False, source="", in_dtype="
 
 
 for _shape, _tag in (([12, 197, 197], "vit"), ([12, 128, 128], "bert"), ([1, 32000], "vocab32k"),
-                     ([16, 4096], "16x4096")):
+                     ([16, 4096], "16x4096"), ([8, 1500, 1500], "whisper"), ([8, 128, 128], "t5")):
     norm_case(f"softmax_{_tag}", _shape, lambda g, x: g.node("Softmax", [x], axis=-1),
               5 * _prod(_shape), quick=_tag == "bert", source="softmax(-1)")
 

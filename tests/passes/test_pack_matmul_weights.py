@@ -42,16 +42,22 @@ def test_pack_kn_layout():
     assert p[1, 3, 7] == w[3, 32 + 7]
 
 
-def test_pad_rows_only_without_a_register_tile_divisor():
-    assert [pad_rows(m, 8) for m in (128, 77, 12, 5, 1, 37, 197, 26)] == [1, 1, 1, 1, 1, 8, 8, 8]
+def test_pad_rows_only_when_the_divisor_tile_costs_more():
+    # 128 and 12 have whole 8-row / 6-row tiles; 77's 7 rows pay (1 + 8/7)/2 against
+    # 80/77 padded; 5 rows of 5 and prime M
+    assert [pad_rows(m, 8) for m in (128, 77, 12, 5, 1, 37, 197, 26)] == [1, 8, 1, 1, 1, 8, 8, 8]
 
 
 def test_pad_rows_follows_the_targets_register_tile():
     # AVX2: 2-vector panels in a 12-accumulator budget make 6-row tiles; Swin's 49-token
-    # windows and LLaMA's 77 would get 1-row tiles, 197 too
-    assert [pad_rows(m, 6) for m in (49, 77, 128, 196, 197, 1, 2)] == [6, 6, 1, 1, 6, 1, 1]
-    # AVX-512: 12-row tiles; 49 keeps its 7-row divisor
-    assert [pad_rows(m, 12) for m in (49, 77, 128, 197, 37, 2)] == [1, 1, 1, 12, 12, 1]
+    # windows and LLaMA's 77 would get 1-row tiles, 197 too; 128 and 196 4-row tiles
+    # (1.5x the weight stream per FMA) against 3% and 1% padded rows; 2, 4 and 8 rows
+    # would pad by half or more
+    assert [pad_rows(m, 6) for m in (49, 77, 128, 196, 197, 1, 2, 4, 8, 1500)] == \
+        [6, 6, 6, 6, 6, 1, 1, 1, 1, 1]
+    # AVX-512: 12-row tiles; 77's 11-row divisor is kept, 128's 8 rows padded to 132
+    assert [pad_rows(m, 12) for m in (49, 77, 128, 197, 37, 2, 12, 96)] == \
+        [12, 1, 12, 12, 12, 1, 1, 1]
 
 
 def test_rows_option_set_from_the_target():
