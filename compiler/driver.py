@@ -431,7 +431,8 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     lenient_dims: list = []
     proto = stage("load", load_model, model, warnings, lenient_dims)
     per_shape = {d for d in lenient_dims if d not in (dims or {})}
-    proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto)
+    # the loader's proto is the compile's own: folded in place, not copied
+    proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto, True)
     ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
     signature = input_signature(proto, stage.where, symbolic=True, per_shape=per_shape)
     output_names = [o.name for o in proto.graph.output]
