@@ -161,16 +161,19 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     # its own group (compiler/lowering/parallel_build.py): "schedule" and "build" time it
     # (forked outside any stage: a child holding the stage's log pipe would keep it open);
     # the checked variants in a child of their own, else in "build_checked" after
+    # the memory plan needs only the graph: planned while the workers finish their groups
+    # ("build" is this process's group, "build_wait" the rest of the workers' time)
     with _start_build(graph.prim_funcs, tinfo, database, graph.checked) as workers:
         kernels_mod, rules = stage("schedule", _schedule_module, workers.local, tinfo,
                                    database)
-        kernels, more_rules, build_groups = stage("build", _build, workers, kernels_mod,
-                                                  tinfo, where)
+        stage("build", _build, workers.build_local, kernels_mod, tinfo, where)
+        graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
+        kernels, more_rules, build_groups = stage("build_wait", _build, workers.finish,
+                                                  None, tinfo, where)
     rules.update(more_rules)
     stage.cpu_seconds["build_workers"] = workers.worker_cpu  # the children, not a stage
     if workers.side is not None:
         stage("build_checked", _build_checked, kernels, graph.checked, tinfo, where)
-    graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
     payload = graph_meta.pop("params_payload")
 
     manifest = _manifest(proto, tinfo, graph_meta, payload, model)
@@ -444,7 +447,8 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     lenient_dims: list = []
     proto = stage("load", load_model, model, warnings, lenient_dims)
     per_shape = {d for d in lenient_dims if d not in (dims or {})}
-    proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto)
+    # the loader's proto is the compile's own: folded in place, not copied
+    proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto, True)
     ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
     signature = input_signature(proto, stage.where, symbolic=True, per_shape=per_shape)
     output_names = [o.name for o in proto.graph.output]
@@ -515,10 +519,12 @@ def _start_build(prim_funcs: dict, tinfo, database, checked: dict):
                                 side=side)
 
 
-def _build(plan, mod, tinfo, where: str):
-    """(built kernels, {kernel: rule} of the workers' kernels, kernels per build group)."""
+def _build(step, mod, tinfo, where: str):
+    """``step(mod)``: a build plan's ``build_local`` (this process's group) or ``finish``
+    ((built kernels, {kernel: rule} of the workers' kernels, kernels per build group)); a
+    failure is a CompileError naming the target."""
     try:
-        return plan.finish(mod)
+        return step(mod)
     except Exception as e:
         lines = str(e).strip().splitlines()
         raise CompileError(f"{where}: building kernels for {tinfo.name} failed: "

@@ -26,6 +26,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
 from .dataflow import record_calls, rewrite_calls
+from .relax_util import const_view, filled_const
 
 RULE = "matmul(x, W) => matmul_packed(x, [N/nr, K, nr](W))"
 
@@ -109,10 +110,19 @@ def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:
     """[K, N] -> [ceil(N/nr), K, nr]: ``wp[jo, k, ji] = w[k, jo * nr + ji]``, the last panel
     padded with zero columns."""
     k, n = w.shape
-    np_ = -(-n // nr) * nr
-    if np_ != n:
-        w = np.concatenate([w, np.zeros((k, np_ - n), w.dtype)], axis=1)
-    return np.ascontiguousarray(w.reshape(k, np_ // nr, nr).transpose(1, 0, 2))
+    out = np.empty((-(-n // nr), k, nr), w.dtype)
+    pack_kn_into(out, w, nr)
+    return out
+
+
+def pack_kn_into(out: np.ndarray, w: np.ndarray, nr: int) -> None:
+    """Write ``pack_kn(w, nr)`` into ``out`` (its shape), in one pass over ``w``."""
+    k, n = w.shape
+    full = n // nr
+    out[:full] = w[:, :full * nr].reshape(k, full, nr).transpose(1, 0, 2)
+    if full < out.shape[0]:
+        out[full] = 0
+        out[full, :, :n - full * nr] = w[:, full * nr:]
 
 
 def float_weight_matmul(call, rows: int, one_row=frozenset()):
@@ -128,7 +138,7 @@ def float_weight_matmul(call, rows: int, one_row=frozenset()):
     if (str(out_dtype) if out_dtype is not None else "") not in ("", "void", "float32"):
         return None
     xt = x.ty
-    w = weight.value.numpy()
+    w = const_view(weight)  # read in place, not copied
     if str(xt.dtype) != "float32" or w.dtype != np.float32 or w.ndim != 2:
         return None
     if xt.ndim is None or xt.ndim < 2 or xt.shape is None:
@@ -165,7 +175,9 @@ def _packed(m, call, panel: int, rows: int, one_row=frozenset()):
     x, w, pad = qualified
     xt = x.ty
     x = m.visit_expr(x)
-    wp = relax.const(pack_kn(w, panel))
+    # packed straight into the constant's buffer: one pass over W (was three copies)
+    wp = filled_const((-(-int(w.shape[1]) // panel), int(w.shape[0]), panel), str(w.dtype),
+                      lambda out: pack_kn_into(out, w, panel))
     lead = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in list(xt.shape)[:-1]]
     if None not in lead and len(lead) > 1 and flatten_rows(lead[-1], int(np.prod(lead)), rows):
         # [.., M, K] with a few rows per batch (ConvNeXt's [1, 7, 7, 768] tokens): one
