@@ -197,7 +197,8 @@ def _numpy_eval(call):
         return None
     if out.shape != shape:
         return None
-    return relax.const(np.ascontiguousarray(out), str(ty.dtype))
+    # reshape: ascontiguousarray makes a 0-d array 1-d (a reshape to a scalar)
+    return relax.const(np.ascontiguousarray(out).reshape(shape), str(ty.dtype))
 
 
 def _integer_eval(call, args):

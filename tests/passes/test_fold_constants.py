@@ -215,3 +215,28 @@ def test_unknown_evaluator_is_refused():
     mod, _ = _relax_module()
     with pytest.raises(PassConfigError, match="evaluator"):
         _fold(mod, "numpy")
+
+
+def test_reshape_to_a_scalar_folds_to_a_0d_constant():
+    # a [1] float constant reshaped to []: the fold keeps the 0-d shape (numpy's
+    # ascontiguousarray made it [1], and the module no longer matched TVM's fold)
+    import tvm
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2,), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.reshape(relax.const(np.array([2.5], np.float32)), ()))
+            out = bb.emit_output(bb.emit(relax.op.add(x, s)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    fast, report = _fold(mod, "fast")
+    slow, _ = _fold(mod, "tvm")
+    assert report.rewrites.get("op(const) => const", 0) == 1
+    tvm.ir.assert_structural_equal(fast, slow, map_free_vars=True)
+    from tvm.ir.expr import GenericConst
+
+    consts = []
+    __import__("tvm_ffi").structural_walk(fast["main"], [(GenericConst, consts.append)])
+    assert [tuple(c.value.shape) for c in consts] == [()]
