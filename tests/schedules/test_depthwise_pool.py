@@ -119,6 +119,12 @@ def test_pool_nchwc_structure_and_negatives():
     text = sch.mod["main"].script()
     assert "T.parallel(T.int64(224))" in text           # 4 channel blocks x 56 rows
     assert "T.vectorized(T.int64(16))" in text and "T.unroll" in text and "_local" in text
+    # per pixel of the row tile, its taps innermost: the accumulator stays in a register
+    # (taps outside the pixels left a max pool's NaN-initialised tile in memory: 6.5x slower)
+    lines = text.splitlines()
+    pixel = next(i for i, t in enumerate(lines) if "3_1 in T.unroll(T.int64(8))" in t)
+    taps = next(i for i, t in enumerate(lines) if "for rv0 in T.unroll(T.int64(3))" in t)
+    assert pixel < taps
     assert Pool2dNCHW().apply(f, TARGET) is None        # the NCHW rule does not take it
     nchw = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, (3, 3))),
                           [(1, 16, 8, 8)], "pool")

@@ -136,3 +136,41 @@ def test_legalized_pool_is_a_select_and_int_keeps_tvm():
     f32 = text("float32")
     assert "T.max" not in f32 and "T.isnan" in f32 and "pad_temp" in f32 and "pool_max" in f32
     assert "T.max" in text("int32")
+
+
+@pytest.mark.parametrize("lanes, side, kernel, stride, pad", [
+    (8, 17, 3, 2, 1),    # ResNet's stem pool shape at a small, odd size (9 outputs: no tile of 8)
+    (8, 14, 3, 2, 1),    # even output row (7)
+    (16, 12, 2, 2, 0),   # NCHW16c, ceil-free 2x2/2
+])
+def test_blocked_pool_kernel_skips_nan(lanes, side, kernel, stride, pad):
+    """The ``cpu.pool2d_nchwc`` kernel itself (taps innermost per pixel, the NaN identity
+    folded into the first tap by LLVM): NaN leading, inside and last in a window, +-inf,
+    -0.0, subnormals and all-NaN windows, against the rule in numpy."""
+    import tvm
+
+    from compiler import lowering
+    from schedules.cpu.pool import Pool2dNCHWc
+    from tests.schedules.util import fused_primfunc
+
+    lowering.install()
+    blocks = 2
+    f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(
+        x, (kernel, kernel), strides=stride, padding=pad, layout=f"NCHW{lanes}c")),
+        [(1, blocks, side, side, lanes)], "pool", )
+    target = tvm.target.Target("llvm")  # runs here: this machine's vectors
+    with target:
+        sch = Pool2dNCHWc().apply(f, target)
+    assert sch is not None
+    lib = tvm.compile(tvm.IRModule({"k": sch.mod["main"].with_attr("global_symbol", "k")}),
+                      target=target)
+    x = _special([1, blocks * lanes, side, side], seed=side)
+    lo = stride - pad  # output (1, 1)'s window, clear of the padding, all NaN
+    x[0, 3, lo:lo + kernel, lo:lo + kernel] = np.nan
+    xb = np.ascontiguousarray(x.reshape(1, blocks, lanes, side, side).transpose(0, 1, 3, 4, 2))
+    want = _skip_nan_pool(x, [kernel] * 2, [stride] * 2, [pad] * 4, [1, 1])
+    out = tvm.runtime.tensor(np.zeros((1, blocks) + want.shape[2:] + (lanes,), np.float32))
+    lib["k"](tvm.runtime.tensor(xb), out)
+    got = out.numpy().transpose(0, 1, 4, 2, 3).reshape(want.shape)
+    assert np.isnan(want).any() and np.isnan(got).any()
+    assert_nan_equal(got, want)
