@@ -88,8 +88,15 @@ class ConvertLayout(GraphPass):
             return {"relax.nn.conv2d": want, **_KEPT}
 
         before = _layout_transforms(mod)
-        out = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"], **_KEPT},
-                                            layout_cb=decide)(mod)
+        try:
+            out = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"], **_KEPT},
+                                                layout_cb=decide)(mod)
+        except (tvm.error.InternalError, RuntimeError) as e:
+            # TVM's layout inference of some ops fails even where no blocked tensor reaches
+            # them (SwinV2-T's reductions: std::bad_alloc); the graph stays as imported
+            why = str(e).strip().splitlines()[-1][:120] if str(e).strip() else type(e).__name__
+            report.rewrites[f"kept NCHW: TVM's ConvertLayout failed ({why})"] = 1
+            return mod
         if not chosen:
             return mod
         folder = _FoldConstTransforms(out)

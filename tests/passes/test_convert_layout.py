@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tvm
 from tvm import tirx
 
 import compiler
@@ -235,3 +236,22 @@ def test_wide_unblockable_output_is_padded_then_sliced():
                {"y": (1, 24, 4, 4)}, {"w1": _w(24, 32, 1, 1)})
     rep2 = report(compiler.compile(m2, target="x86-avx512"), "convert_layout")
     assert not rep2["rewrites"]
+
+
+def test_convert_layout_failing_inside_tvm_keeps_nchw_and_says_why(monkeypatch):
+    # TVM's layout inference can fail on ops no blocked tensor reaches (SwinV2-T's
+    # reductions: std::bad_alloc); the pass then leaves the graph as imported
+    import passes.convert_layout as cl
+
+    def failing(*args, **kwargs):
+        def run(mod):
+            raise tvm.error.InternalError("Check failed: std::bad_alloc")
+        return run
+    monkeypatch.setattr(cl.relax.transform, "ConvertLayout", failing)
+    m = _block_net()
+    cm = compiler.compile(m, layout="NCHWc")  # in process (the default): the patch holds
+    rep = report(cm, "convert_layout")
+    assert list(rep["rewrites"]) == [
+        "kept NCHW: TVM's ConvertLayout failed (Check failed: std::bad_alloc)"]
+    assert cm.report["layout"]["chosen"] == "NCHW"
+    _check(cm, m, {"x": RNG.standard_normal((1, 3, 12, 12)).astype("float32")})
