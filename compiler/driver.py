@@ -38,6 +38,7 @@ from .pipeline import FUSE, graph_passes, lowering
 from .lowering.checked import attach_checked, fused_steps
 from .lowering.layouts import binding_layouts
 from .lowering.provenance import name_fused_calls
+from .lowering.row_variants import add_row_variants
 from .lowering.symbolic import annotate_dim_opt, resolve_ranges
 from .native_log import routed
 
@@ -146,6 +147,11 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         flops_at(graph, at_opt)
         # rules read each dim's opt (a decoder's seq opt 1: one-row attention kernels)
         graph.prim_funcs = annotate_dim_opt(graph.prim_funcs, at_opt)
+        # one-row matmuls (seq opt 1) get a padded-tile variant for prompts
+        row_variants = stage("row_variants", add_row_variants, graph,
+                             _padded_rows(pass_config), graph.dim_names)
+    else:
+        row_variants = []
     if tinfo.is_cuda or ranges:  # unscheduled GPU kernels do not build; checked variants
         # of symbolic kernels would need their temporaries' shapes bound: none for now
         graph.checked = {}
@@ -155,16 +161,19 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     # its own group (compiler/lowering/parallel_build.py): "schedule" and "build" time it
     # (forked outside any stage: a child holding the stage's log pipe would keep it open);
     # the checked variants in a child of their own, else in "build_checked" after
+    # the memory plan needs only the graph: planned while the workers finish their groups
+    # ("build" is this process's group, "build_wait" the rest of the workers' time)
     with _start_build(graph.prim_funcs, tinfo, database, graph.checked) as workers:
         kernels_mod, rules = stage("schedule", _schedule_module, workers.local, tinfo,
                                    database)
-        kernels, more_rules, build_groups = stage("build", _build, workers, kernels_mod,
-                                                  tinfo, where)
+        stage("build", _build, workers.build_local, kernels_mod, tinfo, where)
+        graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
+        kernels, more_rules, build_groups = stage("build_wait", _build, workers.finish,
+                                                  None, tinfo, where)
     rules.update(more_rules)
     stage.cpu_seconds["build_workers"] = workers.worker_cpu  # the children, not a stage
     if workers.side is not None:
         stage("build_checked", _build_checked, kernels, graph.checked, tinfo, where)
-    graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
     payload = graph_meta.pop("params_payload")
 
     manifest = _manifest(proto, tinfo, graph_meta, payload, model)
@@ -179,6 +188,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         "constant_outputs": [o["name"] for o in graph_meta["outputs"]
                              if graph_meta["tensors"][o["tensor"]]["storage"] == "param"],
         "distinct_kernels": len(graph.prim_funcs),
+        # one-row kernels with a padded-tile variant the runtime runs for several rows
+        "row_variants": row_variants,
         "checked_kernels": len(graph.checked),  # fused kernels with a checked variant
         "passes": [r.to_dict() for r in ctx.reports],
         "memory": {"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
@@ -288,6 +299,14 @@ def _int8_dot(tinfo, pass_config) -> dict:
     for name in ("pack_int_matmul", "pack_int_conv"):
         config.setdefault(name, {}).setdefault("u8_dot", kind)
     return config
+
+
+def _padded_rows(pass_config) -> int:
+    """The rows pack_matmul_weights pads a matmul to when it is not one-row (its ``rows``
+    option: ``_matmul_tiles``), or 1 when its one-row dims are not set: then no kernel is
+    one-row and none needs a padded variant (compiler/lowering/row_variants.py)."""
+    opts = (pass_config or {}).get("pack_matmul_weights", {})
+    return int(opts.get("rows", 1)) if opts.get("one_row_dims") else 1
 
 
 def _one_row_dims(dims, pass_config) -> dict:
@@ -428,7 +447,8 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     lenient_dims: list = []
     proto = stage("load", load_model, model, warnings, lenient_dims)
     per_shape = {d for d in lenient_dims if d not in (dims or {})}
-    proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto)
+    # the loader's proto is the compile's own: folded in place, not copied
+    proto, onnx_folded = stage("fold_onnx", fold_onnx_constants, proto, True)
     ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
     signature = input_signature(proto, stage.where, symbolic=True, per_shape=per_shape)
     output_names = [o.name for o in proto.graph.output]
@@ -499,10 +519,12 @@ def _start_build(prim_funcs: dict, tinfo, database, checked: dict):
                                 side=side)
 
 
-def _build(plan, mod, tinfo, where: str):
-    """(built kernels, {kernel: rule} of the workers' kernels, kernels per build group)."""
+def _build(step, mod, tinfo, where: str):
+    """``step(mod)``: a build plan's ``build_local`` (this process's group) or ``finish``
+    ((built kernels, {kernel: rule} of the workers' kernels, kernels per build group)); a
+    failure is a CompileError naming the target."""
     try:
-        return plan.finish(mod)
+        return step(mod)
     except Exception as e:
         lines = str(e).strip().splitlines()
         raise CompileError(f"{where}: building kernels for {tinfo.name} failed: "
@@ -614,7 +636,7 @@ def lower_to_kernels(model, target="host", *, opt_level: int = 3, disabled_passe
     accepted and ignored, so callers can pass compile_static()'s keywords as they are.
     """
     _, _, graph = _front_only(model, target, opt_level, disabled_passes, required_passes,
-                              pass_config, layout, dump_ir)
+                              pass_config, layout, dump_ir, **_build_only)
     return graph, graph.prim_funcs
 
 

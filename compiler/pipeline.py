@@ -56,6 +56,9 @@ def graph_passes() -> list:
         passes.StableSoftplus(),
         # decomposed LayerNorm (opset < 17 exports): nine ops => one fused kernel
         passes.FuseLayerNorm(),
+        # decomposed RMSNorm (T5, LLaMA exports): the square's kernel and the reduction's
+        # => one row kernel reading x once
+        passes.FuseRmsNorm(),
         # Erf/tanh GELU chains => one op
         passes.FuseGelu(),
         # MatMul, scale, mask Add, Softmax, MatMul => one attention kernel (after

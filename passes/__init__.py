@@ -22,6 +22,7 @@ from .fold_transpose_matmul import FoldTransposeMatmul
 from .fuse_attention import FuseAttention
 from .fuse_gelu import FuseGelu
 from .fuse_layer_norm import FuseLayerNorm
+from .fuse_rms_norm import FuseRmsNorm
 from .place_concat import PlaceConcat
 from .seq_major_cache import SeqMajorCache
 from .sink_reshape import SinkReshape
@@ -33,7 +34,7 @@ from .stable_variance import StableVariance
 from .accumulate_fp32 import AccumulateFp32
 
 __all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
-           "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm",
+           "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
            "FoldPadIntoConv", "PlaceConcat", "SeqMajorCache", "SinkReshape"]

@@ -1,4 +1,4 @@
-"""matmul(a, permute_dims(b, swap last two)) => matmul_nt(a, b): no transposed copy of b.
+"""matmul(a, permute_dims(b, [.., -1, -2])) => matmul_nt(a, b): no transposed copy of b.
 
 Exporters write attention scores as ``Q @ K.transpose(-1, -2)``; imported as is, the
 transpose is a kernel of its own (a strided copy, scheduled by the fallback) before an NN
@@ -9,8 +9,20 @@ without, single-thread on Zen 3 under load).  Fires on float32 operands of equal
 whose batch dims are equal or 1 (broadcast), when the permutation only swaps the last two
 axes; symbolic dims are compared as expressions (GPT-2 decoding with a cache: Q [1, 12,
 seq, 64] @ K^T with K [1, 12, past + seq, 64], where the transpose copied the whole cache
-per layer and step).  Runs after the fusions that match the decomposed attention
-(fuse_attention).
+per layer and step).
+
+Two forms torch's exporter writes for scaled dot-product attention also fold:
+
+* ``matmul(a, permute_dims(b, p) * c)`` with ``c`` a float32 scalar constant (``sqrt(scale)``
+  on each side: T5, Whisper, LLaMA) => ``matmul_nt(a, ..) * c``: the scale moves into the
+  matmul's epilogue;
+* a ``p`` that also moves the heads, ``[0, 2, 3, 1]`` of K ``[B, S, H, D]`` (T5, Whisper):
+  ``p`` is ``q`` then a swap of the last two axes, so it becomes ``matmul_nt(a,
+  permute_dims(b, q))``, when ``q`` keeps ``b``'s last axis last (``[0, 2, 1, 3]``, the copy
+  that Q and V get: rows of D contiguous, where ``p``'s copy was a 2-D transpose:
+  Whisper's K, 3.5 -> 1.4 ms a layer single-thread on Zen 3).
+
+Runs after the fusions that match the decomposed attention (fuse_attention).
 """
 
 from __future__ import annotations
@@ -22,10 +34,16 @@ from .context import GraphPass, PassReport
 from .dataflow import Dataflow, Match, dtype_of, rewrite_matches
 
 RULE = "matmul(a, permute_dims(b, [.., -1, -2])) => matmul_nt(a, b)"
+RULE_SCALED = "matmul(a, permute_dims(b, [.., -1, -2]) * c) => matmul_nt(a, b) * c"
+RULE_HEADS = "matmul(a, permute_dims(b, q + [-1, -2])) => matmul_nt(a, permute_dims(b, q))"
+RULE_HEADS_SCALED = ("matmul(a, permute_dims(b, q + [-1, -2]) * c) => "
+                     "matmul_nt(a, permute_dims(b, q)) * c")
 
 
 class FoldTransposeMatmul(GraphPass):
-    """matmul(a, transpose(b)) => matmul_nt(a, b) when the transpose swaps the last axes."""
+    """matmul(a, transpose(b)) => matmul_nt(a, b) when the transpose swaps the last axes
+    (after a permutation that keeps b's last axis last; a scalar multiply between them
+    moves after the matmul)."""
 
     name = "fold_transpose_matmul"
     opt_level = 2
@@ -39,7 +57,8 @@ def _match(df: Dataflow, root):
     if mm is None:
         return None
     a, bt = mm.args
-    pd = df.call(bt, "permute_dims")
+    scale, scaled = _scalar_multiply(df, bt)
+    pd = df.call(scaled if scale is not None else bt, "permute_dims")
     if pd is None or any(dtype_of(e) != "float32" for e in (a, bt, root)):
         return None
     b = pd.args[0]
@@ -48,13 +67,42 @@ def _match(df: Dataflow, root):
         return None
     nd = len(sb)
     axes = [int(x) for x in pd.attrs.axes] if pd.attrs.axes is not None else None
-    if axes != [*range(nd - 2), nd - 1, nd - 2]:
+    if axes is None or sorted(axes) != list(range(nd)):
         return None
-    if not _same(sa[-1], sb[-1]) or not all(_same(x, y) or _one(x) or _one(y)
-                                            for x, y in zip(sa[:-2], sb[:-2])):
+    q = [*axes[:-2], axes[-1], axes[-2]]  # p = q, then the last two axes swapped
+    if q[-1] != nd - 1:  # the inner copy would still be a 2-D transpose
         return None
-    inner = [df.source(bt)] if df.private([bt], root) else []
-    return Match(RULE, root, inner, {"a": a, "b": b})
+    sq = [sb[x] for x in q]
+    if not _same(sa[-1], sq[-1]) or not all(_same(x, y) or _one(x) or _one(y)
+                                            for x, y in zip(sa[:-2], sq[:-2])):
+        return None
+    heads = q != list(range(nd))
+    chain = [scaled, bt] if scale is not None else [bt]
+    private = df.private(chain, root)
+    if heads and not private:  # the p copy stays for its other users: q's would be extra
+        return None
+    inner = [df.source(v) for v in chain] if private else []
+    rule = {(False, False): RULE, (False, True): RULE_SCALED, (True, False): RULE_HEADS,
+            (True, True): RULE_HEADS_SCALED}[heads, scale is not None]
+    return Match(rule, root, inner, {"a": a, "b": b, "q": q if heads else None,
+                                     "pd": df.source(scaled if scale is not None else bt),
+                                     "scale": scale})
+
+
+def _scalar_multiply(df: Dataflow, expr):
+    """(the scalar constant c, x) when ``expr`` is ``x * c`` or ``c * x`` with c a float32
+    constant of one element and no more dims than x (the product keeps x's shape), else
+    (None, None)."""
+    mul = df.call(expr, "multiply")
+    if mul is None:
+        return None, None
+    for x, c in (mul.args, mul.args[::-1]):
+        v = df.const(c)
+        dx = _dims(x)
+        if v is not None and v.size == 1 and str(v.dtype) == "float32" and dx is not None \
+                and v.ndim <= len(dx):
+            return c, x
+    return None, None
 
 
 def matmul_nt(a, b):
@@ -94,4 +142,15 @@ def _same(x, y) -> bool:
 
 
 def _plan(m: Match):
-    return lambda em: em.call_te(matmul_nt, m.info["a"], m.info["b"], name="matmul")
+    info = m.info
+
+    def build(em):
+        b = info["b"]
+        if info["q"] is not None:  # the heads' permutation alone: rows of b stay contiguous
+            b = em.emit(relax.op.permute_dims(b, info["q"]), like=info["pd"])
+        y = em.call_te(matmul_nt, info["a"], b, name="matmul")
+        if info["scale"] is None:
+            return y
+        return relax.op.multiply(em.emit(y), info["scale"])
+
+    return build

@@ -7,10 +7,10 @@ strided ``K x nr`` panel of W (rows ``4 N`` bytes apart), as ``cpu.matmul`` make
 768x768).  Fires on float32 ``x[.., M, K] @ W[K, N]`` with a constant 2-D W, static
 shapes; an ``N`` that is not a multiple of ``panel`` (two fp32 vectors of the target) gets
 zero columns up to whole panels, dropped again in the write-back (MobileNetV2's 1280 x 1001
-classifier: 2.8-9 ms under cpu.matmul, 20-60x onnxruntime, single-thread on Zen 3).  When M has no
-divisor that makes a register tile (prime M: 37, 197), the kernel computes M rounded up
-to ``rows`` (x's row index clamped) and drops the extra rows: 67 -> 250 GFLOP/s at
-197 x 768 x 768.  A symbolic M (batch x seq tokens, ``lowering/symbolic.py``) is always
+classifier: 2.8-9 ms under cpu.matmul, 20-60x onnxruntime, single-thread on Zen 3).  When M's
+divisors make only thinner register tiles than ``rows`` (prime M: 37, 197; 128 on AVX2's
+6-row tile; ``pad_rows``), the kernel computes M rounded up to ``rows`` (x's row index
+clamped) and drops the extra rows: 67 -> 250 GFLOP/s at 197 x 768 x 768.  A symbolic M (batch x seq tokens, ``lowering/symbolic.py``) is always
 rounded up so: one kernel, whole register tiles, only the write-back guarded.  Emitted through ``call_te`` (a call_tir of our own TE compute), so
 FoldConstant does not undo the packing, and a reduction that FuseOps fuses bias / GELU /
 residual adds into.  Runs after the passes that build the matmul chains (fuse_gelu,
@@ -26,6 +26,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
 from .dataflow import record_calls, rewrite_calls
+from .relax_util import const_view, filled_const
 
 RULE = "matmul(x, W) => matmul_packed(x, [N/nr, K, nr](W))"
 
@@ -86,15 +87,21 @@ def pad_rows(m: int, rows: int) -> int:
     """``rows`` when padding M to a multiple of it beats the best divisor tile, else 1.
 
     ``rows`` is the register tile the CPU rule makes on this target (accumulator budget /
-    vectors per panel row: 12 with AVX-512's 32 registers and 2-vector panels, 3 with
-    AVX2's 16 and 4-vector panels); the rule tiles rows by the largest divisor of M up to
-    it.  A divisor tile below half of ``rows`` (M = 37 or 197: 1 row, ~65 GFLOP/s against
-    250 at 12; Swin's 49-token windows on AVX2: 1 row) loses more than computing the
-    padded rows costs, when the padding wastes less (M / padded M above tile / rows)."""
+    vectors per panel row: 12 with AVX-512's 32 registers and 2-vector panels, 6 with
+    AVX2's 16); the rule tiles rows by the largest divisor ``t`` of M up to it.  Each k
+    step of a tile loads the panel's ``nr`` weights for ``t x nr / lanes`` FMAs, so a
+    thinner tile streams ``rows / t`` times the weight bytes (from L2) per FMA, while
+    padding computes ``padded / M`` times the rows.  The kernel sits between the FMA bound
+    (time ~ M) and the weight-stream bound (time ~ M x rows / t); the divisor tile is
+    costed at the mean of the two, ``(1 + rows / t) / 2``, against ``padded / M``.  Zen 3,
+    one thread, M = 128 (t = 4) padded to 132 (6-row tiles): 0.86-0.95x the time at
+    K x N = 1024 x 2816, 2816 x 1024, 512 x 512, 512 x 2048, 768 x 3072 (a pure stream bound
+    predicts 0.69, a pure FMA bound 1.03); M = 37 or 197 (t = 1): ~65 GFLOP/s against 250
+    at 12 rows on AVX-512."""
     rows = max(int(rows), 1)
     tile = max(d for d in range(1, min(m, rows) + 1) if m % d == 0)
     padded = -(-m // rows) * rows
-    if 2 * tile < rows and m / padded > tile / rows:
+    if tile < rows and padded / m < (1 + rows / tile) / 2:
         return rows
     return 1
 
@@ -103,10 +110,19 @@ def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:
     """[K, N] -> [ceil(N/nr), K, nr]: ``wp[jo, k, ji] = w[k, jo * nr + ji]``, the last panel
     padded with zero columns."""
     k, n = w.shape
-    np_ = -(-n // nr) * nr
-    if np_ != n:
-        w = np.concatenate([w, np.zeros((k, np_ - n), w.dtype)], axis=1)
-    return np.ascontiguousarray(w.reshape(k, np_ // nr, nr).transpose(1, 0, 2))
+    out = np.empty((-(-n // nr), k, nr), w.dtype)
+    pack_kn_into(out, w, nr)
+    return out
+
+
+def pack_kn_into(out: np.ndarray, w: np.ndarray, nr: int) -> None:
+    """Write ``pack_kn(w, nr)`` into ``out`` (its shape), in one pass over ``w``."""
+    k, n = w.shape
+    full = n // nr
+    out[:full] = w[:, :full * nr].reshape(k, full, nr).transpose(1, 0, 2)
+    if full < out.shape[0]:
+        out[full] = 0
+        out[full, :, :n - full * nr] = w[:, full * nr:]
 
 
 def float_weight_matmul(call, rows: int, one_row=frozenset()):
@@ -122,7 +138,7 @@ def float_weight_matmul(call, rows: int, one_row=frozenset()):
     if (str(out_dtype) if out_dtype is not None else "") not in ("", "void", "float32"):
         return None
     xt = x.ty
-    w = weight.value.numpy()
+    w = const_view(weight)  # read in place, not copied
     if str(xt.dtype) != "float32" or w.dtype != np.float32 or w.ndim != 2:
         return None
     if xt.ndim is None or xt.ndim < 2 or xt.shape is None:
@@ -159,7 +175,9 @@ def _packed(m, call, panel: int, rows: int, one_row=frozenset()):
     x, w, pad = qualified
     xt = x.ty
     x = m.visit_expr(x)
-    wp = relax.const(pack_kn(w, panel))
+    # packed straight into the constant's buffer: one pass over W (was three copies)
+    wp = filled_const((-(-int(w.shape[1]) // panel), int(w.shape[0]), panel), str(w.dtype),
+                      lambda out: pack_kn_into(out, w, panel))
     lead = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in list(xt.shape)[:-1]]
     if None not in lead and len(lead) > 1 and flatten_rows(lead[-1], int(np.prod(lead)), rows):
         # [.., M, K] with a few rows per batch (ConvNeXt's [1, 7, 7, 768] tokens): one

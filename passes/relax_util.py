@@ -15,6 +15,41 @@ def bindings(mod, func: str = "main") -> list:
     return [b for block in body.blocks for b in block.bindings]
 
 
+# dtypes a relax constant's data is read in place as (``const_view``) and written in place
+# into (``filled_const``): numpy's own, none that relax.const would narrow (int64, float64)
+_IN_PLACE_DTYPES = {"float16", "float32", "int8", "int16", "int32", "uint8", "uint16",
+                    "uint32"}
+
+
+def const_view(c) -> np.ndarray:
+    """The data of the relax constant ``c`` as a read-only numpy array: a view of the
+    constant's own buffer (``Tensor.numpy()`` copies it: GPT-2's 340 MB of matmul
+    weights), a copy for dtypes numpy does not hold."""
+    t = c.value
+    if str(t.dtype) in _IN_PLACE_DTYPES:
+        try:
+            view = np.from_dlpack(t)
+        except (BufferError, TypeError, RuntimeError):
+            view = None
+        if view is not None and view.shape == tuple(int(d) for d in t.shape):
+            view.flags.writeable = False
+            return view
+    return t.numpy()
+
+
+def filled_const(shape, dtype: str, fill):
+    """``relax.const`` of a new ``shape`` / ``dtype`` array that ``fill(view)`` writes in
+    place: the bytes go once into the constant's own buffer (``relax.const(array)`` copies
+    a contiguous array again); ``dtype`` one of those relax.const keeps as they are."""
+    import tvm
+
+    if dtype not in _IN_PLACE_DTYPES:
+        raise ValueError(f"filled_const: dtype {dtype} is not written in place")
+    t = tvm.runtime.empty(tuple(int(d) for d in shape), dtype)
+    fill(np.from_dlpack(t))
+    return relax.const(t)
+
+
 def op_counts(mod, func: str = "main") -> dict:
     """{op name: number of calls} over ``func``'s bindings (e.g. ``relax.nn.conv2d``)."""
     counts: dict = {}

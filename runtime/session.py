@@ -35,7 +35,7 @@ from collections import OrderedDict
 
 from . import threads
 from .cpu_features import nominal_peak_gflops
-from .dims import ShapeExpr, bind_dims
+from .dims import ShapeExpr, bind_dims, use_variant
 from .instruments import Profiler, SessionOptions, check_outputs, inplace_inputs
 from .memory_plan import MemoryPlan
 from .output_pool import DEFAULT_DEPTH, OutputPool, aligned_bytes
@@ -311,6 +311,19 @@ class Session:
         # Symbolic dims (runtime/dims.py): shapes are expressions of them, bound per run
         self.dims = graph.get("dims") or []
         names = {d["name"] for d in self.dims}
+        # one-row kernels' padded-tile variants (compiler/lowering/row_variants.py): run
+        # when the kernel's matmul has more than one row at the bound dims
+        self._row_variants = [None] * len(graph["calls"])
+        for k, call in enumerate(graph["calls"]):
+            v = call.get("rows_variant")
+            if v is None:
+                continue
+            try:
+                fn = kernels[v["kernel"]]
+            except Exception:
+                raise RuntimeError(f"kernel {v['kernel']!r} is missing from the artifact's "
+                                   "library; the file is corrupted, recompile it") from None
+            self._row_variants[k] = (fn, ShapeExpr([v["rows"]], names), int(v["tile"]))
         self._shapes = [ShapeExpr(t["shape"], names) for t in graph["tensors"]]
         # bytes into the buffer: ints, or expressions of the dims (a cache's new rows)
         self._offsets = [ShapeExpr([t.get("offset", 0)], names) for t in graph["tensors"]]
@@ -452,10 +465,14 @@ class Session:
                     tvm.runtime.empty(nps[i].shape, nps[i].dtype.name) for i in call["args"]]
             for pos, e in self._scalars[k]:  # in increasing position
                 args.insert(pos, int(e(binding)[0]))
+            fn = self._fns[k]
+            variant = self._row_variants[k]
+            if variant is not None and use_variant(variant[1](binding)[0], variant[2]):
+                fn = variant[0]
             if prev is None:
-                calls.append((self._fns[k], tuple(args)))
+                calls.append((fn, tuple(args)))
             else:
-                calls[k] = (self._fns[k], tuple(args))
+                calls[k] = (fn, tuple(args))
         prepared = _Prepared(nps, calls,
                              [(i["name"], nps[i["tensor"]]) for i in self.graph["inputs"]],
                              {o["name"]: nps[o["tensor"]] for o in self.graph["outputs"]},
@@ -860,7 +877,9 @@ class Session:
             fn(*args)
             end = time.perf_counter_ns()
             if prof is not None:
-                prof.record(call, start, end, tensors, self._runs)
+                prof.record(call if fn is self._fns[k] else  # a row variant: its own name
+                            {**call, "kernel": call["rows_variant"]["kernel"]},
+                            start, end, tensors, self._runs)
             if check:
                 check_outputs(call, self._np, tensors, self._kernels, saved, self._model_inputs)
         self._runs += 1

@@ -5,8 +5,11 @@ Both sessions run on one thread (``TVM_NUM_THREADS=1``), alternating call by cal
 timed with ``time.thread_time`` (CPU time of this thread: other jobs on a shared host do not
 count); prints min / median per artifact and the median of the paired ratios B/A, and the
 largest output difference (seeded random feeds, ``compiler.tools.bench.random_feeds``).
+A ``B`` that is an ``.onnx`` file runs in onnxruntime (one intra-op thread), paired the
+same way: onnxc's artifact against onnxruntime on the model it was compiled from.
 
     python scripts/ab_artifacts.py before.so after.so [--runs 10]
+    python scripts/ab_artifacts.py model.so model.onnx
 """
 
 from __future__ import annotations
@@ -29,11 +32,19 @@ from runtime.instruments import SessionOptions  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", help="artifact A (.so)")
-    ap.add_argument("b", help="artifact B (.so)")
+    ap.add_argument("b", help="artifact B (.so), or the .onnx model for onnxruntime")
     ap.add_argument("--runs", type=int, default=10, help="paired calls")
     args = ap.parse_args(argv)
     opts = SessionOptions(intra_op_num_threads=1)
-    sa, sb = runtime.load(args.a, opts), runtime.load(args.b, opts)
+    sa = runtime.load(args.a, opts)
+    if args.b.endswith(".onnx"):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        sb = ort.InferenceSession(args.b, so, providers=["CPUExecutionProvider"])
+    else:
+        sb = runtime.load(args.b, opts)
     feeds = random_feeds([(i.name, i.shape, i.dtype) for i in sa.get_inputs()], seed=0)
     ra, rb = sa.run(None, feeds), sb.run(None, feeds)
     diff = max(float(np.abs(x.astype(np.float64) - y).max()) for x, y in zip(ra, rb))

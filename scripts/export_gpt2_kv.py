@@ -23,8 +23,10 @@ committed).
 ``--arch llama``: transformers' ``LlamaForCausalLM`` (RMSNorm, RoPE, SwiGLU MLP, grouped-query
 attention: the past/present carry ``num_key_value_heads`` heads).  ``--size tiny`` (2 layers,
 hidden 32, 4 query heads and 2 key/value heads of 8, intermediate 48, vocab 128:
-tests/data/llama_kv_tiny.onnx) or ``--size small`` (2 layers, hidden 256, 4 heads, 2
-key/value heads, intermediate 512, vocab 1024; never committed).  The exporter leaves the
+tests/data/llama_kv_tiny.onnx), ``--size small`` (2 layers, hidden 256, 4 heads, 2
+key/value heads, intermediate 512, vocab 1024) or ``--size base`` (8 layers, hidden 1024,
+16 heads, 4 key/value heads of 64, intermediate 2816, vocab 32000: ~780 MB, for benchmarks;
+neither committed).  The exporter leaves the
 mask arithmetic (Shape/Gather/Range/Expand/Where over ``past`` and ``seq``) and RoPE's
 cos/sin computed from ``position_ids`` in the graph.  torch and transformers are not onnxc dependencies; run
 from a separate venv (see scripts/export_hf.py)::
@@ -56,6 +58,11 @@ SIZES = {
         "small": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, intermediate_size=512, vocab_size=1024,
                       max_position_embeddings=2048),
+        # TinyLlama-1.1B's head layout (head_dim 64, 32 : 4 query : key/value heads at
+        # hidden 2048 scaled to 16 : 4 at 1024), 8 layers, LLaMA-2's vocab: ~780 MB
+        "base": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                     num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
+                     max_position_embeddings=2048),
     },
 }
 

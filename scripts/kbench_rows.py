@@ -60,7 +60,7 @@ def main(names, n: int, rounds: int) -> None:
     cases = {c.name: c for c in kg.CASES}
     for name in names:
         m = cases[name].build()
-        cm = compiler.compile(m, target=kg.resolve_target("host", 1))
+        cm = compiler.compile(m, target=kg.resolve_target("host", 1), layout=cases[name].layout)
         path = f"/tmp/kbench_{name}.so"
         cm.export(path)
         s = runtime.load(path, SessionOptions(intra_op_num_threads=1))

@@ -138,20 +138,22 @@ class Case:
     bytes: float = 0.0         # activation bytes read + written (for GB/s)
     quick: bool = False        # the small case --quick runs for its class
     notes: str = ""
+    layout: str = "auto"       # compile's layout: "NCHW" where the real model keeps NCHW
 
 
 CASES: list[Case] = []
 
 
-def case(cls, name, shape, build, flops, nbytes=0.0, quick=False, notes=""):
-    CASES.append(Case(cls, name, shape, build, float(flops), float(nbytes), quick, notes))
+def case(cls, name, shape, build, flops, nbytes=0.0, quick=False, notes="", layout="auto"):
+    CASES.append(Case(cls, name, shape, build, float(flops), float(nbytes), quick, notes,
+                      layout))
 
 
 # -- convolutions ------------------------------------------------------------ #
 
 
 def conv_case(cls, name, cin, cout, k, spatial, stride=1, pad=None, dil=1, group=1, bias=True,
-              epilogue=None, quick=False, pads=None, source=""):
+              epilogue=None, quick=False, pads=None, source="", layout="auto"):
     """Conv (any rank) over x[1,cin,*spatial]; k, stride, dil ints or tuples per axis."""
     nd = len(spatial)
     k = (k,) * nd if isinstance(k, int) else tuple(k)
@@ -179,6 +181,8 @@ def conv_case(cls, name, cin, cout, k, spatial, stride=1, pad=None, dil=1, group
             y = g.node("Relu", [y])
         elif epilogue == "relu6":
             y = g.node("Clip", [y, g.init("lo", np.float32(0)), g.init("hi", np.float32(6))])
+        elif epilogue == "silu":  # x * sigmoid(x), as torch.onnx exports nn.SiLU()
+            y = g.node("Mul", [y, g.node("Sigmoid", [y])])
         elif epilogue == "gelu":  # erf form, as torch.onnx exports nn.GELU()
             e = g.node("Erf", [g.node("Div", [y, g.init("sqrt2", np.float32(2 ** 0.5))])])
             h = g.node("Mul", [y, g.node("Add", [e, g.init("one", np.float32(1))])])
@@ -191,7 +195,7 @@ def conv_case(cls, name, cin, cout, k, spatial, stride=1, pad=None, dil=1, group
         (f" d{dil[0]}" if any(d > 1 for d in dil) else "") + (f" g{group}" if group > 1 else "") + \
         (f" +{epilogue}" if epilogue else "")
     shape = f"{_s([1, cin, *spatial])} {kk}{extra} ->{cout}"
-    case(cls, name, shape, build, flops, quick=quick, notes=source)
+    case(cls, name, shape, build, flops, quick=quick, notes=source, layout=layout)
 
 
 def convT_case(cls, name, cin, cout, k, spatial, stride, pad=0, bias=True, quick=False, source=""):
@@ -244,8 +248,14 @@ conv_case("conv2d", "r50_3x3s2_128", 128, 128, 3, [56, 56], stride=2,
           source="ResNet-50 v1.5 layer2.0 conv2")
 conv_case("conv2d", "r50_1x1_1024to256", 1024, 256, 1, [14, 14], quick=True,
           source="ResNet-50 layer4.0 conv1")
+conv_case("conv2d", "r50_1x1s2_1024to2048", 1024, 2048, 1, [14, 14], stride=2,
+          source="ResNet-50 layer4 downsampling shortcut (strided 1x1: a subsample stage)")
 conv_case("conv2d", "r50_3x3_512_7", 512, 512, 3, [7, 7], source="ResNet-50 layer4 conv2")
 conv_case("conv2d", "r50_1x1_512to2048_7", 512, 2048, 1, [7, 7], source="ResNet-50 layer4 conv3")
+conv_case("conv2d", "mvit_1x1_64to256_64", 64, 256, 1, [64, 64], epilogue="silu", layout="NCHW",
+          source="MobileViT-S expand 1x1 at 64x64 (NCHW as in the model: 16 KB planes)")
+conv_case("conv2d", "mvit_1x1_32to128_128", 32, 128, 1, [128, 128], epilogue="silu",
+          layout="NCHW", source="MobileViT-S expand 1x1 at 128x128 (NCHW as in the model)")
 conv_case("conv2d", "mbv2_expand_16to96", 16, 96, 1, [112, 112], epilogue="relu6",
           source="MobileNetV2 layer 1 expand 1x1 (+ReLU6)")
 conv_case("conv2d", "mbv2_stem3x3s2", 3, 32, 3, [224, 224], stride=2, epilogue="relu6",
@@ -323,6 +333,13 @@ matmul_case("matmul", "gpt2_m1_768x2304", 1, 768, 2304, source="GPT-2 decode c_a
 matmul_case("matmul", "llama_m77_1024x2816", 77, 1024, 2816, source="LLaMA-like MLP, 77 tokens")
 matmul_case("matmul", "llama_m257_1024x2816", 257, 1024, 2816, source="LLaMA-like MLP, 257 tokens")
 matmul_case("matmul", "whisper_m1500_512x2048", 1500, 512, 2048, source="Whisper-base encoder MLP")
+matmul_case("matmul", "t5_m128_512x512", 128, 512, 512, bias=False, source="T5-small q/k/v/o")
+matmul_case("matmul", "t5_m128_512x2048", 128, 512, 2048, bias=False, source="T5-small MLP wi")
+matmul_case("matmul", "t5_m128_2048x512", 128, 2048, 512, bias=False, source="T5-small MLP wo")
+matmul_case("matmul", "llama_m128_1024x2816", 128, 1024, 2816, bias=False,
+            source="LLaMA-GQA MLP gate/up, 128 tokens")
+matmul_case("matmul", "llama_m128_2816x1024", 128, 2816, 1024, bias=False,
+            source="LLaMA-GQA MLP down, 128 tokens")
 matmul_case("matmul", "odd_m49_768x768", 49, 768, 768, source="Swin window 7x7 tokens")
 matmul_case("matmul", "odd_m50_768x3072", 50, 768, 3072, source="CLIP ViT-B/32 50 tokens MLP")
 
@@ -428,7 +445,7 @@ def norm_case(name, shape, build_body, flops, quick=False, source="", in_dtype="
 
 
 for _shape, _tag in (([12, 197, 197], "vit"), ([12, 128, 128], "bert"), ([1, 32000], "vocab32k"),
-                     ([16, 4096], "16x4096")):
+                     ([16, 4096], "16x4096"), ([8, 1500, 1500], "whisper"), ([8, 128, 128], "t5")):
     norm_case(f"softmax_{_tag}", _shape, lambda g, x: g.node("Softmax", [x], axis=-1),
               5 * _prod(_shape), quick=_tag == "bert", source="softmax(-1)")
 
@@ -693,7 +710,8 @@ def run_case(c: Case, args, tmp: str, target) -> dict:
         return row
     try:
         t0 = time.perf_counter()
-        cm = compiler.compile(path, target=target, isolate=True, timeout=args.compile_timeout)
+        cm = compiler.compile(path, target=target, isolate=True, timeout=args.compile_timeout,
+                              layout=c.layout)
         row["compile_s"] = round(time.perf_counter() - t0, 1)
         cm.export(so)
         rep = cm.report

@@ -104,20 +104,26 @@ def _inputs_with_subgraphs(node) -> set:
     return names
 
 
-def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+def fold_constants(model: onnx.ModelProto, in_place: bool = False
+                   ) -> tuple[onnx.ModelProto, int]:
     """Return (model with foldable nodes replaced by initializers, nodes folded).
 
     Folding can make a tensor's shape static that shape inference could not give before
     (``Pad`` whose pads were computed from a bound input): while a ``Shape``/``Size`` is
     left whose input has no static shape, shapes are inferred again on the folded model
-    and it is folded again (at most ``MAX_ROUNDS`` rounds)."""
-    total = 0
+    and it is folded again (at most ``MAX_ROUNDS`` rounds).
+
+    ``in_place``: ``model`` is the caller's to give up (the driver's, from the loader):
+    it is folded as it is instead of copied first (each copy of GPT-2's 500 MB of weights
+    cost about 1.2 CPU s); else ``model`` is left as it was."""
+    total, owned = 0, in_place
     for _ in range(MAX_ROUNDS):
-        model, folded = _fold_round(model)
+        model, folded = _fold_round(model, owned)
+        owned = owned or folded > 0  # folding copied it
         total += folded
         if not folded or not _unknown_shape_reads(model):
             break
-        reinferred = _reinfer_shapes(model)
+        reinferred = _reinfer_shapes(model, owned)
         if reinferred is None:
             break
         model = reinferred
@@ -132,9 +138,10 @@ def _unknown_shape_reads(model: onnx.ModelProto) -> set:
             and n.domain in ("", "ai.onnx") and n.input[0] not in shapes}
 
 
-def _reinfer_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
+def _reinfer_shapes(model: onnx.ModelProto, owned: bool = False) -> onnx.ModelProto | None:
     """The model with shapes inferred afresh (stale intermediate shapes dropped), if that
-    gives any ``Shape``/``Size`` input a static shape it lacked; else None."""
+    gives any ``Shape``/``Size`` input a static shape it lacked; else None (``model`` as
+    it was).  ``owned``: the result may be ``model`` itself, its inferred fields replaced."""
     from onnx import shape_inference
 
     from .loader import with_initializers, without_large_initializers
@@ -145,10 +152,13 @@ def _reinfer_shapes(model: onnx.ModelProto) -> onnx.ModelProto | None:
     m.CopyFrom(light)
     del m.graph.value_info[:]
     try:
-        m = with_initializers(shape_inference.infer_shapes(m, data_prop=True), model, large)
+        inferred = shape_inference.infer_shapes(m, data_prop=True)
     except Exception:  # the loader's strict inference passed; a failure here is not fatal
         return None
-    return m if _unknown_shape_reads(m) < before else None
+    # the stand-in inputs have the large initializers' shapes: the same reads are unknown
+    if not _unknown_shape_reads(inferred) < before:
+        return None
+    return with_initializers(inferred, model, large, reuse_model=owned)
 
 
 class _Constants(dict):
@@ -170,14 +180,16 @@ class _Constants(dict):
         return self[name] if name in self else default
 
 
-def _fold_round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    """One pass over the graph in order: fold every node whose inputs are known."""
+def _fold_round(model: onnx.ModelProto, in_place: bool = False
+                ) -> tuple[onnx.ModelProto, int]:
+    """One pass over the graph in order: fold every node whose inputs are known; the
+    folded model is a copy, or ``model`` itself if ``in_place``."""
     graph = model.graph
     known = _Constants(graph.initializer)
     shapes = static_shapes(model)
     opsets = list(model.opset_import)
-    kept, folded = [], 0
-    for node in graph.node:
+    kept, folded, gone = [], 0, []
+    for k, node in enumerate(graph.node):
         result = None
         default = node.domain in ("", "ai.onnx")
         if default and node.op_type == "Shape" and node.input[0] in shapes:
@@ -193,14 +205,20 @@ def _fold_round(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
             if name:
                 known[name] = value
         folded += 1
+        gone.append(k)
     if not folded:
         return model, 0
     used = {i for n in kept for i in _inputs_with_subgraphs(n)} | {o.name for o in graph.output}
     inits = {t.name for t in graph.initializer}
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    out.graph.node.extend(kept)
+    if in_place:
+        out = model
+        for k in reversed(gone):
+            del out.graph.node[k]
+    else:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        del out.graph.node[:]
+        out.graph.node.extend(kept)
     for name in sorted(used - inits):
         if name in known:
             out.graph.initializer.append(numpy_helper.from_array(known[name], name))

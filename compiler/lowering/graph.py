@@ -244,23 +244,28 @@ def _flops(func, binding: dict | None = None) -> int:
 
 
 def bind_dims(func, binding: dict):
-    """``func`` with its symbolic dims (the Vars named in ``binding``) replaced by values:
-    each buffer parameter of a symbolic shape specialised to a buffer of the bound one."""
-    from runtime.dims import ShapeExpr
+    """``func`` with its symbolic dims (the Vars of its parameters' shapes, and its scalar
+    parameters, named in ``binding``) replaced by their values everywhere (shapes, loop
+    extents, indices); a shape of ``batch * seq`` too, which ``PrimFunc.specialize``
+    refuses for a buffer (it binds buffers of independent Vars only)."""
+    import tvm_ffi
 
-    from .symbolic import expr_text
-
-    pmap = {}
+    scalars = {p: tvm.tirx.IntImm(str(p.ty), int(binding[p.name])) for p in func.params
+               if p.name in binding and getattr(p.ty, "shape", None) is None}
+    if scalars:
+        func = func.specialize(scalars)
+    dims = []
     for p in func.params:
-        shape = getattr(p.ty, "shape", None) if hasattr(p.ty, "shape") else None
-        if not shape or all(isinstance(d, tvm.tirx.IntImm) for d in shape):
-            continue
-        texts = [expr_text(d, binding, "flops") for d in shape]
-        values = ShapeExpr(texts, binding)(binding)
-        pmap[p] = tvm.tirx.decl_buffer(
-            [d if isinstance(d, tvm.tirx.IntImm) else tvm.tirx.IntImm("int64", int(v))
-             for d, v in zip(shape, values)], p.ty.dtype)
-    return func.specialize(pmap) if pmap else func
+        for d in (getattr(p.ty, "shape", None) or ()):
+            dims += [v for v in tvm.tirx.analysis.undefined_vars(d) if v.name in binding]
+
+    def bound(v, _):
+        for d in dims:
+            if v.same_as(d):
+                return tvm.tirx.IntImm(str(v.ty), int(binding[v.name]))
+        return v
+
+    return tvm_ffi.structural_mutate(func, [(tvm.tirx.Var, bound)]) if dims else func
 
 
 def flops_at(g: KernelGraph, binding: dict) -> None:

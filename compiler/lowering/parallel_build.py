@@ -120,6 +120,7 @@ class Plan:
         # the side module when no child builds it: (module, target, label) for the caller
         self.side = side
         self.worker_cpu = 0.0  # CPU seconds the children used, once finished
+        self._local_built = None  # group 0's executable, once build_local() ran
 
     def __enter__(self):
         return self
@@ -128,13 +129,10 @@ class Plan:
         self.abort()
         return False
 
-    def finish(self, prepared_local):
-        """``(executable, info from the children's prepare, kernels per group)``.
-
-        Forked children: group 0 is emitted here too, and every object becomes a static
-        library, group 0's the root, the side module's imported.  One piece: the built
-        module as ``tvm.compile`` returns it (emitted at export), and :attr:`side` left to
-        the caller."""
+    def build_local(self, prepared_local) -> None:
+        """Build group 0 here (``prepared_local``: it as prepared); with forked children,
+        also emit its object.  The children keep building meanwhile: what this process
+        does between this and :meth:`finish` (the memory plan) overlaps them."""
         import tvm
 
         try:
@@ -144,6 +142,27 @@ class Plan:
                 executable.mod.write_to_file(obj)
                 executable = tvm.runtime.Executable(tvm.runtime.load_static_library(
                     obj, [gv.name_hint for gv in prepared_local.functions]))
+        except BaseException:
+            self.abort()
+            raise
+        self._local_built = executable
+
+    def finish(self, prepared_local=None):
+        """``(executable, info from the children's prepare, kernels per group)``.
+
+        Builds group 0 first unless :meth:`build_local` did.  Forked children: group 0 is
+        emitted here too, and every object becomes a static library, group 0's the root,
+        the side module's imported.  One piece: the built module as ``tvm.compile``
+        returns it (emitted at export), and :attr:`side` left to the caller."""
+        import tvm
+
+        try:
+            if self._local_built is None:
+                if prepared_local is None:
+                    raise ValueError("finish() needs the prepared group 0 when build_local() "
+                                     "did not build it")
+                self.build_local(prepared_local)
+            executable, self._local_built = self._local_built, None
             before = _children_cpu()
             failures = [f"{label}: {msg}" if label else msg
                         for msg, label in ((_wait(pid, obj), label)

@@ -20,7 +20,8 @@ is the same kernel without the ``ci`` loop.
 Depthwise (``w[c, 0, ry, rx, 0, v]``): per channel block, a row of ``xt`` output pixels
 accumulates ``KH x KW`` taps as vector FMAs; parallel over (n, channel block, row).
 
-Padding stays its own parallel, vectorised stage for dense convs; depthwise convs read the
+Padding stays its own parallel, vectorised stage for dense convs, as does the copy of the
+pixels a strided 1x1 conv reads (``SUBSAMPLE``, made by the legalization); depthwise convs read the
 unpadded input with the bounds test inlined.  Tiles are divisors of the output
 height, width and channel blocks, so every shape is exact.
 """
@@ -32,6 +33,10 @@ from tvm import tirx
 from ..base import MatchingCPURule
 from . import common
 from .conv2d_packed import channel_chunk
+
+# The stage compiler/lowering/legalize_conv_nchwc.py puts before a strided 1x1 conv: the
+# pixels it reads, copied contiguous (kept: inlined back, the conv would read strided again)
+SUBSAMPLE = "subsample"
 
 
 def match_nchwc_conv(sch):
@@ -130,7 +135,8 @@ class Conv2dNCHWc(MatchingCPURule):
         # kernels: 25-70% less time, measured single-core on znver5); the dense kernels keep
         # the copy (a branch per tap in their inner loop: ResNet-50's 3x3 convs took 2.1x
         # as long)
-        pads, after, tail = common.inline_around(sch, conv, keep_pads=kind != "depthwise")
+        pads, after, tail = common.inline_around(sch, conv, keep_pads=kind != "depthwise",
+                                                 keep=(SUBSAMPLE,))
         loops = sch.get_loops(conv)
         ext = [common.const_extent(sch, lp) for lp in loops]
         if any(e is None for e in ext):

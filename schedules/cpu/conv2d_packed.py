@@ -13,7 +13,9 @@ broadcasts two taps share live and spilled the tile).  The accumulator tile is s
 epilogue (bias, ReLU, residual add, GELU) is applied.  When a block's weights outgrow
 L1 (``channel_chunk``), the input channels run in chunks outside the row's pixel tiles and
 the tiles accumulate in a [pixels][channels] row cache written back once; input planes a
-multiple of ``ALIAS_BYTES`` apart (which share L1/L2 sets) are copied contiguous per chunk.  Padding stays
+multiple of ``ALIAS_BYTES`` apart (which share L1/L2 sets) are copied contiguous per chunk
+(a conv reading more such planes than ``L1_WAYS`` is chunked for it even when its weights
+fit L1).  Padding stays
 its own parallel stage.  Parallel over (n, channel block, row block (and plane)); rows
 outside the channel blocks when the input outweighs the weights.  Tiles are divisors of
 the output height and width, so every shape is exact (pack_conv_weights pads a 1-D width
@@ -117,7 +119,15 @@ class Conv2dPacked(MatchingCPURule):
         taps = 1
         for r in rs:
             taps *= common.const_extent(sch, r)
-        chunk = channel_chunk(common.const_extent(sch, rc), taps, b)
+        channels = common.const_extent(sch, rc)
+        chunk = channel_chunk(channels, taps, b)
+        if not chunk and channels > L1_WAYS and _aliasing_input(sch, conv, nd + 2) is not None:
+            # a tile reads a pixel of every channel plane; planes a multiple of ALIAS_BYTES
+            # apart fall into one L1 set, which holds L1_WAYS of them: more thrash it.  The
+            # chunked kernel copies a chunk's rows contiguous (below), so chunk these too
+            # (MobileViT-S's 64 -> 256 1x1 at 64 x 64, Zen 3, single thread: 1.6 -> 1.1x
+            # onnxruntime; 32 -> 128 at 128 x 128: 1.3 -> 0.8x)
+            chunk = channel_chunk(channels, taps, b, always=True)
         if chunk:
             rc, rci = sch.split(rc, [None, chunk])
         # channel blocks inside the rows when the input outweighs the weights: a row's
@@ -180,21 +190,25 @@ CHUNK_BYTES = 4096
 SLAB_BYTES = 16384
 
 
-def channel_chunk(channels: int, taps: int, b: int, cap: int = 32) -> int:
+def channel_chunk(channels: int, taps: int, b: int, cap: int = 32, always: bool = False) -> int:
     """Input channels per chunk (a divisor of ``channels``, at most ``cap``, whose weights
     fit ``CHUNK_BYTES``), or 0 when the block's weights for all channels fit
-    ``SLAB_BYTES`` (no chunks)."""
-    if channels * taps * b * 4 <= SLAB_BYTES:
+    ``SLAB_BYTES`` (no chunks); ``always``: chunks regardless (one chunk of all channels
+    when they fit)."""
+    if channels * taps * b * 4 <= SLAB_BYTES and not always:
         return 0
     fits = [d for d in common.divisors(channels)
             if d <= cap and d * taps * b * 4 <= CHUNK_BYTES]
     best = max(fits) if fits else 1
-    return best if best < channels else 0
+    return best if best < channels or always else 0
 
 
 # The span of one way of an L1 data cache (size / ways: 32 KB / 8 on x86 since Nehalem,
 # 64 KB / 16 on Zen 5's and Neoverse's 64 KB L1s): rows this many bytes apart share sets.
 ALIAS_BYTES = 4096
+# The fewest ways of a current L1 data cache (8: 32 KB L1s; 12 and 16 on 48 / 64 KB ones):
+# that many rows ALIAS_BYTES apart still fit one set.
+L1_WAYS = 8
 
 
 def _aliasing_input(sch, conv, rank: int):

@@ -125,6 +125,79 @@ def test_fast_evaluator_gives_tvms_module():
                 "relax.concat", "relax.shape_of", "relax.shape_to_tensor"} & set(left)
 
 
+def _integer_module():
+    """main(x): the shape arithmetic of GPT-2's / LLaMA's exports on constants (a shape
+    as a tensor, take, int64 add / subtract / multiply, comparisons, where), a take with
+    an index out of range, and a float add, each result used with x."""
+    from tvm import relax
+
+    def const(v, dtype="int64"):
+        return relax.const(np.array(v, dtype), dtype)
+
+    c = const([[0, 1, 2, 3]])
+    three = const(3)
+    big = const([2**62, 2**62])  # the add wraps around, as TVM's kernel does
+    f = const(np.ones(4), "float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4), "int64"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            shp = bb.emit(relax.op.shape_to_tensor(relax.op.shape_of(c)))
+            n = bb.emit(relax.op.take(shp, const(1), axis=0))
+            bad = bb.emit(relax.op.take(shp, const(5), axis=0, mode="clip"))  # TVM folds it
+            lt = bb.emit(relax.op.less(c, three))
+            s = bb.emit(relax.op.add(c, n))
+            d = bb.emit(relax.op.multiply(relax.op.subtract(c, three), s))
+            w = bb.emit(relax.op.where(lt, d, s))
+            o = bb.emit(relax.op.add(big, big))
+            fl = bb.emit(relax.op.add(f, f))  # float: TVM's kernel
+            y = bb.emit(relax.op.add(x, w))
+            y = bb.emit(relax.op.add(y, n))  # a 0-d constant read by x's chain
+            y = bb.emit(relax.op.add(y, relax.op.reshape(bad, (1, 1))))
+            y = bb.emit(relax.op.add(y, relax.op.reshape(relax.op.sum(o), (1, 1))))
+            y = bb.emit(relax.op.add(y, relax.op.astype(relax.op.reshape(fl, (1, 4)),
+                                                          "int64")))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_integer_arithmetic_folds_in_numpy_as_tvm_folds_it(monkeypatch):
+    """Integer ops on constants give TVM's module (bits included, wraparound too) without
+    a TVM build; an out-of-range take and a float add still go to TVM's FoldConstant."""
+    import tvm
+    from tvm import relax
+
+    import passes.fold_constants as fc
+
+    mod = _integer_module()
+    slow, _ = _fold(mod, "tvm")
+    built = []
+    fold = relax.transform.FoldConstant
+
+    def counting():
+        inner = fold()
+
+        def run(m):
+            built.append(m["main"].body.blocks[0].bindings[0].value.op.name)
+            return inner(m)
+        return run
+
+    monkeypatch.setattr(fc.relax.transform, "FoldConstant", counting)
+    fast, report = _fold(mod, "fast")
+    monkeypatch.undo()
+    tvm.ir.assert_structural_equal(fast, slow, map_free_vars=True)
+    import tvm_ffi
+
+    assert tvm_ffi.structural_hash(fast) == tvm_ffi.structural_hash(slow)  # 0-d stays 0-d
+    assert {"relax.shape_to_tensor", "relax.less", "relax.where", "relax.multiply",
+            "relax.subtract"} <= set(report.nodes)
+    # the out-of-range take and the float add, and what reads them, were TVM's
+    assert "relax.take" in built and "relax.add" in built
+    assert "relax.shape_to_tensor" not in built and "relax.where" not in built
+    assert built.count("relax.take") == 1
+
+
 def test_nothing_folds_outside_dataflow_blocks():
     """FoldConstant folds only inside dataflow blocks; so does the fast evaluator."""
     mod, tvm = _relax_module(dataflow=False)

@@ -42,16 +42,64 @@ def test_pack_kn_layout():
     assert p[1, 3, 7] == w[3, 32 + 7]
 
 
-def test_pad_rows_only_without_a_register_tile_divisor():
-    assert [pad_rows(m, 8) for m in (128, 77, 12, 5, 1, 37, 197, 26)] == [1, 1, 1, 1, 1, 8, 8, 8]
+@pytest.mark.parametrize("n", [64, 70, 20])
+def test_weight_packed_in_place_equals_the_copied_pack(n):
+    """The packed constant written into its own buffer equals relax.const of the padded,
+    transposed copy (the former pack), for whole panels, a padded last panel, and fewer
+    columns than one panel."""
+    import tvm
+    from tvm import relax
+
+    from passes.pack_matmul_weights import pack_kn_into
+    from passes.relax_util import filled_const
+
+    w = np.random.default_rng(2).standard_normal((5, n)).astype(np.float32)
+    np_ = -(-n // 32) * 32
+    padded = np.concatenate([w, np.zeros((5, np_ - n), np.float32)], axis=1)
+    want = relax.const(np.ascontiguousarray(padded.reshape(5, np_ // 32, 32).transpose(1, 0, 2)))
+    got = filled_const((np_ // 32, 5, 32), "float32", lambda out: pack_kn_into(out, w, 32))
+    tvm.ir.assert_structural_equal(got, want)
+    np.testing.assert_array_equal(pack_kn(w, 32), padded.reshape(5, np_ // 32, 32)
+                                  .transpose(1, 0, 2))
+
+
+def test_constant_read_in_place_and_int64_copied():
+    """const_view reads a float32 constant's buffer in place, read-only; an int64 one (a
+    dtype it does not view) comes back as a copy; filled_const refuses int64 (relax.const
+    would narrow it to int32)."""
+    from tvm import relax
+
+    from passes.relax_util import const_view, filled_const
+
+    c = relax.const(np.arange(6, dtype=np.float32).reshape(2, 3))
+    v = const_view(c)
+    assert not v.flags.writeable and np.shares_memory(v, const_view(c))
+    np.testing.assert_array_equal(v, np.arange(6).reshape(2, 3))
+    i = relax.const(np.arange(4, dtype=np.int64), "int64")
+    iv = const_view(i)
+    assert iv.dtype == np.int64 and iv.flags.writeable and not np.shares_memory(iv,
+                                                                               const_view(i))
+    with pytest.raises(ValueError, match="int64"):
+        filled_const((4,), "int64", lambda out: None)
+
+
+
+def test_pad_rows_only_when_the_divisor_tile_costs_more():
+    # 128 and 12 have whole 8-row / 6-row tiles; 77's 7 rows pay (1 + 8/7)/2 against
+    # 80/77 padded; 5 rows of 5 and prime M
+    assert [pad_rows(m, 8) for m in (128, 77, 12, 5, 1, 37, 197, 26)] == [1, 8, 1, 1, 1, 8, 8, 8]
 
 
 def test_pad_rows_follows_the_targets_register_tile():
     # AVX2: 2-vector panels in a 12-accumulator budget make 6-row tiles; Swin's 49-token
-    # windows and LLaMA's 77 would get 1-row tiles, 197 too
-    assert [pad_rows(m, 6) for m in (49, 77, 128, 196, 197, 1, 2)] == [6, 6, 1, 1, 6, 1, 1]
-    # AVX-512: 12-row tiles; 49 keeps its 7-row divisor
-    assert [pad_rows(m, 12) for m in (49, 77, 128, 197, 37, 2)] == [1, 1, 1, 12, 12, 1]
+    # windows and LLaMA's 77 would get 1-row tiles, 197 too; 128 and 196 4-row tiles
+    # (1.5x the weight stream per FMA) against 3% and 1% padded rows; 2, 4 and 8 rows
+    # would pad by half or more
+    assert [pad_rows(m, 6) for m in (49, 77, 128, 196, 197, 1, 2, 4, 8, 1500)] == \
+        [6, 6, 6, 6, 6, 1, 1, 1, 1, 1]
+    # AVX-512: 12-row tiles; 77's 11-row divisor is kept, 128's 8 rows padded to 132
+    assert [pad_rows(m, 12) for m in (49, 77, 128, 197, 37, 2, 12, 96)] == \
+        [12, 1, 12, 12, 12, 1, 1, 1]
 
 
 def test_rows_option_set_from_the_target():

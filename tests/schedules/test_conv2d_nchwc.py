@@ -57,6 +57,29 @@ def test_dense_channel_chunks_accumulate_in_a_row_cache():
     assert 'T.sblock("T_add")' not in text and 'T.sblock("T_relu")' not in text
 
 
+@pytest.mark.parametrize("b", [8, 16])  # AVX2's and AVX-512's blocks
+def test_strided_1x1_reads_a_contiguous_subsample(b):
+    """A strided 1x1 conv without padding (ResNet's downsampling shortcut) reads a copy of
+    the pixels it uses: the legalization's ``subsample`` stage, kept by the rule as a
+    parallel, vectorised stage; the conv itself then runs with stride 1."""
+    func = _blocked(64, 14, 64, 1, pad=0, stride=2, b=b)
+    text = func.script()
+    sub, conv = text.split('T.sblock("subsample")')[1].split('T.sblock("conv2d_NCHWc")')
+    assert "v_y * T.int64(2), v_x * T.int64(2)" in sub
+    assert "subsample[v_i, v_rco, v_y + v_ry, v_x + v_rx, v_rci]" in conv  # stride 1
+    out = Conv2dNCHWc().apply(func, TARGET).mod["main"].script()
+    before = out.split('T.sblock("subsample")')[0].split("sblock_alloc_buffer")[-1]
+    assert "T.parallel" in before and f"T.vectorized(T.int64({b}))" in before
+    assert "_local" in out  # the conv's register tile as for any other conv
+
+
+@pytest.mark.parametrize("k,stride,pad", [(1, 1, 0), (1, 2, 1), (3, 2, 1)])
+def test_no_subsample_for_other_convs(k, stride, pad):
+    """Stride 1, a padded 1x1 and a 3x3 read the (padded) input in place: no copy."""
+    assert 'T.sblock("subsample")' not in _blocked(32, 14, 32, k, pad=pad,
+                                                    stride=stride).script()
+
+
 def test_legalized_and_scheduled_depthwise():
     func = _blocked(32, 14, 32, 3, groups=32)
     text = Conv2dNCHWc().apply(func, TARGET).mod["main"].script()
@@ -122,7 +145,11 @@ def test_rejects_nchw_conv():
 @pytest.mark.parametrize("k,stride,pad,dil,c,f,hw,group", [
     (3, 1, 1, 1, 32, 64, 13, 1),     # odd width
     (1, 1, 0, 1, 64, 32, 7, 1),      # 1x1
-    (1, 2, 0, 1, 32, 64, 14, 1),     # 1x1 strided (ResNet downsampling)
+    (1, 2, 0, 1, 32, 64, 14, 1),     # 1x1 strided (ResNet downsampling): a subsample stage
+    (1, 2, 0, 1, 48, 32, 13, 1),     # ... odd input: 7 x 7 out of 13 x 13
+    (1, 3, 0, 1, 32, 48, 11, 1),     # ... stride 3
+    (1, 2, 0, 1, 64, 64, 9, 2),      # ... grouped
+    (1, 2, 1, 1, 32, 32, 10, 1),     # 1x1 strided and padded: no subsample
     (3, 2, 1, 1, 16, 16, 15, 1),     # 3x3 stride 2
     (3, 1, 2, 2, 16, 32, 9, 1),      # dilated
     (3, 1, 1, 1, 32, 32, 14, 32),    # depthwise

@@ -47,6 +47,10 @@ def test_channel_chunks():
     for c, taps, b in ((512, 3, 16), (80, 3, 32), (64, 27, 16), (144, 3, 16)):
         k = channel_chunk(c, taps, b)
         assert k == 0 or (c % k == 0 and k * taps * b * 4 <= 4096)
+    # always: chunks of blocks that fit too, one chunk of all channels when they fit 4 KB
+    assert channel_chunk(64, 1, 16, always=True) == 32
+    assert channel_chunk(32, 1, 16, always=True) == 32
+    assert channel_chunk(24, 1, 32, always=True) == 24
 
 
 def test_structure_channel_chunks_accumulate_in_a_row_cache():
@@ -201,6 +205,9 @@ def test_grouped_structure_reads_the_groups_channels():
     ((32, 32), 256, 32, 1, 1, 0),     # 1x1, planes 4 KB apart: chunks copied contiguous
     ((30, 30), 64, 32, 3, 1, 1),      # 3x3 whose padded planes (32x32) are 4 KB apart
     ((16, 48), 128, 48, 1, 1, 0),     # 3 KB planes (no copy), a 48-channel block
+    ((32, 32), 64, 64, 1, 1, 0),      # weights fit L1, 4 KB planes: chunked for the copy
+    ((32, 64), 24, 48, 1, 1, 0),      # ... one chunk of all 24 channels, a 48-channel block
+    ((32, 32), 8, 32, 1, 1, 0),       # 8 aliasing planes fit L1's ways: read in place
 ])
 def test_numerics_chunked_and_padded(size, cin, f, k, stride, pad):
     """Channel chunks (global row cache) and output widths padded to whole register tiles
@@ -235,3 +242,20 @@ def test_structure_aliasing_planes_are_copied_per_chunk():
     plain = Conv2dPacked().apply(_packed(256, 14, 14, 32, 1, 32, pad=0),
                                  TARGET).mod["main"].script()
     assert plain.count("alloc_buffer") == text.count("alloc_buffer") - 1
+
+
+@pytest.mark.parametrize("c,h,w,copied", [
+    (64, 64, 64, True),    # MobileViT-S's 64 -> 256 1x1 at 64 x 64: weights fit L1
+    (32, 128, 128, True),  # 32 -> 128 at 128 x 128: one chunk of all channels
+    (64, 56, 56, False),   # 12.25 KB planes: no aliasing, no chunks
+    (8, 64, 64, False),    # 8 planes: fit one L1 set's ways
+])
+def test_aliasing_planes_copied_even_when_weights_fit(c, h, w, copied):
+    """A block whose weights fit L1 is not chunked, unless a tile reads more channel planes
+    that share L1 sets (a multiple of ALIAS_BYTES apart) than L1_WAYS: then chunks, each
+    copied contiguous (the input copy is a third buffer next to the row cache)."""
+    assert channel_chunk(c, 1, 16) == 0  # 1x1 weights of a 16-channel block fit L1
+    text = Conv2dPacked().apply(_packed(c, h, w, 64, 1, 16, pad=0), TARGET).mod["main"].script()
+    assert ("_global" in text) == copied
+    assert text.count("alloc_buffer") == (2 if copied else 1)
+    assert "T.parallel" in text and "T.vectorized(T.int64(16))" in text

@@ -41,6 +41,12 @@ def _bmm(a_shape, b_shape, transposed=False, dtype="float32", epilogue=True):
     return te.create_prim_func([a, b, mask, d]), out
 
 
+def _alloc_shape(text, name):
+    """The shape of buffer ``name`` as allocated in scheduled TIR text."""
+    m = re.search(rf"{name} = T\.sblock_alloc_buffer\(\(([^)]*(?:\)[^)]*)*?)\)\)", text)
+    return [int(x) for x in re.findall(r"(\d+)\)?(?:,|$)", m.group(1))] if m else None
+
+
 def _widths(text, kind):
     """Extents of the ``kind`` ("vectorized", "unroll") loops in scheduled TIR text."""
     return {int(n) for n in re.findall(rf"T\.{kind}\((?:T\.int64\()?(\d+)", text)}
@@ -80,17 +86,23 @@ def test_structure_197_padded(target, transposed):
 @pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
 def test_structure_odd_columns_cut_per_row_block(target):
     """Whisper's 1500 x 1500 scores: N is no whole number of tiles, so the tiles run a row
-    block at a time and the block's padded columns are cut off (with the epilogue) while
-    it is in cache, inside the tiles' parallel loop; a B too large to sweep per row block
-    keeps the column-panel order and cuts C in a stage of its own."""
+    block at a time over B packed once ahead, and each tile's padded columns are cut off
+    (with the epilogue) inside the column-tile loop, from the tile's block in L1; that loop
+    is marked for partitioning (whole tiles unguarded); a B too large to sweep per row
+    block keeps the column-panel order and cuts C in a stage of its own."""
     lanes = targets.cpu_facts(target)["lanes"]
     f, _ = _bmm((8, 1500, 64), (8, 1500, 64), transposed=True)
     sch = Matmul().apply(f, target)
-    # the cut: whole vectors, then a scalar tail (blocks epi_ax20 / epi_ax21 in epi_ax2_common)
-    epi, tiles = (sch.get_loops(sch.get_sblock(n))[0] for n in ("epi_ax2_common", "mm_update"))
-    assert sch.get(epi).same_as(sch.get(tiles)) and "T.parallel" in sch.mod.script()
-    assert lanes in _widths(sch.mod["main"].script(), "vectorized")
-    assert f"range({1500 - 1500 % lanes}, 1500)" in sch.mod["main"].script()
+    epi, tiles = (sch.get_loops(sch.get_sblock(n)) for n in ("epi", "mm_update"))
+    assert sch.get(epi[0]).same_as(sch.get(tiles[0]))   # the parallel row-block loop
+    assert sch.get(epi[1]).same_as(sch.get(tiles[1]))   # the column-tile loop
+    assert "pragma_loop_partition_hint" in sch.get(tiles[1]).annotations
+    text = sch.mod["main"].script()
+    assert "T.parallel" in text and _widths(text, "vectorized") & {lanes, 2 * lanes}
+    # all of B packed ahead panel-major [8, N/jt, K, jt]: a tile's 64 x jt panel contiguous
+    h, panels, kk, jt = _alloc_shape(text, "b_pad_global")
+    assert (h, kk) == (8, 64) and jt in (lanes, 2 * lanes) and panels == -(-1500 // jt)
+    assert sch.get(epi[-1]).extent == jt  # the cut: one tile's columns
     # negative: K x N = 768 x 1001 floats of B (3 MB)
     f, _ = _bmm((2, 64, 768), (2, 768, 1001))
     sch = Matmul().apply(f, target)
@@ -115,12 +127,15 @@ def test_structure_padded_rows_small_b_row_tiles_outer(target):
     assert sch.get(pad[0]).kind == 1  # parallel
     widths = _widths(sch.mod["main"].script(), "vectorized")
     assert 1381 not in widths and widths & {lanes, 2 * lanes, 4 * lanes}
+    h, panels, kk, jt = _alloc_shape(sch.mod["main"].script(), "b_global")
+    assert (h, kk, panels * jt) == (3, 1381, 64)  # panel-major, as the row-block order
     # negative: K x N = 1381 x 256 floats of B (1.4 MB) keeps the column-panel order, the
     # panel copied per column tile
     f, _ = _bmm((3, 1381, 1381), (3, 1381, 256), epilogue=False)
     sch = Matmul().apply(f, target)
     pb, tiles = (sch.get_loops(sch.get_sblock(n)) for n in ("b_global", "mm_update"))
     assert sch.get(pb[0]).same_as(sch.get(tiles[0]))
+    assert len(_alloc_shape(sch.mod["main"].script(), "b_global")) == 3  # a panel per tile
 
 
 @pytest.mark.parametrize("target", [TARGET, AVX2], ids=["znver5", "znver3"])
@@ -165,6 +180,9 @@ def test_rejects_integer_conv_and_reduction():
     ((12, 1, 64), (12, 197, 64), True),     # decoding, transposed K
     ((2, 3, 37, 64), (3, 64, 37), False),   # broadcast batch
     ((3, 101, 101), (3, 101, 64), False),   # padded rows, row tiles outer (YOLOS P V)
+    ((2, 101, 101), (2, 101, 24), False),   # the same, N a partial panel: B panel-major
+    ((2, 60, 40), (2, 100, 40), True),      # N no whole tiles: row blocks, B panel-major
+    ((2, 66, 40), (2, 96, 40), True),       # tiles divide: no pad, B per column tile
 ])
 def test_numerics_scheduled_kernel_vs_numpy(a_shape, b_shape, transposed):
     """The scheduled kernel (on this host's target) against numpy, scale + mask epilogue."""

@@ -94,6 +94,31 @@ def test_structure_one_row_symbolic_m_streams_unpadded():
     assert text.split("for k")[1].count("T.vectorized(16)") == 1
 
 
+def test_structure_one_row_covers_several_panels():
+    # 24 panels of 16 columns: a one-row tile takes as many panels as its accumulators
+    # allow (independent FMA chains), the k loop loads each panel's vectors once
+    from schedules.cpu import common
+    from schedules.cpu.matmul_packed import _panels_per_row
+
+    with TARGET:
+        nv = -(-16 // common.lanes_fp32(TARGET))
+        budget, cores = common.acc_budget(TARGET, "matmul"), common.cores(TARGET)
+    g = _panels_per_row(24, nv, budget, cores)
+    assert g > 1 and 24 % g == 0 and g * nv <= budget
+    text = MatmulPacked().apply(_symbolic_packed(opt=1, n=16 * 24), TARGET).mod["main"].script()
+    assert f"T.parallel(seq * T.int64({24 // g}))" in text
+    assert "T.min(" not in text
+
+
+def test_panels_per_row_keeps_tasks_and_registers():
+    from schedules.cpu.matmul_packed import _panels_per_row
+
+    assert _panels_per_row(144, 2, 12, 2) == 6  # GPT-2's 2304 columns on AVX2
+    assert _panels_per_row(3142, 2, 12, 2) == 2  # 2 x 1571: the LM head
+    assert _panels_per_row(4, 2, 12, 2) == 1  # 4 panels, 2 cores: a panel a task
+    assert _panels_per_row(7, 2, 12, 1) == 1  # a prime count: one panel a row
+
+
 def test_negative_unpadded_symbolic_m_needs_opt_one():
     # seq compiled for 128 rows with M unpadded: no register tile divides it, no schedule
     assert MatmulPacked().apply(_symbolic_packed(opt=128), TARGET) is None
@@ -102,22 +127,25 @@ def test_negative_unpadded_symbolic_m_needs_opt_one():
     assert "T.min(" in text
 
 
-@pytest.mark.parametrize("seq", [1, 3])
-def test_numerics_one_row_build_at_any_seq(seq):
-    # N = 50: not a multiple of the panel; the one-row build also runs a 3-row prompt
+@pytest.mark.parametrize("seq,n", [(1, 50), (3, 50), (1, 192), (5, 192)])
+def test_numerics_one_row_build_at_any_seq(seq, n):
+    # N = 50: not a multiple of the panel; 192: 12 panels, several a row tile; the one-row
+    # build also runs a prompt of several rows
     import compiler
     import onnxruntime as ort
 
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((24, 50)).astype("float32")
-    b = rng.standard_normal((50,)).astype("float32")
+    w = rng.standard_normal((24, n)).astype("float32")
+    b = rng.standard_normal((n,)).astype("float32")
     model = onnx_model([helper.make_node("MatMul", ["x", "w"], ["h"]),
                         helper.make_node("Add", ["h", "b"], ["y"])],
-                       [("x", [1, "seq", 24])], [("y", [1, "seq", 50])], {"w": w, "b": b})
+                       [("x", [1, "seq", 24])], [("y", [1, "seq", n])], {"w": w, "b": b})
     cm = compiler.compile(model, dims={"seq": (1, 8, 1)})
     packed = next(r for r in cm.report["passes"] if r["name"] == "pack_matmul_weights")
     assert sum(packed["rewrites"].values()) == 1, packed
-    assert cm.report["schedules"].get("cpu.matmul_packed", 0) == 1, cm.report["schedules"]
+    # the one-row kernel and its padded-tile variant for prompts (row_variants.py)
+    assert cm.report["schedules"].get("cpu.matmul_packed", 0) == 2, cm.report["schedules"]
+    assert len(cm.report["row_variants"]) == 1
     x = rng.standard_normal((1, seq, 24)).astype("float32")
     got = cm.session().run(None, {"x": x})[0]
     ref = ort.InferenceSession(model.SerializeToString(),
@@ -142,7 +170,9 @@ def test_one_row_build_of_flattened_rows(seq):
                        {"w": w, "b": b, "flat": np.array([-1, 24], np.int64)})
     dims = {"batch": (1, 1), "seq": (1, 8, 1)}
     cm = compiler.compile(model, dims=dims)
-    assert cm.report["schedules"].get("cpu.matmul_packed", 0) == 1, cm.report["schedules"]
+    # the one-row kernel and its padded-tile variant for prompts (row_variants.py)
+    assert cm.report["schedules"].get("cpu.matmul_packed", 0) == 2, cm.report["schedules"]
+    assert len(cm.report["row_variants"]) == 1
     mod, rules, _ = compiler.driver.schedule_kernels(model, target="host", dims=dims)
     (name,) = [n for n, r in rules.items() if r == "cpu.matmul_packed"]
     assert "T.min(" not in mod[name].script()  # no clamped reads of padded rows
@@ -174,3 +204,25 @@ def test_flattened_rows_at_one_run_one_row():
         .mod["main"].script()
     assert "T.min(" not in text and text.split("for k")[1].count("T.vectorized(16)") == 1
     assert MatmulPacked().apply(_flattened_packed({"batch": 1, "seq": 4}), TARGET) is None
+
+
+def test_structure_write_back_rows_unrolled_for_flattened_symbolic_rows():
+    # rows of batch * seq padded to the tile: the epilogue's row loop is unrolled like the
+    # tile's, so the accumulators are indexed by constants (a kept loop left them in
+    # memory, stored every k step: 1.6x slower at 64 rows)
+    from compiler import driver
+
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.standard_normal((24, 32)).astype("float32"),
+             "b": rng.standard_normal(32).astype("float32"), "s": np.array([-1, 24], np.int64)}
+    model = onnx_model([helper.make_node("Reshape", ["x", "s"], ["r"]),
+                        helper.make_node("MatMul", ["r", "w"], ["h"]),
+                        helper.make_node("Add", ["h", "b"], ["y"])],
+                       [("x", ["batch", "seq", 24])], [("y", ["rows", 32])], inits)
+    mod, rules, _ = driver.schedule_kernels(model, dims={"batch": (1, 2, 2), "seq": (1, 64, 64)})
+    (gv, func), = mod.functions.items()
+    assert rules[gv.name_hint] == "cpu.matmul_packed"
+    text = func.script()
+    write_back = text[:text.index('T.sblock("T_add")')].split("for k in")[-1]
+    rows = next(ln for ln in write_back.splitlines() if ln.strip().startswith("for ax"))
+    assert "T.unroll(" in rows, write_back

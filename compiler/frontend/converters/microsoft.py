@@ -8,7 +8,7 @@ Attention; then MultiHeadAttention, RotaryEmbedding and GroupQueryAttention.
 
 Each op is written as the Relax ops our own recognition produces from the decomposed
 form, so the fused ops reach the same kernels: layer norms become ``nn.layer_norm`` /
-``nn.rms_norm`` (what ``passes/fuse_layer_norm.py`` makes), GELUs ``nn.gelu`` /
+``nn.rms_norm`` (what ``passes/fuse_rms_norm.py`` makes), GELUs ``nn.gelu`` /
 ``nn.gelu_tanh`` (``passes/fuse_gelu.py``), and attention the exporters' chain
 ``softmax(Q @ K^T * scale + mask) @ V`` over (B, N, S, H) heads, which
 ``passes/fuse_attention.py`` turns into ``nn.attention`` when it is enabled.

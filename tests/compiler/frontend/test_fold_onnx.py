@@ -63,3 +63,33 @@ def test_nodes_reading_graph_inputs_are_left_alone():
                           opset_imports=[helper.make_opsetid("", 17)])
     folded, count = fold_constants(load_model(m))
     assert count == 0 and [n.op_type for n in folded.graph.node] == ["Relu"]
+
+
+def test_in_place_folds_as_the_copy_does(monkeypatch):
+    """fold_constants(in_place=True) folds the model itself (no copy of its weights) to the
+    same bytes as the copying fold, which leaves its argument as it was; the model carries
+    an initializer above LARGE_INITIALIZER_BYTES, so the shape re-inference round moves
+    its fields into the model too."""
+    import onnx
+
+    from compiler.frontend import loader
+    from compiler.specialize import specialize_model
+
+    p = np.array([1, -2, 2, 3], np.int64)
+    spec = specialize_model(_pad_then_slice_by_shape(), values={"p": p})
+    big = np.zeros(loader.LARGE_INITIALIZER_BYTES // 4 + 1, np.float32)
+    spec.graph.initializer.append(numpy_helper.from_array(big, "big"))
+    model = load_model(spec)
+    before = model.SerializeToString()
+    copied, n = fold_constants(model)
+    assert model.SerializeToString() == before and copied is not model
+    mine = onnx.ModelProto()
+    mine.CopyFrom(model)
+    moved = []
+    check = loader._only_inferred_fields_differ
+    monkeypatch.setattr(loader, "_only_inferred_fields_differ",
+                        lambda *a: moved.append(check(*a)) or moved[-1])
+    folded, m = fold_constants(mine, in_place=True)
+    assert folded is mine and m == n == 3 and moved == [True]
+    assert [node.op_type for node in folded.graph.node] == ["Pad", "Slice"]
+    assert folded.SerializeToString() == copied.SerializeToString()

@@ -329,3 +329,43 @@ def test_manifest_model_sha256_is_the_files(tmp_path):
     (y,) = cm.session().run(None, {"x": x})
     np.testing.assert_allclose(y, (x @ inits["w"] + inits["b"]).reshape(4, 32, 4),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_inferred_fields_move_into_a_model_the_caller_gives_up():
+    """with_initializers(reuse_model=True) moves value_info / inputs / outputs into the
+    model (no copy of its initializers): the very model comes back, serialized as the copy
+    would be.  Where inference changed anything else, it copies as before."""
+    from compiler.frontend import loader
+
+    model = loader.load_model(_weighted_model())
+    light, large = loader.without_large_initializers(model)
+    inferred = loader._inferred(light, "m")
+    want = loader.with_initializers(_copy(inferred), _copy(model), large).SerializeToString()
+    mine = _copy(model)
+    got = loader.with_initializers(_copy(inferred), mine, large, reuse_model=True)
+    assert got is mine and got.SerializeToString() == want
+    other = _copy(inferred)
+    other.doc_string = "changed by inference"  # not a field inference fills in: copied
+    mine = _copy(model)
+    got = loader.with_initializers(other, mine, large, reuse_model=True)
+    assert got is not mine and got.doc_string == "changed by inference"
+    assert mine.SerializeToString() == model.SerializeToString()
+
+
+def test_loading_a_file_equals_loading_its_proto(tmp_path):
+    """A path (the proto read here: inferred fields moved into it) and the caller's proto
+    (left untouched) load to the same bytes."""
+    p = tmp_path / "w.onnx"
+    model = _weighted_model()
+    onnx.save(model, str(p))
+    before = model.SerializeToString()
+    from compiler.frontend.loader import load_model
+
+    assert load_model(str(p)).SerializeToString() == load_model(model).SerializeToString()
+    assert model.SerializeToString() == before
+
+
+def _copy(m):
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    return out

@@ -86,6 +86,39 @@ def test_side_module_failure_names_it():
                              side=(side, {"kind": "llvm"}, "the side kernels"))
 
 
+def test_work_between_build_local_and_finish_overlaps_the_workers():
+    """build_local() builds group 0 and returns while the worker still builds its group:
+    what runs before finish() (the memory plan) overlaps it; finish() then collects every
+    kernel.  finish() without build_local() and without group 0 is refused."""
+    import tvm
+
+    ok, _ = _ok_and_bad_kernels()
+    mod = tvm.IRModule({f"ok{k}": ok.with_attr("global_symbol", f"ok{k}") for k in range(8)})
+    with parallel_build.start(mod, {"kind": "llvm"}, workers=2) as plan:
+        plan.build_local(plan.local)
+        assert plan._children, "the worker is still to be collected after build_local()"
+        executable, _, groups = plan.finish()
+    assert sum(groups) == 8 and len(groups) == 2
+    a = tvm.runtime.tensor(np.arange(4, dtype="float32"))
+    for k in range(8):
+        b = tvm.runtime.tensor(np.zeros(4, dtype="float32"))
+        executable[f"ok{k}"](a, b)
+        assert np.array_equal(b.numpy(), np.arange(4, dtype="float32") + 1)
+    with parallel_build.start(mod, {"kind": "llvm"}, workers=2) as plan:
+        with pytest.raises(ValueError, match="build_local"):
+            plan.finish()
+        assert not plan._children  # the workers were killed, none left behind
+
+
+def test_compile_plans_memory_while_the_workers_build(monkeypatch):
+    """The driver's stages: this process's group ("build"), the memory plan, then the wait
+    for the workers ("build_wait"), in that order."""
+    cm = _compile("cnn", monkeypatch, "2")
+    stages = list(cm.report["stages"])
+    assert stages.index("schedule") < stages.index("build") < stages.index("plan_memory") \
+        < stages.index("build_wait")
+
+
 def test_small_module_builds_in_one_piece(monkeypatch):
     """dwsep has fewer kernels than MIN_KERNELS: no worker even when two are allowed."""
     cm = _compile("dwsep", monkeypatch, "2")

@@ -1,0 +1,108 @@
+"""compiler/lowering/row_variants.py: padded-tile variants of one-row kernels (a decoder's
+prompt), and the runtime's choice between them (runtime/dims.py use_variant)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import compiler
+import runtime
+from compiler import driver
+from compiler.lowering.row_variants import SUFFIX, general_variant
+from runtime.dims import use_variant
+from tests.schedules.util import onnx_model
+
+ONE_ROW = {"batch": (1, 2, 1), "seq": (1, 64, 1)}  # a decoder's dims: opt 1
+
+
+def _flat(k=24, n=40):
+    """x[batch, seq, k] reshaped to [batch * seq, k] (GPT-2's Conv1D) @ W + b."""
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.standard_normal((k, n)).astype("float32"),
+             "b": rng.standard_normal(n).astype("float32"),
+             "s": np.array([-1, k], np.int64)}
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]),
+             helper.make_node("MatMul", ["r", "w"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["y"])]
+    return onnx_model(nodes, [("x", ["batch", "seq", k])], [("y", ["rows", n])], inits)
+
+
+def _head(k=24, n=50):
+    """x[batch, seq, k] @ W, N = 50: W's last panel padded (a column cut), no epilogue."""
+    w = np.random.default_rng(1).standard_normal((k, n)).astype("float32")
+    return onnx_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                      [("x", ["batch", "seq", k])], [("y", ["batch", "seq", n])], {"w": w})
+
+
+def test_structure_variant_pads_rows_and_keeps_the_epilogue():
+    graph, funcs = driver.lower_to_kernels(_flat(), dims=ONE_ROW)
+    (name, func), = funcs.items()
+    before = func.script()
+    assert "T.min(" not in before  # one row at a time: A read at its own row
+    variant, rows = general_variant(func, 6)
+    text = variant.script()
+    assert str(rows) == "batch * seq"
+    assert "T.min(v_i0, batch * seq - T.int64(1))" in text  # clamped reads
+    assert "(batch * seq + T.int64(5)) // T.int64(6) * T.int64(6)" in text  # padded rows
+    assert "T_add" in text  # the fused bias add unchanged
+    assert [p.name for p in variant.params] == [p.name for p in func.params]
+
+
+def test_structure_column_cut_is_replaced_by_one_cut():
+    graph, funcs = driver.lower_to_kernels(_head(), dims=ONE_ROW)
+    (name, func), = funcs.items()
+    variant, _ = general_variant(func, 6)
+    text = variant.script()
+    assert text.count('T.sblock("matmul_rows")') == 1 and "T.min(" in text
+
+
+def test_negative_padded_or_static_rows_get_no_variant():
+    # seq at opt 64: the pass pads rows itself; a static M: nothing to vary
+    _, funcs = driver.lower_to_kernels(_flat(), dims={"batch": (1, 2, 1), "seq": (1, 64, 64)})
+    assert all(general_variant(f, 6) is None for f in funcs.values())
+    _, funcs = driver.lower_to_kernels(_flat(), input_shapes={"x": [1, 5, 24]})
+    assert all(general_variant(f, 6) is None for f in funcs.values())
+    cm = compiler.compile(_flat(), dims={"batch": (1, 2, 1), "seq": (1, 64, 64)})
+    assert cm.report["row_variants"] == []
+
+
+def test_use_variant_when_padding_adds_at_most_half():
+    assert not use_variant(1, 6) and not use_variant(2, 6) and not use_variant(3, 6)
+    assert use_variant(4, 6) and use_variant(12, 6) and use_variant(64, 6)
+    assert not use_variant(7, 6)  # 12 padded rows for 7
+    assert not use_variant(7, 12) and use_variant(8, 12)  # AVX-512's 12-row tiles
+
+
+@pytest.mark.parametrize("make", [_flat, _head])
+def test_numerics_every_row_count_from_one_artifact(make, tmp_path):
+    model = make()
+    cm = compiler.compile(model, dims=ONE_ROW)
+    assert len(cm.report["row_variants"]) == 1
+    assert cm.report["schedules"] == {"cpu.matmul_packed": 2}
+    path = cm.export(str(tmp_path / "m.so"))
+    sess = runtime.load(path)  # the variant travels in the artifact
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    for b, s in [(1, 1), (1, 2), (1, 3), (2, 1), (1, 7), (2, 31), (2, 64), (1, 1)]:
+        x = rng.standard_normal((b, s, 24)).astype("float32")
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_runtime_runs_the_variant_only_for_several_rows(tmp_path):
+    cm = compiler.compile(_flat(), dims=ONE_ROW)
+    (base,) = cm.report["row_variants"]
+    opts = runtime.SessionOptions(enable_profiling=True,
+                                  profile_file_prefix=str(tmp_path / "prof"))
+    sess = cm.session(opts)
+    ran = []
+    for s in (1, 3, 12):
+        sess.run(None, {"x": np.ones((1, s, 24), np.float32)})
+    with open(sess.end_profiling()) as f:
+        ran = [e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
+    assert ran == [base, base, base + SUFFIX]
