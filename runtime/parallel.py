@@ -53,7 +53,10 @@ def install(path: str) -> str:
     if os.environ.get(ENV_SWITCH, "").strip().lower() == "tvm":
         return _record(path, f"tvm ({ENV_SWITCH}=tvm)")
     try:
-        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        # by its absolute name: dlopen searches the library path, not the working
+        # directory, for a name without a slash, so RTLD_NOLOAD missed a library loaded as
+        # "model.so" and its kernels silently stayed on TVM's fixed split
+        lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
         slot = ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelLaunch")
     except (OSError, ValueError):
         return _record(path, "tvm (no parallel kernels)")

@@ -563,6 +563,12 @@ move_case("resize_nearest_x2", f"{_s(_X)} nearest x2",
 move_case("resize_linear_x2", f"{_s(_X)} linear x2",
           _single("resize_linear_x2", _X, _resize("linear", [1, 1, 2, 2])),
           _B * _prod(_X) * 5, flops=7 * _prod(_X) * 4, source="bilinear upsample")
+_D = [1, 128, 192, 192]
+move_case("resize_linear_x2_dpt", f"{_s(_D)} linear x2 align_corners",
+          _single("resize_linear_x2_dpt", _D,
+                  _resize("linear", [1, 1, 2, 2], ctm="align_corners")),
+          _B * _prod(_D) * 5, flops=7 * _prod(_D) * 4,
+          source="DPT-base (384) head's bilinear x2 (head.1), align_corners")
 move_case("resize_linear_to224", "[1,3,256,256] linear ->224",
           _single("resize_linear_to224", [1, 3, 256, 256],
                   _resize("linear", sizes=[1, 3, 224, 224])),

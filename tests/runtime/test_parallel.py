@@ -92,9 +92,12 @@ def test_concurrent_callers_fall_back_without_wrong_results(artifact):
     assert not errors, errors[0]
 
 
-def _child(code: str, env: dict | None = None) -> str:
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, text=True,
-                       capture_output=True, timeout=120, env={**os.environ, **(env or {})})
+def _child(code: str, env: dict | None = None, cwd: str = ROOT) -> str:
+    env = {**os.environ, **(env or {})}
+    if cwd != ROOT:  # the project still importable from another working directory
+        env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, text=True,
+                       capture_output=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout
 
@@ -116,6 +119,23 @@ def test_forked_child_runs_after_the_parent_used_the_pool(artifact):
         print("child", os.waitpid(pid, 0)[1] >> 8)
     """)
     assert "child 0" in out
+
+
+def test_artifact_loaded_by_a_relative_name_gets_the_launcher(artifact):
+    # `onnxc run model.so`, scripts/ab_artifacts.py a.so b.so: a name without a slash
+    path, x, expected = artifact
+    name = os.path.basename(path)
+    np.save(path + ".x.npy", x)
+    np.save(path + ".y.npy", expected)
+    out = _child(f"""
+        import numpy as np, runtime
+        s = runtime.load({name!r}, runtime.SessionOptions(intra_op_num_threads=2))
+        y = s.run(None, {{"x": np.load({path + '.x.npy'!r})}})[0]
+        print(runtime.parallel.status[{name!r}],
+              float(np.abs(y - np.load({path + '.y.npy'!r})).max()))
+    """, cwd=os.path.dirname(path))
+    status, diff = out.split()
+    assert status == "onnxc" and float(diff) < 1e-3
 
 
 def test_kill_switch_keeps_tvm_pool(artifact):

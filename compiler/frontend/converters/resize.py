@@ -212,12 +212,15 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
             if dtype != compute and not cast_back:
                 y, cast_back = bb.emit(relax.op.astype(y, compute)), True
             k = index.shape[1]
-            g = bb.emit(relax.op.take(y, relax.const(index.reshape(-1), "int64"), axis=a))
-            shape = [int(v) for v in g.ty.shape.values]
-            g = relax.op.reshape(g, shape[:a] + [n_out, k] + shape[a + 1:])
-            w = relax.const(weight.astype(compute).reshape((n_out, k) + (1,) * (ndim - a - 1)),
-                            compute)
-            y = bb.emit(relax.op.sum(relax.op.multiply(g, w), axis=[a + 1]))
+            if k <= _UNROLLED_TAPS:
+                y = _weighted_taps(bb, y, index, weight.astype(compute), a)
+            else:
+                g = bb.emit(relax.op.take(y, relax.const(index.reshape(-1), "int64"), axis=a))
+                shape = [int(v) for v in g.ty.shape.values]
+                g = relax.op.reshape(g, shape[:a] + [n_out, k] + shape[a + 1:])
+                w = relax.const(weight.astype(compute).reshape(
+                    (n_out, k) + (1,) * (ndim - a - 1)), compute)
+                y = bb.emit(relax.op.sum(relax.op.multiply(g, w), axis=[a + 1]))
         if outside is not None and outside.any():
             mask = relax.const(outside.reshape((n_out,) + (1,) * (ndim - a - 1)), "bool")
             fill = _fill_value(extrapolation, str(y.ty.dtype))
@@ -225,6 +228,38 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
     if cast_back:
         y = relax.op.astype(y, dtype)
     return y
+
+
+# Linear (2 taps) and cubic (4) without antialias: one kernel per axis that reads its taps
+# through the index table and weighs them, instead of a gather of k x the output followed by
+# a multiply-reduce over k (two kernels and the k-fold tensor between them; TVM's FuseOps
+# does not fuse a take, whose index is not affine, into its consumer)
+_UNROLLED_TAPS = 4
+
+
+def _weighted_taps(bb, y, index, weight, axis: int):
+    """``sum_j y[.., index[o, j], ..] * weight[o, j]`` along ``axis``, summed left to right
+    as ``relax.op.sum`` over the taps would (the same float rounding)."""
+    from tvm import te
+
+    n_out, k = index.shape
+
+    def compute(x, ix, wt):
+        shape = list(x.shape)
+        shape[axis] = n_out
+
+        def tap(*i):
+            acc = None
+            for j in range(k):
+                src = list(i)
+                src[axis] = ix[i[axis], j]
+                t = x[tuple(src)] * wt[i[axis], j]
+                acc = t if acc is None else acc + t
+            return acc
+        return te.compute(shape, tap, name="resize_taps")
+
+    return bb.emit_te(compute, y, relax.const(index.astype(np.int64), "int64"),
+                      relax.const(weight, str(weight.dtype)), primfunc_name_hint="resize_taps")
 
 
 def _fill_value(value: float, dtype: str):

@@ -198,3 +198,30 @@ def test_grid_sample_non_finite_coordinates_match_onnxruntime(mode, padding, ali
     m = node_model("GridSample", feeds, opset=20, mode=mode, padding_mode=padding,
                    align_corners=align)
     check_against_ort(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,mode,attrs", [
+    ((1, 8, 6, 6), "linear", dict(coordinate_transformation_mode="align_corners")),  # DPT's
+    ((1, 3, 5, 7), "linear", {}),
+    ((1, 3, 5, 7), "cubic", {}),
+])
+def test_resize_few_taps_is_one_kernel_per_axis(shape, mode, attrs):
+    # linear (2 taps) and cubic (4): per resized axis one kernel reading its taps through
+    # the index table, no gather of k x the output and no reduction after it; the same
+    # numbers as the reference, at sizes that are and are not multiples of the vector
+    x = RNG.standard_normal(shape).astype(np.float32)
+    m, _ = typed(_resize(x, scales=[1, 1, 2, 2], mode=mode, **attrs), {"x": x})
+    cm = compiler.compile(m)
+    kernels = [r["kernel"] for r in cm.report["kernel_table"]]
+    assert len(kernels) == 2 and all(k.startswith("resize_taps") for k in kernels), kernels
+    assert all(r["ops"] == "Resize" for r in cm.report["kernel_table"])  # provenance kept
+    check_against_reference(m, {"x": x})
+
+
+def test_resize_antialias_downscale_keeps_the_gather_and_reduction():
+    # antialias at 0.25 widens the window beyond 4 taps: take + multiply-sum as before
+    x = RNG.standard_normal((1, 2, 16, 16)).astype(np.float32)
+    m, _ = typed(_resize(x, scales=[1, 1, 0.25, 0.25], mode="linear", antialias=1), {"x": x})
+    cm = compiler.compile(m)
+    assert not any(r["kernel"].startswith("resize_taps") for r in cm.report["kernel_table"])
+    check_against_reference(m, {"x": x})
