@@ -104,8 +104,10 @@ def _core(df: Dataflow, n):
     if base is None or shape is None or not df.source(_uncast(df, base)).same_as(df.source(x)):
         return None
     axes = axes_of(mean_sq, len(shape))
-    # rms_norm normalises trailing axes
-    if not axes or axes != list(range(len(shape) - len(axes), len(shape))):
+    # rms_norm normalises trailing axes, and at least one leading axis stays (over all of
+    # them TVM's legalization reads the 0-d mean with an index: "Tensor dimension mismatch")
+    if not axes or axes != list(range(len(shape) - len(axes), len(shape))) or \
+            len(axes) >= len(shape):
         return None
     inner += [df.source(e) for e in (ve, v, mean_sq.args[0])]
     return x, axes, eps, inner

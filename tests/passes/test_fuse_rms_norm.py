@@ -96,3 +96,14 @@ def test_not_fused():
     # the square is also an output: it must stay, so the chain is not private
     _, after, r = run_pass(FuseRmsNorm(), rms(extra_output=True))
     assert not r.rewrites and after["relax.power"] == 1
+
+
+def test_not_fused_over_every_axis():
+    # the mean over all axes (ONNX RMSNormalization at axis 0): TVM's rms_norm legalization
+    # fails on it, so the chain stays as it is, and compiles and matches onnxruntime
+    m = rms(shape=(2, 3, 4), gamma_shape=(2, 3, 4), axes=(0, 1, 2))
+    _, _, r = run_pass(FuseRmsNorm(), m)
+    assert not r.rewrites
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(compile_run(m, {"x": x})[0][0], ort_run(m, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
