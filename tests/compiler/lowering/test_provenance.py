@@ -17,8 +17,8 @@ def test_every_kernel_names_its_nodes(name):
 
 @pytest.mark.parametrize("name", list(SMALL))
 def test_computing_nodes_are_covered_once(name):
-    """Every node that computes something at run time is in exactly one kernel call
-    (Flatten/Reshape are views, and constant subgraphs fold away).  Layout transforms that
+    """Every node that computes something at run time is in exactly one kernel call (a
+    split transpose in two) (Flatten/Reshape are views, and constant subgraphs fold away).  Layout transforms that
     convert_layout inserted name the node whose output (or input) they convert, and are
     not counted as computing it.  A concat by placement (no kernel: its inputs are written
     inside its output's buffer) is covered by its ``placed_concats`` entry instead."""
@@ -26,7 +26,11 @@ def test_computing_nodes_are_covered_once(name):
     calls = graph["calls"]
     covered = [n for c in calls if "layout_transform" not in c["kernel"] for n in c["nodes"]]
     covered += [n for p in graph.get("placed_concats", []) for n in p["nodes"]]
-    assert len(covered) == len(set(covered))
+    # a K transpose that also moves the heads is split by fold_transpose_matmul: the heads'
+    # permutation a copy, the last two axes' swap read by the scores matmul; both name it
+    ops = {n.name: n.op_type for n in zoo_model(name).graph.node}
+    twice = [n for n in set(covered) if covered.count(n) > 1]
+    assert all(ops.get(n) == "Transpose" and covered.count(n) == 2 for n in twice), twice
     views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Constant"}
     must = {n.name for n in zoo_model(name).graph.node if n.op_type not in views}
     assert must <= set(covered), sorted(must - set(covered))
