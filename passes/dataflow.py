@@ -184,6 +184,41 @@ def axes_of(call, ndim: int) -> list | None:
     return sorted(int(a) % ndim for a in axis)
 
 
+def square_base(df: "Dataflow", sq, same=None):
+    """y of y^2 or y*y (the decomposed norms' mean of squares), else None; ``same(df, a,
+    b)`` decides whether the two factors are one value (default: one binding)."""
+    pw = df.call(sq, "power")
+    if pw is not None:
+        return pw.args[0] if df.scalar(pw.args[1]) == 2.0 else None
+    mul = df.call(sq, "multiply")
+    same = same or (lambda d, a, b: d.source(a).same_as(d.source(b)))
+    if mul is not None and same(df, mul.args[0], mul.args[1]):
+        return mul.args[0]
+    return None
+
+
+def per_feature(c, shape, axes, default: float = 1.0):
+    """A norm's gamma / beta ``c`` (numpy, or None: ``default`` everywhere) as a contiguous
+    array of shape x.shape[axes], or None when it varies along another axis, would
+    broadcast x to a larger shape, or the normalised axes are not static."""
+    if shape is None or any(not isinstance(shape[a], int) for a in axes):
+        return None
+    feat = [shape[a] for a in axes]
+    if c is None:
+        return np.full(feat, default, np.float32)
+    if c.ndim > len(shape):
+        return None
+    off = len(shape) - c.ndim
+    if any(d != 1 and (i + off) not in axes for i, d in enumerate(c.shape)):
+        return None
+    try:
+        full = np.broadcast_to(c.reshape((1,) * off + c.shape), [
+            shape[i] if i in axes else 1 for i in range(len(shape))])
+    except ValueError:
+        return None
+    return np.ascontiguousarray(full.reshape(feat))
+
+
 def select(matches: list) -> list:
     """Largest matches first, dropping any that shares a binding with one already taken
     (a LayerNorm without its gamma is also a match, inside the one with it)."""

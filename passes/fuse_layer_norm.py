@@ -13,7 +13,8 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, Match, axes_of, rewrite_matches, shape_of
+from .dataflow import (Dataflow, Match, axes_of, per_feature, rewrite_matches, shape_of,
+                       square_base)
 
 
 class FuseLayerNorm(GraphPass):
@@ -49,7 +50,7 @@ def _match(df: Dataflow, root):
     shape = shape_of(x)
     params = {}
     for key, default in (("gamma", 1.0), ("beta", 0.0)):
-        p = _per_feature(consts.get(key), shape, axes, default)
+        p = per_feature(consts.get(key), shape, axes, default)
         if p is None:
             return None
         params[key] = p
@@ -97,7 +98,7 @@ def _core(df: Dataflow, n):
     if eps is None or eps < 0 or mean_sq is None or sub is None:
         return None
     sq = mean_sq.args[0]
-    base = _square_base(df, sq)
+    base = square_base(df, sq, _same)
     if base is None or not _same(df, base, d):
         return None
     x, m = sub.args
@@ -115,17 +116,6 @@ def _core(df: Dataflow, n):
     return x, axes, eps, inner
 
 
-def _square_base(df: Dataflow, sq):
-    """y of y^2 or y*y, else None."""
-    pw = df.call(sq, "power")
-    if pw is not None:
-        return pw.args[0] if df.scalar(pw.args[1]) == 2.0 else None
-    mul = df.call(sq, "multiply")
-    if mul is not None and _same(df, mul.args[0], mul.args[1]):
-        return mul.args[0]
-    return None
-
-
 def _same(df: Dataflow, a, b) -> bool:
     """Same value: one binding, or two subtracts of the same operands (stable_variance
     emits its own x - mean next to the numerator's)."""
@@ -134,24 +124,6 @@ def _same(df: Dataflow, a, b) -> bool:
     sa, sb = df.call(a, "subtract"), df.call(b, "subtract")
     return sa is not None and sb is not None and all(
         df.source(p).same_as(df.source(q)) for p, q in zip(sa.args, sb.args))
-
-
-def _per_feature(c, shape, axes, default):
-    """gamma/beta as an array of shape x.shape[axes], or None if it varies elsewhere."""
-    feat = [shape[a] for a in axes]
-    if c is None:
-        return np.full(feat, default)
-    if c.ndim > len(shape):
-        return None
-    off = len(shape) - c.ndim
-    if any(d != 1 and (i + off) not in axes for i, d in enumerate(c.shape)):
-        return None
-    try:
-        full = np.broadcast_to(c.reshape((1,) * off + c.shape), [
-            shape[i] if i in axes else 1 for i in range(len(shape))])
-    except ValueError:
-        return None
-    return full.reshape(feat)
 
 
 def _plan(m: Match):

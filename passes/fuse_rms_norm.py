@@ -16,7 +16,8 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, Match, axes_of, dtype_of, rewrite_matches, shape_of
+from .dataflow import (Dataflow, Match, axes_of, dtype_of, per_feature, rewrite_matches,
+                       shape_of, square_base)
 
 RULE = "gamma * (x / sqrt(mean(x^2) + eps)) => rms_norm(x, gamma)"
 
@@ -53,7 +54,8 @@ def _match(df: Dataflow, root):
     x, axes, eps, found = core
     inner = [v for v in dict.fromkeys(inner + found) if not v.same_as(root)]
     shape = shape_of(x)
-    weight = _per_feature(gamma, shape, axes)
+    weight = None if gamma is not None and gamma.dtype != np.float32 else \
+        per_feature(gamma, shape, axes)
     if weight is None or not df.private(inner, root):
         return None
     return Match(RULE, root, inner, {"x": x, "axes": axes, "eps": eps, "gamma": weight})
@@ -99,7 +101,7 @@ def _core(df: Dataflow, n):
     if eps is None or eps < 0 or mean_sq is None or not mean_sq.attrs.keepdims:
         return None
     x = _uncast(df, d)
-    base = _square_base(df, mean_sq.args[0])
+    base = square_base(df, mean_sq.args[0])
     shape = shape_of(x)
     if base is None or shape is None or not df.source(_uncast(df, base)).same_as(df.source(x)):
         return None
@@ -111,38 +113,6 @@ def _core(df: Dataflow, n):
         return None
     inner += [df.source(e) for e in (ve, v, mean_sq.args[0])]
     return x, axes, eps, inner
-
-
-def _square_base(df: Dataflow, sq):
-    """y of y^2 or y*y, else None."""
-    pw = df.call(sq, "power")
-    if pw is not None:
-        return pw.args[0] if df.scalar(pw.args[1]) == 2.0 else None
-    mul = df.call(sq, "multiply")
-    if mul is not None and df.source(mul.args[0]).same_as(df.source(mul.args[1])):
-        return mul.args[0]
-    return None
-
-
-def _per_feature(c, shape, axes):
-    """gamma as an array of shape x.shape[axes] (ones when absent), or None if it varies
-    along other axes or would broadcast x to a larger shape."""
-    if shape is None or any(not isinstance(shape[a], int) for a in axes):
-        return None
-    feat = [shape[a] for a in axes]
-    if c is None:
-        return np.ones(feat, np.float32)
-    if c.dtype != np.float32 or c.ndim > len(shape):
-        return None
-    off = len(shape) - c.ndim
-    if any(d != 1 and (i + off) not in axes for i, d in enumerate(c.shape)):
-        return None
-    try:
-        full = np.broadcast_to(c.reshape((1,) * off + c.shape), [
-            shape[i] if i in axes else 1 for i in range(len(shape))])
-    except ValueError:
-        return None
-    return np.ascontiguousarray(full.reshape(feat))
 
 
 def _plan(m: Match):
