@@ -15,7 +15,11 @@ Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
     inputs / outputs: [{name, tensor, perm?}]  # perm: the tensor is stored permuted (a
                                        # sequence-major key/value cache [P, B, H, D]); callers
                                        # see tensor.transpose(perm)
-    calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes}]
+    calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes, scalars?, rows_variant?}]
+                                       # scalars: [(position, dim expression)] ints passed;
+                                       # rows_variant: {kernel, rows, tile}: a padded-tile
+                                       # twin run when the rows at the binding make it pay
+                                       # (compiler/lowering/row_variants.py, dims.use_variant)
     params: [{offset, nbytes}]                                         # into the payload
     buffers: [{nbytes, first_use, last_use}]                           # arena buffers
     placed_concats: [{nodes, output, inputs, bytes}]   # concats with no call (optional)
