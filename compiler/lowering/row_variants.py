@@ -60,19 +60,29 @@ def add_row_variants(graph, rows: int, dim_names) -> list:
 
 def general_variant(func, rows: int):
     """(``func`` with its one-row matmul computed over rows padded to a multiple of
-    ``rows``, the matmul's row count M) when ``func`` holds a ``matmul_packed`` block whose
-    rows are symbolic and unpadded; else None."""
+    ``rows``, the matmul's row count M) when ``func``'s matmul is one ``cpu.matmul_packed``
+    takes (``match_packed_matmul``) with symbolic, unpadded rows; else None."""
+    from tvm import s_tir
+
+    from schedules.cpu.matmul_packed import match_packed_matmul
+
+    sch = s_tir.Schedule(func)  # the rule's own matcher says which block is the matmul
+    found = match_packed_matmul(sch)
+    if found is None or found[2]:  # none, or its rows already padded (clamped reads)
+        return None
+    mm = sch.get(found[0])
+    func = sch.mod["main"]  # the function that block belongs to
     root = func.body.block
     stmts = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
-    where = [_block_names(s) for s in stmts]
-    at = [n for n, names in enumerate(where) if "matmul_packed" in names]
-    if len(at) != 1 or len(where[at[0]]) != 1:
+    at = [n for n, s in enumerate(stmts) if any(b.same_as(mm) for b in _blocks(s))]
+    if len(at) != 1 or len(_blocks(stmts[at[0]])) != 1:
         return None
-    mm = _blocks(stmts[at[0]])[0]
-    found = _operands(mm)
-    if found is None:
-        return None
-    x, wp, out = found
+    out = mm.writes[0].source
+    # A read at [.., i, k], the packed W at [j // nr, k, j % nr]
+    wp = next(r.source for r in mm.reads
+              if isinstance(r.region[0].min, tirx.FloorDiv) and len(r.region) == 3)
+    x = next(r.source for r in mm.reads
+             if not r.source.same_as(out) and not r.source.same_as(wp))
     m_rows = x.shape[-2]
     if isinstance(m_rows, tirx.IntImm):
         return None
@@ -81,11 +91,10 @@ def general_variant(func, rows: int):
     drop = {at[0]}
     final = out
     nxt = at[0] + 1
-    if nxt < len(stmts) and where[nxt] == ["matmul_rows"]:
-        cut = _blocks(stmts[nxt])[0]
-        if len(cut.reads) == 1 and cut.reads[0].source.same_as(out):
-            final = cut.writes[0].source
-            drop.add(nxt)
+    cut = _blocks(stmts[nxt]) if nxt < len(stmts) else []
+    if len(cut) == 1 and _is_copy_of(cut[0], out):
+        final = cut[0].writes[0].source
+        drop.add(nxt)
     xp = te.placeholder(list(x.shape), str(x.dtype), "x")
     wpp = te.placeholder(list(wp.shape), str(wp.dtype), "wp")
     padded = te.create_prim_func(
@@ -128,34 +137,12 @@ def _blocks(stmt) -> list:
     return found
 
 
-def _block_names(stmt) -> list:
-    return [b.name_hint for b in _blocks(stmt)]
-
-
-def _operands(mm):
-    """(A, packed W, C) buffers of a ``matmul_packed`` block reading ``A[.., i, k]``
-    unclamped (its row index the block's own row variable) and ``Wp[j // nr, k, j % nr]``;
-    else None."""
-    if len(mm.writes) != 1 or len(mm.reads) < 2:
-        return None
-    out = mm.writes[0].source
-    ivs = [iv.var for iv in mm.iter_vars]
-    if len(ivs) < 3:
-        return None
-    i = ivs[-3]
-    x = wp = None
-    for r in mm.reads:
-        b = r.source
-        if b.same_as(out):
-            continue
-        mins = [rg.min for rg in r.region]
-        if len(mins) == 3 and len(b.shape) == 3 and isinstance(mins[0], tirx.FloorDiv):
-            wp = b
-        elif len(mins) >= 2 and mins[-2].same_as(i):
-            x = b
-        else:
-            return None
-    if x is None or wp is None:
-        return None
-    return x, wp, out
-
+def _is_copy_of(block, src) -> bool:
+    """``block`` only copies elements of ``src`` (``dst[idx] = src[idx]``: the TE's column
+    cut), nothing computed on them (a fused epilogue would be lost if replaced)."""
+    body = block.body
+    return (len(block.reads) == 1 and block.reads[0].source.same_as(src)
+            and isinstance(body, tirx.BufferStore)
+            and isinstance(body.value, tvm.ir.expr.TensorLoad)  # what tirx.BufferLoad builds
+            and body.value.source.same_as(src)
+            and len(block.writes[0].source.shape) == len(src.shape))

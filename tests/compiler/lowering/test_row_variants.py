@@ -78,7 +78,16 @@ def test_use_variant_when_padding_adds_at_most_half():
     assert not use_variant(7, 12) and use_variant(8, 12)  # AVX-512's 12-row tiles
 
 
-@pytest.mark.parametrize("make", [_flat, _head])
+def _relu(k=24, n=32):
+    """x @ W then Relu, N whole panels: the epilogue reads only the matmul's result (a
+    one-input elementwise block, not the column cut the variant replaces)."""
+    w = np.random.default_rng(3).standard_normal((k, n)).astype("float32")
+    return onnx_model([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                       helper.make_node("Relu", ["h"], ["y"])],
+                      [("x", ["batch", "seq", k])], [("y", ["batch", "seq", n])], {"w": w})
+
+
+@pytest.mark.parametrize("make", [_flat, _head, _relu])
 def test_numerics_every_row_count_from_one_artifact(make, tmp_path):
     model = make()
     cm = compiler.compile(model, dims=ONE_ROW)
