@@ -176,6 +176,16 @@ class _Elf:
         return None
 
 
+def library_kernel(kernels, name: str):
+    """The artifact library's kernel ``name``; a RuntimeError saying the file is corrupted
+    when it is missing (the CPU and the device sessions look their kernels up here)."""
+    try:
+        return kernels[name]
+    except Exception:
+        raise RuntimeError(f"kernel {name!r} is missing from the artifact's library; the file "
+                           "is corrupted, recompile it") from None
+
+
 def read_artifact(path: str) -> tuple[dict, np.ndarray, str]:
     """Find, check and decode the blob embedded in ``path``.
 

@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 
-from .artifact import ArtifactError
+from .artifact import ArtifactError, library_kernel
 from .memory_plan import MemoryPlan
 
 __all__ = ["DeviceSession", "check_cuda", "dlpack_view"]
@@ -144,11 +144,7 @@ class DeviceSession:
             self._views.append(dlpack_view(base, off, t["shape"], t["dtype"]))
         self._calls = []
         for call in graph["calls"]:
-            try:
-                fn = kernels[call["kernel"]]
-            except Exception:
-                raise RuntimeError(f"kernel {call['kernel']!r} is missing from the artifact's "
-                                   "library; the file is corrupted, recompile it") from None
+            fn = library_kernel(kernels, call["kernel"])
             self._calls.append((fn, tuple(self._views[i] for i in call["args"])))
         tensors = graph["tensors"]
         self._inputs = [(i["name"], self._views[i["tensor"]], tensors[i["tensor"]])

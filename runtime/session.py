@@ -38,6 +38,7 @@ import numpy as np
 from collections import OrderedDict
 
 from . import threads
+from .artifact import library_kernel
 from .cpu_features import nominal_peak_gflops
 from .dims import ShapeExpr, bind_dims, use_variant
 from .instruments import Profiler, SessionOptions, check_outputs, inplace_inputs
@@ -305,29 +306,16 @@ class Session:
         self._arena = _aligned_bytes(max(self.plan.arena_bytes, 1))
         self._params = _place_params(params)
 
-        self._fns = []
-        for call in graph["calls"]:
-            try:
-                self._fns.append(kernels[call["kernel"]])
-            except Exception:
-                raise RuntimeError(f"kernel {call['kernel']!r} is missing from the artifact's "
-                                   "library; the file is corrupted, recompile it") from None
+        self._fns = [library_kernel(kernels, call["kernel"]) for call in graph["calls"]]
         # Symbolic dims (runtime/dims.py): shapes are expressions of them, bound per run
         self.dims = graph.get("dims") or []
         names = {d["name"] for d in self.dims}
         # one-row kernels' padded-tile variants (compiler/lowering/row_variants.py): run
         # when the kernel's matmul has more than one row at the bound dims
-        self._row_variants = [None] * len(graph["calls"])
-        for k, call in enumerate(graph["calls"]):
-            v = call.get("rows_variant")
-            if v is None:
-                continue
-            try:
-                fn = kernels[v["kernel"]]
-            except Exception:
-                raise RuntimeError(f"kernel {v['kernel']!r} is missing from the artifact's "
-                                   "library; the file is corrupted, recompile it") from None
-            self._row_variants[k] = (fn, ShapeExpr([v["rows"]], names), int(v["tile"]))
+        self._row_variants = [
+            None if (v := call.get("rows_variant")) is None else
+            (library_kernel(kernels, v["kernel"]), ShapeExpr([v["rows"]], names), int(v["tile"]))
+            for call in graph["calls"]]
         self._shapes = [ShapeExpr(t["shape"], names) for t in graph["tensors"]]
         # bytes into the buffer: ints, or expressions of the dims (a cache's new rows)
         self._offsets = [ShapeExpr([t.get("offset", 0)], names) for t in graph["tensors"]]
