@@ -117,8 +117,9 @@ def top_kernels(report: dict, top: int) -> str:
 
 
 def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, warmup: int = 3,
-            threads: int | None = None, compare: bool = True) -> dict:
-    """Alternate onnxc and onnxruntime worker processes; return medians and output diffs."""
+            threads: int | None = None, compare: bool = True, match: dict | None = None) -> dict:
+    """Alternate onnxc and onnxruntime worker processes; return medians and output diffs
+    (``allclose``: ``outputs_match`` with ``match``'s tolerances, its defaults if None)."""
     threads = threads or len(os.sched_getaffinity(0))
     engines = [("onnxc", artifact)] + ([("onnxruntime", model_path)] if compare else [])
     times = {e: [] for e, _ in engines}
@@ -142,7 +143,7 @@ def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, war
                 x, y = a[k].astype(np.float64), b[k].astype(np.float64)
                 diffs.append(float(np.max(np.abs(x - y))) if x.size else 0.0)
             result["max_abs_diff"] = diffs
-            result["allclose"] = all(outputs_match(a[k], b[k]) for k in a.files)
+            result["allclose"] = all(outputs_match(a[k], b[k], **(match or {})) for k in a.files)
             result["ratio"] = result["onnxc"]["median_ms"] / result["onnxruntime"]["median_ms"]
             a_outs = [a[k] for k in a.files]
         else:

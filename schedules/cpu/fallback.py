@@ -9,21 +9,82 @@ from __future__ import annotations
 
 import math
 
-from tvm import s_tir
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 from ..base import ScheduleRule
 from . import common
 
 
-def _lane_dependent_select(sch, info) -> bool:
-    """The block chooses between loads with ``if_then_else`` on an index it also divides
-    or takes modulo (RotaryEmbedding's half rotation: ``x[.., v % 8 - 4]`` when
-    ``v % 8 >= 4``).  TVM 0.27 vectorises such a block wrongly when its outer loops are
-    serial (lanes 8-15 of 16 read the wrong elements: ONNX
-    ``test_rotary_embedding_3d_input`` on a 1-core target); such blocks are left scalar."""
-    body = str(sch.get(info.block_rv).body)
-    return "if_then_else" in body and ("%" in body or "//" in body)
+def _select_period(sch, info):
+    """(period, cut) when the block chooses between loads with ``if_then_else`` on an index
+    taken modulo a constant (RotaryEmbedding's half rotation: ``x[.., v % 8 - 4]`` when
+    ``4 <= v % 8``): the modulus, and the constant the remainder is compared with (None
+    when the condition has no such comparison); else None.
+
+    Such a block is left scalar: TVM 0.27 vectorises it wrongly when its outer loops are
+    serial (lanes 8-15 of 16 read the wrong elements: ONNX ``test_rotary_embedding_3d_input``
+    on a 1-core target), and so does LLVM's own loop vectoriser for ``znver4`` / ``znver5``
+    on the scalar loop (half of the outputs garbage; ``skylake-avx512``, ``icelake-server``
+    and ``znver3`` are right): ``_split_period`` takes the modulo out of the loop first."""
+    block = sch.get(info.block_rv)
+    for select in _nodes(block.body, tvm.ir.expr.Call):
+        if not select.op.same_as(_SELECT):
+            continue
+        cond = select.args[0]
+        mods = [int(m.b) for m in _nodes(cond, tirx.FloorMod) if isinstance(m.b, tirx.IntImm)]
+        if not mods:
+            continue
+        cuts = []
+        for kind, (left, right) in _CUT.items():
+            for c in _nodes(cond, kind):
+                if isinstance(c.a, tirx.IntImm) and isinstance(c.b, tirx.FloorMod):
+                    cuts.append(int(c.a) + left)
+                elif isinstance(c.b, tirx.IntImm) and isinstance(c.a, tirx.FloorMod):
+                    cuts.append(int(c.b) + right)
+        return mods[0], (cuts[0] if cuts and 0 < cuts[0] < mods[0] else None)
+    return None
+
+
+# where the remainder's range splits for a comparison with a constant c: (c on the left,
+# c on the right) -> the cut is c plus this (c <= m: c; m <= c: c + 1; ...)
+_CUT = {tirx.LE: (0, 1), tirx.LT: (1, 0), tirx.GE: (1, 0), tirx.GT: (0, 1)}
+
+
+_SELECT = tvm.ir.Op.get("prim.if_then_else")
+
+
+def _nodes(root, kind) -> list:
+    """Every node of type ``kind`` under ``root`` (a TIR statement or expression)."""
+    out = []
+
+    def take(node, visitor):
+        out.append(node)
+        visitor.default_visit(node)
+
+    tvm_ffi.structural_visit(root, [(kind, take)])
+    return out
+
+
+def _split_period(sch, loops, period):
+    """Split the innermost loop by the select's ``period`` (and at its ``cut``) so that the
+    remainder is the inner loop's own variable: the lowered loop body has no modulo and no
+    select left for a vectoriser to get wrong.  The loops stay scalar.  Returns the loops
+    outside the split (the block itself may be gone: a partition makes new ones), or None
+    when the innermost loop does not divide."""
+    mod, cut = period
+    ext = common.const_extent(sch, loops[-1])
+    if ext is None or ext % mod or ext == mod:
+        return None
+    outer, inner = sch.split(loops[-1], [None, mod])
+    if cut is not None:
+        try:
+            sch.loop_partition(inner, [cut, None])
+        except Exception:  # noqa: BLE001 - the split alone already removes the modulo
+            pass
+    return [*loops[:-1], outer]
 
 
 class Fallback(ScheduleRule):
@@ -72,8 +133,13 @@ def schedule_loops(sch, infos, target):
         if len(loops) != len(kinds):  # not in one-loop-per-iter form: leave it
             continue
         n_lead = len(kinds) - len(kinds.lstrip("S"))
-        vectorized = False
-        if n_lead == len(kinds) and n_lead and not _lane_dependent_select(sch, info):
+        vectorized, tiny = False, _tiny(sch, loops)
+        period = _select_period(sch, info) if n_lead == len(kinds) else None
+        split = _split_period(sch, loops, period) if period is not None else None
+        if split is not None:
+            loops = split
+            n_lead = len(loops)
+        elif n_lead == len(kinds) and n_lead and period is None:
             ext = common.const_extent(sch, loops[-1])
             # odd widths (56, 28, 7): fuse the last two spatial loops when their product
             # is whole vectors (56x56 = 196 x 16), instead of leaving the loop scalar
@@ -107,7 +173,7 @@ def schedule_loops(sch, infos, target):
             # 98k iterations of 8 floats per layer and step before).  An outermost
             # symbolic loop (batch) costs no such division: nothing changes then.
             n_lead = symbolic[-1] + 1
-        if n_lead and cores > 1 and not _tiny(sch, sch.get_loops(info.block_rv)):
+        if n_lead and cores > 1 and not tiny:
             fused = sch.fuse(*loops[:n_lead]) if n_lead > 1 else loops[0]
             ext = common.const_extent(sch, fused)
             if ext is None or ext >= 2:

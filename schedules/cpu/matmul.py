@@ -203,6 +203,19 @@ def _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores):
     return sch
 
 
+def _width(n, lanes: int) -> int | None:
+    """The vector width of a one-row schedule over a constant extent ``n``: the target's
+    ``lanes`` when they divide it, else half of them when that divides it and is at least
+    8 (a full AVX2 vector): a head size of 8 or 40 on AVX-512 runs 8-lane vectors rather
+    than the fallback (decoding's QK^T over a seq-major cache had no other rule)."""
+    if n is None:
+        return None
+    if n % lanes == 0:
+        return lanes
+    half = lanes // 2
+    return half if half >= 8 and n % half == 0 else None
+
+
 # Outputs per parallel task of ``_schedule_dot_rows`` when the batch is too small to share.
 DOT_ROWS = 64
 
@@ -223,10 +236,10 @@ class Matmul(MatchingCPURule):
         M, N, K = ext[-3:]
         stages = pads if tail is not None else pads + after
         one_row = M == 1 or (M is None and common.opt_extent(sch, sch.get_loops(mm)[-3]) == 1)
-        if one_row and N is not None and not b_t and N % lanes == 0:
-            return _schedule_row(sch, mm, tail, stages, N, K, lanes, ncores)
-        if one_row and b_t and K is not None and K % lanes == 0:
-            return _schedule_dot_rows(sch, mm, nbat, tail, stages, lanes, ncores)
+        if one_row and not b_t and _width(N, lanes):
+            return _schedule_row(sch, mm, tail, stages, N, K, _width(N, lanes), ncores)
+        if one_row and b_t and _width(K, lanes):
+            return _schedule_dot_rows(sch, mm, nbat, tail, stages, _width(K, lanes), ncores)
         if not standard:  # the padded tiles below copy B's panels as [.., j, k] / [.., k, j]
             return None
         it, jt = common.gemm_tile(M or SYMBOLIC_EXTENT, N or SYMBOLIC_EXTENT, lanes,

@@ -120,3 +120,48 @@ def test_tiny_kernel_stays_serial(target):
     assert 64 < SERIAL_BELOW <= 144 * 56 * 56
     text = Elementwise().apply(_swish((1, 64)), target).mod["main"].script()
     assert "T.parallel" not in text and "T.vectorized" in text
+
+
+def _rotate_half_nodes(half):
+    """HF's rotate_half over the last axis, then heads flattened: y = reshape(concat(-x[..,
+    half:], x[.., :half])) * s + reshape(x) * c, as LLaMA / GPT-NeoX exports write it."""
+    i64 = lambda name, v: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=helper.make_tensor(name, 7, [len(v)], v))
+    return [i64("lo", [0]), i64("mid", [half]), i64("hi", [2 * half]), i64("ax", [-1]),
+            i64("flat", [0, 0, -1]),
+            helper.make_node("Slice", ["x", "lo", "mid", "ax"], ["x1"]),
+            helper.make_node("Slice", ["x", "mid", "hi", "ax"], ["x2"]),
+            helper.make_node("Neg", ["x2"], ["n2"]),
+            helper.make_node("Concat", ["n2", "x1"], ["r"], axis=-1),
+            helper.make_node("Reshape", ["r", "flat"], ["rf"]),
+            helper.make_node("Reshape", ["x", "flat"], ["xf"]),
+            helper.make_node("Mul", ["rf", "s"], ["rs"]),
+            helper.make_node("Mul", ["xf", "c"], ["xc"]),
+            helper.make_node("Add", ["rs", "xc"], ["y"])]
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 4, 8), (1, 128, 12, 64), (1, 7, 3, 6)])
+def test_rotate_half_against_onnxruntime(shape):
+    """A select on the index modulo the head size, inlined into the flattening reshape:
+    LLVM's loop vectoriser for znver4 / znver5 got the scalar loop wrong (half of the
+    outputs garbage, only on those hosts); the loop is split by the head size first."""
+    b, s, h, d = shape
+    rng = np.random.default_rng(1)
+    feeds = {n: rng.standard_normal(v).astype(np.float32)
+             for n, v in (("x", shape), ("s", (b, s, h * d)), ("c", (b, s, h * d)))}
+    model = onnx_model(_rotate_half_nodes(d // 2), [(n, v.shape) for n, v in feeds.items()],
+                       [("y", (b, s, h * d))])
+    check_against_ort(model, feeds, "cpu.elementwise")
+
+
+@pytest.mark.parametrize("target", [TARGET, AVX2])
+def test_structure_select_on_a_period_is_split_there(target):
+    """The rotate-half block's innermost loop is split by the period (8) and partitioned at
+    the select's cut (4): no modulo left in the loop; kept scalar (no vectorize)."""
+    f = fused_primfunc(lambda bb, x: bb.emit(relax.op.reshape(relax.op.concat(
+        [relax.op.negative(relax.op.strided_slice(x, [3], [4], [8])),
+         relax.op.strided_slice(x, [3], [0], [4])], axis=3), (2, 6, 32))),
+        [(2, 6, 4, 8)], "concat")
+    text = Elementwise().apply(f, target).mod["main"].script()
+    assert "range(T.int64(4), T.int64(8))" in text, text
+    assert "T.vectorized" not in text

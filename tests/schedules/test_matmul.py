@@ -466,3 +466,35 @@ def test_numerics_seq_major_cache_vs_numpy():
         out = tvm.runtime.empty(want.shape, "float32")
         lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(cache), out)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("head_dim", [8, 40])
+def test_structure_decode_half_vectors_on_avx512(head_dim):
+    """A head size that is half-vectors on AVX-512 (8, 40: not a multiple of 16) still takes
+    the one-row schedules, in 8-lane vectors: dot rows for Q K^T (also over a seq-major
+    cache), rows for P V; before, the fallback took them on AVX-512 hosts only."""
+    text = Matmul().apply(_decode_scores(12, head_dim), TARGET).mod["main"].script()
+    assert "_pad" not in text and "_rf_local" in text and 8 in _widths(text, "vectorized")
+    for kind in ("scores", "context"):
+        sch = Matmul().apply(_seq_major(kind, 4, 2, head_dim), TARGET)
+        assert sch is not None and 8 in _widths(sch.mod["main"].script(), "vectorized")
+    # a width of no whole 8-lane vector is left to the padded tiles
+    assert "_rf_local" not in Matmul().apply(_decode_scores(12, 12), TARGET).mod["main"].script()
+
+
+@pytest.mark.parametrize("head_dim", [8, 40])
+def test_numerics_seq_major_cache_half_vectors_vs_numpy(head_dim):
+    rng = np.random.default_rng(head_dim)
+    n, heads, kvh = 21, 4, 2
+    cache = rng.standard_normal((n, 1, kvh, head_dim)).astype(np.float32)
+    heads_view = np.repeat(cache.transpose(1, 2, 0, 3), heads // kvh, axis=1)
+    target = targets.resolve("host").tvm_target()
+    for kind, width in (("scores", head_dim), ("context", n)):
+        sch = Matmul().apply(_seq_major(kind, heads, kvh, head_dim), target)
+        assert sch is not None
+        lib = tvm.compile(sch.mod, target=target)
+        a = rng.standard_normal((1, heads, 1, width)).astype(np.float32)
+        want = a @ (heads_view.transpose(0, 1, 3, 2) if kind == "scores" else heads_view)
+        out = tvm.runtime.empty(want.shape, "float32")
+        lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(cache), out)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
