@@ -103,9 +103,10 @@ def main():
     p.add_argument("--top", type=int, default=25)
     a = p.parse_args()
     sess = ort.InferenceSession(a.model, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    feeds = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape])
-             .astype(np.float32) for i in sess.get_inputs()}
+    from compiler.tools.bench import random_feeds  # int64 ids and masks as bench_models'
+
+    ins = runtime.load(a.so).get_inputs()
+    feeds = random_feeds([(i.name, i.shape, i.dtype) for i in ins], seed=0)
     mine = ours(a.so, feeds, a.runs)
     ref = theirs(a.model, feeds, a.runs)
     node_to_kernel = {}
