@@ -44,6 +44,9 @@ SYMBOLIC_EXTENT = 128
 # The most bytes of (padded) B that a row of tiles sweeps (from L2) when N is no whole
 # number of tiles; a larger B keeps the column-panel order and a separate cut of C.
 ROWWISE_B_BYTES = 1 << 19
+# A row block's padded outputs (it x N' floats) up to this are cut once per row block, not
+# per column tile (see Matmul.schedule): half the smallest current L1 (32 KB)
+CUT_ROW_BYTES = 16 << 10
 
 
 def match_matmul(sch):
@@ -283,6 +286,7 @@ class Matmul(MatchingCPURule):
         a_rows = (not rowwise and a_pad is not None and M is not None and N is not None
                   and K is not None and N % jt == 0 and K * N * 4 <= ROWWISE_B_BYTES)
         *bat, i, j, k = sch.get_loops(mm)
+        pack_cut = None
         io, ii = sch.split(i, [None, it])
         jo, ji = sch.split(j, [None, jt])
         sch.reorder(*bat, *((io, jo) if rowwise or a_rows else (jo, io)), k, ii, ji)
@@ -302,15 +306,26 @@ class Matmul(MatchingCPURule):
                     sch.transform_layout(pb, ("write", 0), lambda *x: (
                         *x[:-2], x[-2] // jt, x[-1], x[-2] % jt))
                     *_, pj, pk = sch.get_loops(pb)
-                    sch.reorder(pk, pj)
                 else:
                     sch.transform_layout(pb, ("write", 0), lambda *x: (
                         *x[:-2], x[-1] // jt, x[-2], x[-1] % jt))
+                    *_, pk, pj = sch.get_loops(pb)
+                # panel by panel, a row's jt columns one vector (contiguous stores; loads
+                # contiguous too unless B is transposed): a vector over all N scattered
+                # its stores across the panels, and a column guard or a transposed read
+                # left the loop scalar, with a division per element (ViT's [12, 197, 64]
+                # QK^T packed B in ~1/4 of its time, znver5); the last panel keeps the
+                # guard
+                pjo, pji = sch.split(pj, [None, jt])
+                sch.reorder(pjo, pk, pji)
+                sch.vectorize(pji)
+                if b_pad is not None and N is not None and N > jt:
+                    pack_cut = (pjo, N // jt)  # at the end: a partition makes new blocks
             elif b_t:  # laid out [k, j] as a [.., k, j] B is: the same micro-kernel
                 sch.transform_layout(pb, ("write", 0), lambda *x: (*x[:-2], x[-1], x[-2]))
                 *_, pj, pk = sch.get_loops(pb)
                 sch.reorder(pk, pj)
-            if b_pad is None and not b_t:
+            if b_pad is None and not b_t and not (rowwise or a_rows):
                 # a column guard or a transposed read would scalarise TVM's vector loop;
                 # LLVM vectorises the serial one (masked loads): 1.3x on ViT's QK^T
                 _vectorize_const(sch, sch.get_loops(pb)[-1])
@@ -334,16 +349,21 @@ class Matmul(MatchingCPURule):
             sch.reverse_compute_inline(tail)
         else:  # several consumers left (or a padded cut): schedule them as their own stages
             pads = pads + after
-        if rowwise:  # the cut of the row block's padded columns, and its epilogue
+        # the cut of a row block's padded columns (and its epilogue): once per row block
+        # when the block's it x N' outputs fit CUT_ROW_BYTES, a loop over the N real columns
+        # whose only guard is the row's (scalar, outside the vectors); else per column tile
+        # (a cut of Whisper's 36 KB row blocks went through L2 on Zen 3: [8, 1500, 64] QK^T
+        # 0.82-0.86x the time per tile), whose column guard TVM keeps in every tile and so
+        # scalarises the copy: ViT's [12, 197, 64] QK^T spent 40% of its time there
+        # (znver5, one thread: 561 us against 332 for the whole tiles of [198, 224])
+        cut_rows = rowwise and it * -(-N // jt) * jt * 4 <= CUT_ROW_BYTES
+        if rowwise:
             cut = rows.pop()
-            # per column tile, from the tile's it x jt block in L1 (a cut of the whole
-            # it x N row block went through a 36 KB buffer, L2 on Zen 3: Whisper's
-            # [8, 1500, 64] QK^T 0.82-0.86x the time with the cut per tile)
-            sch.reverse_compute_at(cut, jo, preserve_unit_loops=True)
+            sch.reverse_compute_at(cut, io if cut_rows else jo, preserve_unit_loops=True)
             if panel:
-                common.parallel(sch, sch.get_loops(pb)[:nbat], ncores)
+                common.parallel(sch, sch.get_loops(pb)[:-3], ncores)  # B's batch loops
         if a_rows and panel:
-            common.parallel(sch, sch.get_loops(pb)[:nbat], ncores)
+            common.parallel(sch, sch.get_loops(pb)[:-3], ncores)  # B's batch loops
         common.parallel(sch, bat if a_once else [*bat, io] if rowwise or a_rows
                         else [*bat, jo] if panel else [*bat, jo, io], ncores)
         sch.unroll(ii)
@@ -351,7 +371,7 @@ class Matmul(MatchingCPURule):
         init = sch.decompose_reduction(mm, k)
         sch.vectorize(sch.get_loops(wb)[-1])
         sch.vectorize(sch.get_loops(init)[-1])
-        if rowwise:
+        if rowwise and not cut_rows:
             # the full column tiles' copy is whole vectors once TVM's loop partitioning
             # splits the last (guarded) tile off
             sch.vectorize(sch.get_loops(cut)[-1])
@@ -360,4 +380,8 @@ class Matmul(MatchingCPURule):
             common.schedule_elementwise(sch, p, lanes, ncores)
         for r in rows:  # rows of N, not whole vectors: LLVM vectorises the serial loop
             common.parallel(sch, sch.get_loops(r)[:-1], ncores)
+        if cut_rows:  # last: whole vectors, then the row's tail (a partition: new blocks)
+            common.vectorize_row(sch, cut, lanes)
+        if pack_cut is not None:  # B's whole panels apart from the guarded last one
+            sch.loop_partition(pack_cut[0], [pack_cut[1], None])
         return sch

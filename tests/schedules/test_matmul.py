@@ -498,3 +498,28 @@ def test_numerics_seq_major_cache_half_vectors_vs_numpy(head_dim):
         out = tvm.runtime.empty(want.shape, "float32")
         lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(cache), out)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_structure_odd_n_cut_per_row_block_and_b_packed_by_panels(transposed):
+    """ViT's [12, 197, 64] QK^T on AVX-512 (11 x 32 tiles): B is packed panel by panel, a
+    row of jt columns one vector, the guarded last panel partitioned off; a row block's
+    11 x 224 outputs (9.9 KB, under CUT_ROW_BYTES) are cut once per row block over the 197
+    real columns, whole vectors then a tail (per tile, the column guard scalarised the copy)."""
+    f, _ = _bmm((12, 197, 64), (12, 197, 64) if transposed else (12, 64, 197), transposed)
+    text = Matmul().apply(f, TARGET).mod["main"].script()
+    # 6 whole panels, each row one 32-lane vector, then the last (guarded) one
+    assert re.search(r"T\.grid\(6, 64\):\s*\n\s*for \w+ in T\.vectorized\(32\)", text)
+    assert "range(6, 7)" in text
+    assert "range(192, 197)" in text and "T.vectorized(64)" in text    # the cut: 3 x 64 + 5
+
+
+def test_structure_wide_odd_n_keeps_the_cut_per_tile():
+    """Whisper's [8, 1500, 64] QK^T: a row block's 12 x 1504 outputs outgrow CUT_ROW_BYTES,
+    so the cut stays per column tile (from L1), guarded in the last tile only."""
+    from schedules.cpu.matmul import CUT_ROW_BYTES
+
+    assert 12 * 1504 * 4 > CUT_ROW_BYTES >= 11 * 224 * 4
+    f, _ = _bmm((8, 1500, 64), (8, 64, 1500), False)
+    text = Matmul().apply(f, TARGET).mod["main"].script()
+    assert "pragma_loop_partition_hint" in text and "range(1472, 1500)" not in text
