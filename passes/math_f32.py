@@ -1,5 +1,5 @@
-"""Vectorisable float32 math as TIR expressions: erf, tanh, and exp of a non-positive
-argument.
+"""Vectorisable float32 math as TIR expressions: erf, tanh, exp, and a cheaper exp of a
+non-positive argument.
 
 LLVM emits TVM's ``T.erf`` / ``T.exp`` as one scalar libm call per vector lane; these are
 plain arithmetic that vectorises.  Used by the lowering's GELU and softmax legalizations
@@ -84,7 +84,9 @@ def erf_f32(x):
     small = x * _horner(_P, x * x)
     big = const(1.0) - _exp_negative(_horner(_Q, tirx.max(t, const(_SPLIT))))
     big = tirx.Select(x < const(0.0), -big, big)
-    return tirx.Select(t < const(_SPLIT), small, big)
+    # |x| compared, not t: a NaN compares false and takes the small branch, NaN * P = NaN
+    # (t = min(NaN, _TOP) may be _TOP on x86, and the big branch 1.0)
+    return tirx.Select(const(_SPLIT) <= tirx.abs(x), big, small)
 
 
 def exp_nonpositive_f32(x):
@@ -95,6 +97,24 @@ def exp_nonpositive_f32(x):
     # isnan select (x86: one vmaxps with NaN-keeping operand order)
     lo = const(-103.98)
     return _exp_negative(tirx.Select(x < lo, lo, x))
+
+
+def exp_f32(x):
+    """exp of any float32 PrimExpr (read several times: bind it first), vectorisable: 0
+    below -103.98 (subnormal results as libm's), +inf above 88.72, NaN stays NaN.  The
+    power of two is built as ``2^(n + 24)`` for n < 0 (then ``* 2^-24``, one rounding,
+    as ``exp_nonpositive_f32``) and as ``2^(n - 24)`` for n >= 0 (then ``* 2^24``: n up
+    to 128 overflows to inf there, as it must), so the exponent bits stay normal."""
+    lo, hi = const(-103.98), const(89.0)  # exp(89) > FLT_MAX: inf through the scaling
+    g = tirx.Select(x < lo, lo, tirx.Select(hi < x, hi, x))  # compares keep a NaN
+    n = tirx.floor(g * const(1 / math.log(2)) + const(0.5))
+    r = g - n * const(_LN2_HI) - n * const(_LN2_LO)
+    neg = n < const(0.0)
+    shift = tirx.Select(neg, tirx.const(127 + _SUB, "int32"), tirx.const(127 - _SUB, "int32"))
+    pow2 = tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", n) + shift,
+                                                       tirx.const(23, "int32")))
+    scale = tirx.Select(neg, const(2.0 ** -_SUB), const(2.0 ** _SUB))
+    return _horner(_E, r) * pow2 * scale
 
 
 def tanh_f32(x):

@@ -115,6 +115,7 @@ class RowReduction(MatchingCPURule):
                 continue  # short or odd rows: a scalar reduction
             _, ki = sch.split(k, [None, width])
             sch.rfactor(ki, nrow)
+            _halve(sch, blk, nrow, width)
         last = common.blocks(sch)[-1]
         loops = sch.get_loops(last)
         symbolic_rows = any(common.const_extent(sch, lp) is None for lp in loops[:nrow])
@@ -143,6 +144,19 @@ class RowReduction(MatchingCPURule):
         if ncores > 1:
             _parallel_rows(sch, last, row, nrow, symbolic_rows, ncores)
         return sch
+
+
+def _halve(sch, blk, nrow: int, width: int) -> None:
+    """The ``width`` partial results of a row reduction folded in halves, each level one
+    vector op (``p[i] = p[i] op p[i + w/2]``, rfactor over the lower half), down to two:
+    the write-back reduced them one scalar op after another, a chain of ``width``
+    dependent adds / maxima (32 on AVX-512: softmax spent ~1.5 cycles per element of a
+    128-wide row there)."""
+    while width > 2:
+        k = sch.get_loops(blk)[-1]
+        _, ki = sch.split(k, [2, None])
+        sch.rfactor(ki, nrow)
+        width //= 2
 
 
 def _parallel_rows(sch, last, row, nrow: int, symbolic: bool, ncores: int) -> None:

@@ -13,8 +13,8 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, te
 
-from compiler.lowering.legalize_vector_math import (LEGALIZE_MAP, erf_f32, exp_nonpositive_f32,
-                                                    tanh_f32)
+from compiler.lowering.legalize_vector_math import (LEGALIZE_MAP, erf_f32, exp_f32,
+                                                    exp_nonpositive_f32, tanh_f32)
 from tests.conftest import assert_close, ort_run
 from tests.passes.helpers import compile_run, model, node
 
@@ -160,3 +160,42 @@ def test_softmax_model_against_onnxruntime():
     x[1, 0, 3:] = -np.inf   # -inf mask
     got, cm = compile_run(m, {"x": x})
     assert_close(got, ort_run(m, {"x": x}))
+
+
+def test_exp_full_range_accuracy_against_float64():
+    """The bare Exp's exp_f32: 2 ulp over normal results on both sides of 0, subnormals
+    below -87.3 as exp_nonpositive_f32, 0 at and below -104, inf above ln(FLT_MAX)."""
+    rng = np.random.default_rng(2)
+    xs = np.concatenate([np.geomspace(1e-8, 88.72, 1 << 16), -np.geomspace(1e-8, 87.3, 1 << 16),
+                         (rng.random(1 << 16) - 0.5) * 100, -np.linspace(87.3, 103.9, 4096),
+                         [0.0, -0.0, 1.0, 88.7, 88.72, -104.0, -1e30]]).astype("float32")
+    got, lib = _run_elementwise(exp_f32, xs)
+    ref = np.exp(xs.astype(np.float64))
+    big = np.finfo(np.float32).max
+    normal = (ref >= np.finfo(np.float32).tiny) & (ref <= big * (1 - 1e-6))
+    assert np.all(np.abs(got - ref)[normal] <= 2.5e-7 * ref[normal])  # about 2 ulp
+    sub = (ref < np.finfo(np.float32).tiny) & (xs > -103.9)
+    assert np.all(np.abs(got - ref)[sub] <= 1.5e-45 + 2.5e-7 * ref[sub])
+    assert np.all(got[xs <= -104.0] == 0.0) and got[xs == 0].tolist() == [1.0, 1.0]
+    assert "expf" not in lib.inspect_source("asm")
+    special, _ = _run_elementwise(exp_f32, np.array(
+        [-np.inf, np.inf, np.nan, 88.73, 89.0, 1e30, 200.0, -200.0] * 2, dtype="float32"))
+    assert special[0] == 0.0 and np.isnan(special[2]) and special[7] == 0.0
+    assert np.all(np.isposinf(special[[1, 3, 4, 5, 6]]))
+
+
+def test_structure_bare_exp_and_erf_float32_have_no_libm_call():
+    for op, libm in ((relax.op.exp, "T.exp"), (relax.op.erf, "T.erf")):
+        f32 = _legalized("float32", op)
+        assert libm not in f32 and "T.reinterpret" in f32
+        assert libm in _legalized("float16", op)
+
+
+def test_bare_exp_and_erf_models_against_onnxruntime():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 300, 37)) * 30).astype(np.float32)
+    x.flat[:8] = [np.nan, np.inf, -np.inf, -0.0, 88.7, 88.8, -103.0, -110.0]
+    for op in ("Exp", "Erf"):
+        m = model([node(op, ["x"], "y")], {"x": x.shape}, {"y": x.shape})
+        got, cm = compile_run(m, {"x": x})
+        assert_close(got, ort_run(m, {"x": x}))
