@@ -31,6 +31,19 @@ from __future__ import annotations
 from tvm import te, tirx
 
 
+def isnan_bits(v):
+    """``isnan(v)`` for a float32 as an integer test of its bits, ``|bits| > inf's``: TVM
+    0.27's loop vectoriser scalarises ``T.isnan``, simplifies ``v != v`` to false and
+    rewrites ``not (|v| <= inf)`` into ``inf < |v|`` (false for a NaN); LLVM cannot be
+    asked for ``llvm.is.fpclass`` through ``call_llvm_pure_intrin``.  In a pool's
+    reduction the scalarised update left LLVM (znver5) a masked store per tap into a
+    stack tile: ResNet-50's stem max pool 400 -> 172 us alone (onnxruntime 84)."""
+    if str(v.ty) != "float32":
+        return tirx.isnan(v)
+    bits = tirx.reinterpret("int32", v) & tirx.const(0x7FFFFFFF, "int32")
+    return bits > tirx.const(0x7F800000, "int32")
+
+
 def skip_nan_reducer(kind: str):
     """``max`` / ``min`` that skips NaN operands, with identity NaN: a NaN accumulator takes
     the next value, a NaN value leaves the accumulator; all NaN gives NaN; ties keep the
@@ -38,7 +51,7 @@ def skip_nan_reducer(kind: str):
 
     def combine(acc, x):
         better = x > acc if kind == "max" else x < acc
-        return tirx.Select(tirx.Or(better, tirx.isnan(acc)), x, acc)
+        return tirx.Select(tirx.Or(better, isnan_bits(acc)), x, acc)
 
     return te.comm_reducer(combine, lambda t: tirx.const(float("nan"), t),
                            name=f"{kind}_skip_nan")
