@@ -30,6 +30,7 @@ TVM's legalization.
 
 from __future__ import annotations
 
+import tvm
 from tvm import te, tirx
 
 from passes.math_f32 import (const, erf_f32, exp_f32,  # noqa: F401 (tests import them here)
@@ -144,8 +145,6 @@ def _elementwise(name, fn):
     def legalize(bb, call):
         x = call.args[0]
         if str(x.ty.dtype) != "float32":
-            import tvm
-
             return tvm.ir.Op.get(f"relax.{name}").get_attr("FLegalize")(bb, call)
 
         def body(a):

@@ -73,7 +73,8 @@ def _split_period(sch, loops, period):
     remainder is the inner loop's own variable: the lowered loop body has no modulo and no
     select left for a vectoriser to get wrong.  The loops stay scalar.  Returns the loops
     outside the split (the block itself may be gone: a partition makes new ones), or None
-    when the innermost loop does not divide."""
+    when the innermost loop does not divide (then the loop stays scalar as before: not seen
+    in an export, where the modulus is a head size that divides the flattened row)."""
     mod, cut = period
     ext = common.const_extent(sch, loops[-1])
     if ext is None or ext % mod or ext == mod:
