@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import tvm
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
 
@@ -59,6 +60,10 @@ def reg_rows(n: int, vectors_per_row: int, budget: int = 24, cap: int = 16) -> i
         if d <= cap and d * vectors_per_row <= budget:
             best = d
     return best
+
+
+# TIR's ``if_then_else`` (a select between loads: concats, pads, rotate-half)
+SELECT = tvm.ir.Op.get("prim.if_then_else")
 
 
 def uses_var(expr, var) -> bool:

@@ -28,8 +28,6 @@ from ..base import MatchingCPURule
 from . import common
 
 
-_SELECT = tvm.ir.Op.get("prim.if_then_else")
-
 
 def _select_axis(value, ivs) -> int | None:
     """The position in ``ivs`` of the one iter var every ``if_then_else`` condition of
@@ -39,7 +37,7 @@ def _select_axis(value, ivs) -> int | None:
     def walk(e) -> bool:
         if isinstance(e, tvm.ir.expr.TensorLoad):  # a buffer load (tirx.BufferLoad builds one)
             return True
-        if isinstance(e, tvm.ir.expr.Call) and e.op.same_as(_SELECT):
+        if isinstance(e, tvm.ir.expr.Call) and e.op.same_as(common.SELECT):
             cond, then, other = e.args
             used = [n for n, v in enumerate(ivs) if common.uses_var(cond, v)]
             if len(used) != 1:

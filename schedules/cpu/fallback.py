@@ -31,7 +31,7 @@ def _select_period(sch, info):
     and ``znver3`` are right): ``_split_period`` takes the modulo out of the loop first."""
     block = sch.get(info.block_rv)
     for select in _nodes(block.body, tvm.ir.expr.Call):
-        if not select.op.same_as(_SELECT):
+        if not select.op.same_as(common.SELECT):
             continue
         cond = select.args[0]
         mods = [int(m.b) for m in _nodes(cond, tirx.FloorMod) if isinstance(m.b, tirx.IntImm)]
@@ -51,9 +51,6 @@ def _select_period(sch, info):
 # where the remainder's range splits for a comparison with a constant c: (c on the left,
 # c on the right) -> the cut is c plus this (c <= m: c; m <= c: c + 1; ...)
 _CUT = {tirx.LE: (0, 1), tirx.LT: (1, 0), tirx.GE: (1, 0), tirx.GT: (0, 1)}
-
-
-_SELECT = tvm.ir.Op.get("prim.if_then_else")
 
 
 def _nodes(root, kind) -> list:

@@ -239,10 +239,12 @@ class Matmul(MatchingCPURule):
         M, N, K = ext[-3:]
         stages = pads if tail is not None else pads + after
         one_row = M == 1 or (M is None and common.opt_extent(sch, sch.get_loops(mm)[-3]) == 1)
-        if one_row and not b_t and _width(N, lanes):
-            return _schedule_row(sch, mm, tail, stages, N, K, _width(N, lanes), ncores)
-        if one_row and b_t and _width(K, lanes):
-            return _schedule_dot_rows(sch, mm, nbat, tail, stages, _width(K, lanes), ncores)
+        # one row: vectors over N (B streamed), or over K (dot rows of a transposed B)
+        width = _width(K if b_t else N, lanes) if one_row else None
+        if width and not b_t:
+            return _schedule_row(sch, mm, tail, stages, N, K, width, ncores)
+        if width:
+            return _schedule_dot_rows(sch, mm, nbat, tail, stages, width, ncores)
         if not standard:  # the padded tiles below copy B's panels as [.., j, k] / [.., k, j]
             return None
         it, jt = common.gemm_tile(M or SYMBOLIC_EXTENT, N or SYMBOLIC_EXTENT, lanes,
@@ -360,10 +362,8 @@ class Matmul(MatchingCPURule):
         if rowwise:
             cut = rows.pop()
             sch.reverse_compute_at(cut, io if cut_rows else jo, preserve_unit_loops=True)
-            if panel:
-                common.parallel(sch, sch.get_loops(pb)[:-3], ncores)  # B's batch loops
-        if a_rows and panel:
-            common.parallel(sch, sch.get_loops(pb)[:-3], ncores)  # B's batch loops
+        if (rowwise or a_rows) and panel:  # B packed ahead: over its batch loops
+            common.parallel(sch, sch.get_loops(pb)[:-3], ncores)
         common.parallel(sch, bat if a_once else [*bat, io] if rowwise or a_rows
                         else [*bat, jo] if panel else [*bat, jo, io], ncores)
         sch.unroll(ii)
