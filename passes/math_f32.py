@@ -61,11 +61,18 @@ def _horner(coefs, x):
 _SUB = 24  # 2^(n + _SUB) stays normal for every n >= -150 (exp(-103.98) = 2^-150.01)
 
 
-def _pow2_shifted(n):
-    """2^(n + _SUB) for an integer-valued float32 n in [-150, 103], built in the exponent
-    bits (always a normal number)."""
-    return tirx.reinterpret("float32", tirx.shift_left(
-        tirx.Cast("int32", n) + tirx.const(127 + _SUB, "int32"), tirx.const(23, "int32")))
+def _pow2(n, bias):
+    """2^(n + bias - 127) for an integer-valued float32 n, built in the exponent bits
+    (``bias`` an int32 PrimExpr; the caller keeps the exponent field normal)."""
+    return tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", n) + bias,
+                                                       tirx.const(23, "int32")))
+
+
+def _reduce(g):
+    """(n, r) with ``g = n ln2 + r``, n integer-valued, r in [-ln2/2, ln2/2] (ln2 in two
+    parts: ``n * _LN2_HI`` is exact)."""
+    n = tirx.floor(g * const(1 / math.log(2)) + const(0.5))
+    return n, g - n * const(_LN2_HI) - n * const(_LN2_LO)
 
 
 def _exp_negative(g):
@@ -73,9 +80,8 @@ def _exp_negative(g):
     two), then ``* 2^-24`` rounds once, so results below the smallest normal (g < -87.3)
     come out subnormal as libm's.  (Was ``p * 2^h * 2^(n - h)``, h = floor(n / 2): the
     same values, five vector ops more; 12x128x128 softmax 0.17 -> 0.15 ms, znver3.)"""
-    n = tirx.floor(g * const(1 / math.log(2)) + const(0.5))
-    r = g - n * const(_LN2_HI) - n * const(_LN2_LO)
-    return _horner(_E, r) * _pow2_shifted(n) * const(2.0 ** -_SUB)
+    n, r = _reduce(g)  # 2^(n + 24) is normal for every n >= -150
+    return _horner(_E, r) * _pow2(n, tirx.const(127 + _SUB, "int32")) * const(2.0 ** -_SUB)
 
 
 def erf_f32(x):
@@ -107,14 +113,11 @@ def exp_f32(x):
     to 128 overflows to inf there, as it must), so the exponent bits stay normal."""
     lo, hi = const(-103.98), const(89.0)  # exp(89) > FLT_MAX: inf through the scaling
     g = tirx.Select(x < lo, lo, tirx.Select(hi < x, hi, x))  # compares keep a NaN
-    n = tirx.floor(g * const(1 / math.log(2)) + const(0.5))
-    r = g - n * const(_LN2_HI) - n * const(_LN2_LO)
+    n, r = _reduce(g)
     neg = n < const(0.0)
-    shift = tirx.Select(neg, tirx.const(127 + _SUB, "int32"), tirx.const(127 - _SUB, "int32"))
-    pow2 = tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", n) + shift,
-                                                       tirx.const(23, "int32")))
+    bias = tirx.Select(neg, tirx.const(127 + _SUB, "int32"), tirx.const(127 - _SUB, "int32"))
     scale = tirx.Select(neg, const(2.0 ** -_SUB), const(2.0 ** _SUB))
-    return _horner(_E, r) * pow2 * scale
+    return _horner(_E, r) * _pow2(n, bias) * scale
 
 
 def tanh_f32(x):

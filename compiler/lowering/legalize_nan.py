@@ -40,7 +40,7 @@ def _is_float(dtype: str) -> bool:
     return dtype.startswith("float") or dtype.startswith("bfloat")
 
 
-def _bound(x: te.Tensor, i, body):
+def bind_once(x: te.Tensor, i, body):
     """``body(v)`` with ``v = x(*i)`` bound once by a TIR Let: the producer a fused kernel
     inlines into ``x`` (a conv's accumulator, DenseNet's 30-input concat select chain) is
     then copied once, not into every use (relu's Select used it twice, clip's three
@@ -53,7 +53,7 @@ def _bound(x: te.Tensor, i, body):
 def _relu(x: te.Tensor) -> te.Tensor:
     zero = tirx.const(0, x.dtype)
     return te.compute(x.shape,
-                      lambda *i: _bound(x, i, lambda v: tirx.Select(v < zero, zero, v)),
+                      lambda *i: bind_once(x, i, lambda v: tirx.Select(v < zero, zero, v)),
                       name="relu", tag="elemwise")
 
 
@@ -63,7 +63,7 @@ def _prelu(x: te.Tensor, slope: te.Tensor, axis: int) -> te.Tensor:
 
     def body(*i):
         s = slope[i[axis]] if per_channel else slope[0]
-        return _bound(x, i, lambda v: tirx.Select(v < zero, v * s, v))
+        return bind_once(x, i, lambda v: tirx.Select(v < zero, v * s, v))
 
     return te.compute(x.shape, body, name="prelu", tag="elemwise")
 
@@ -72,7 +72,7 @@ def _clip(x: te.Tensor, lo, hi) -> te.Tensor:
     lo, hi = tirx.Cast(x.dtype, lo), tirx.Cast(x.dtype, hi)
 
     def body(*i):
-        return _bound(x, i, lambda v: tirx.Select(v < lo, lo, tirx.Select(hi < v, hi, v)))
+        return bind_once(x, i, lambda v: tirx.Select(v < lo, lo, tirx.Select(hi < v, hi, v)))
 
     return te.compute(x.shape, body, name="clip", tag="elemwise")
 
@@ -185,7 +185,7 @@ def _tanh_f32(x: te.Tensor) -> te.Tensor:
     -0.0); TVM's is one scalar ``tanhf`` per vector lane."""
     from passes.math_f32 import tanh_f32
 
-    return te.compute(x.shape, lambda *i: _bound(x, i, tanh_f32), name="tanh", tag="elemwise")
+    return te.compute(x.shape, lambda *i: bind_once(x, i, tanh_f32), name="tanh", tag="elemwise")
 
 
 def _tanh_legalize(default):

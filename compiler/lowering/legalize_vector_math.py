@@ -36,6 +36,8 @@ from tvm import te, tirx
 from passes.math_f32 import (const, erf_f32, exp_f32,  # noqa: F401 (tests import them here)
                               exp_nonpositive_f32, tanh_f32)
 
+from .legalize_nan import bind_once
+
 
 def _gelu(bb, call):
     x = call.args[0]
@@ -147,14 +149,9 @@ def _elementwise(name, fn):
         if str(x.ty.dtype) != "float32":
             return tvm.ir.Op.get(f"relax.{name}").get_attr("FLegalize")(bb, call)
 
-        def body(a):
-            def one(*i):
-                v = tirx.Var("v", "float32")
-                return tirx.Let(v, a(*i), fn(v))
-
-            return te.compute(a.shape, one, name=f"T_{name}")
-
-        return bb.call_te(body, x, primfunc_name_hint=name)
+        return bb.call_te(lambda a: te.compute(a.shape, lambda *i: bind_once(a, i, fn),
+                                               name=f"T_{name}"),
+                          x, primfunc_name_hint=name)
     return legalize
 
 
