@@ -32,12 +32,14 @@ from tvm import te, tirx
 
 
 def isnan_bits(v):
-    """``isnan(v)`` for a float32 as an integer test of its bits, ``|bits| > inf's``: TVM
-    0.27's loop vectoriser scalarises ``T.isnan``, simplifies ``v != v`` to false and
-    rewrites ``not (|v| <= inf)`` into ``inf < |v|`` (false for a NaN); LLVM cannot be
-    asked for ``llvm.is.fpclass`` through ``call_llvm_pure_intrin``.  In a pool's
-    reduction the scalarised update left LLVM (znver5) a masked store per tap into a
-    stack tile: ResNet-50's stem max pool 400 -> 172 us alone (onnxruntime 84)."""
+    """``isnan(v)`` for a float32 as an integer test of its bits, ``|bits| > inf's``, for a
+    reducer's accumulator: TVM 0.27's loop vectoriser scalarises ``T.isnan`` of a load from
+    a ``local`` buffer (the register tile a schedule caches an accumulator in; of a
+    global buffer it vectorises them), simplifies ``v != v`` to false and rewrites ``not
+    (|v| <= inf)`` into ``inf < |v|`` (false for a NaN); ``llvm.is.fpclass`` cannot be
+    called through ``call_llvm_pure_intrin``.  In a pool's reduction the scalarised update
+    left LLVM (znver5) a masked store per tap into a stack tile: ResNet-50's stem max pool
+    400 -> 172 us alone (onnxruntime 84)."""
     if str(v.ty) != "float32":
         return tirx.isnan(v)
     bits = tirx.reinterpret("int32", v) & tirx.const(0x7FFFFFFF, "int32")
