@@ -260,7 +260,17 @@ def _host() -> TargetInfo:
     # "mcpu": "native" is silently downgraded to "generic" by this LLVM build: ask for the
     # name of this CPU instead.
     mcpu = codegen.llvm_get_system_cpu()
-    return _cpu_target("host", mcpu, triple, arch, _host_cores())
+    return _cpu_target("host", mcpu, triple, arch, _host_cores(), _hidden(mcpu, triple, arch))
+
+
+def _hidden(mcpu: str, triple: str, arch: str) -> list:
+    """``-feature`` attributes for the ISA extensions LLVM's CPU ``mcpu`` implies but this
+    host does not report: a hypervisor may hide some (an Emerald Rapids VM without AMX), and
+    an artifact built with them would be refused by the loader on the host that built it."""
+    from runtime.cpu_features import missing_features
+
+    implied = _llvm_features({"kind": "llvm", "mtriple": triple, "mcpu": mcpu})
+    return [f"-{f}" for f in missing_features(implied, arch)]
 
 
 def resolve(spec="host") -> TargetInfo:

@@ -1,6 +1,6 @@
-"""The host-dependent logic of the tests under three fabricated hosts (tests/hosts.py): a
-Zen 3 (AVX2), a Zen 5 (AVX-512) and a Sapphire Rapids (AVX-512 FP16, AMX), whichever
-machine runs the suite.  Nothing compiled here runs: the checks are what the compiler and
+"""The host-dependent logic of the tests under four fabricated hosts (tests/hosts.py): a
+Zen 3 (AVX2), a Zen 5 (AVX-512), a Sapphire Rapids (AVX-512 FP16, AMX) and an Emerald
+Rapids guest with AMX hidden, whichever machine runs the suite.  Nothing compiled here runs: the checks are what the compiler and
 the loader decide (host target, lanes, registers, which artifacts load, which schedule
 rules the NaN tests assert on ``host``)."""
 
@@ -10,6 +10,7 @@ import re
 
 import pytest
 from onnx import helper, numpy_helper
+from tvm.target import codegen
 
 import compiler
 import runtime
@@ -19,8 +20,8 @@ from tests.hosts import HOSTS, fake_host
 
 # artifact target -> hosts that may load it
 LOADS = {
-    "x86-avx2": {"zen3", "zen5", "sapphirerapids"},
-    "x86-avx512": {"zen5", "sapphirerapids"},
+    "x86-avx2": {"zen3", "zen5", "sapphirerapids", "emeraldrapids-vm"},
+    "x86-avx512": {"zen5", "sapphirerapids", "emeraldrapids-vm"},
     "znver3": {"zen3", "zen5"},              # SSE4A: no Intel CPU has it
     "znver4": {"zen5"},
     "znver5": {"zen5"},                      # AVX512-VP2INTERSECT and SSE4A: not on Intel
@@ -52,7 +53,11 @@ def test_host_target_follows_the_host(host, monkeypatch, tmp_path):
     assert facts["lanes"] == t.lanes_fp32
     assert facts["vector_registers"] == (32 if has["avx512"] else 16)
     assert ("avx512f" in t.features) == has["avx512"]
-    assert ("amx-tile" in t.features) == has["amx"] == ("avx512fp16" in t.features)
+    assert ("amx-tile" in t.features) == has["amx"]
+    assert ("avx512fp16" in t.features) == (cpu in ("sapphirerapids", "emeraldrapids"))
+    # what the host lacks is switched off in LLVM too, not only left out of the manifest
+    assert not set(targets.X86_ISA) - set(t.features) & set(
+        codegen.llvm_get_cpu_features(t.tvm_target()))
     runtime.check_compatible({"target": t.to_dict(), "tvm_version": _manifest("x86")
                               ["tvm_version"]}, "host.so")
 
