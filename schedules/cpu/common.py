@@ -150,6 +150,13 @@ def schedule_elementwise(sch, blk, lanes, ncores):
     elif inner is not None and inner <= 4 * lanes and len(loops) > 1:
         sch.vectorize(loops[-1])
         loops = loops[:-1]
+    elif inner is not None and len(loops) > 1:
+        # a row of no whole vectors (an NCHW pad's 226 pixels): rows in parallel, each row's
+        # loop partitioned at its bounds tests, so the interior is a plain copy LLVM
+        # vectorises.  Fused into one loop, each element paid a division per dim and a
+        # test (MobileNetV2's stem pad: most of the stem conv's time on emeraldrapids)
+        sch.annotate(loops[-1], "pragma_loop_partition_hint", 1)
+        loops = loops[:-1]
     if loops and ncores > 1:
         sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
 

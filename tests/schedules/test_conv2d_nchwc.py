@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import helper
+import tvm
 from tvm import relax
 
 import compiler.lowering
@@ -190,3 +191,36 @@ def test_numerics_avx2_block_8():
     ref = ort.InferenceSession(model.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_nchw_stem_pad_rows_partitioned():
+    """An RGB stem's pad (a 73-pixel row: no whole vectors) runs row by row, each row's loop
+    partitioned at its bounds tests (LLVM vectorises the interior copy), rows in parallel;
+    it was one fused loop paying a division per dim and a test per element."""
+    def build(bb, x, w):
+        y = relax.op.nn.conv2d(x, w, strides=2, padding=1, data_layout="NCHW",
+                               kernel_layout="OIHW16o", out_layout="NCHW16c")
+        return bb.emit(relax.op.nn.relu(bb.emit(y)))
+    func = fused_primfunc(build, [(1, 3, 71, 71), (2, 3, 3, 3, 16)], "conv2d")
+    sch = Conv2dNCHWc().apply(func, TARGET)
+    assert sch is not None
+    pad = sch.get_sblock("pad_temp")
+    row = sch.get(sch.get_loops(pad)[-1])
+    assert int(row.extent) == 73 and "pragma_loop_partition_hint" in row.annotations
+    assert any(sch.get(lp).kind == tvm.tirx.ForKind.PARALLEL for lp in sch.get_loops(pad))
+
+
+@pytest.mark.parametrize("hw,stride", [(71, 2), (64, 2), (30, 1)])
+def test_numerics_nchw_stem(hw, stride):
+    """RGB stems (NCHW in, blocked out) against onnxruntime, pad rows of 73, 66 and 32."""
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((32, 3, 3, 3)) * 0.2).astype("float32")
+    b = rng.standard_normal(32).astype("float32")
+    oh = (hw + 2 - 3) // stride + 1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3],
+                              strides=[stride] * 2, pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = onnx_model(nodes, [("x", (1, 3, hw, hw))], [("y", (1, 32, oh, oh))],
+                       {"w": w, "b": b})
+    check_against_ort(model, {"x": rng.standard_normal((1, 3, hw, hw)).astype("float32")},
+                      "cpu.conv2d_nchwc")
