@@ -70,7 +70,8 @@ def _split_const(df: Dataflow, call):
 
 
 def _core(df: Dataflow, n):
-    """(x - m) / sqrt(mean((x - m)^2) + eps), m = mean(x): (x, axes, eps, bindings) or None."""
+    """(x - m) / sqrt(mean((x - m)^2) + eps), m = mean(x), or with variance(x) for the
+    mean of squares: (x, axes, eps, bindings) or None."""
     d = ve = None
     inner = []
     div = df.call(n, "divide")
@@ -94,14 +95,23 @@ def _core(df: Dataflow, n):
     if eps is None:
         eps, v = df.scalar(add.args[0]), add.args[1]
     mean_sq = df.call(v, "mean")
+    var = df.call(v, "variance")
     sub = df.call(d, "subtract")
-    if eps is None or eps < 0 or mean_sq is None or sub is None:
-        return None
-    sq = mean_sq.args[0]
-    base = square_base(df, sq, _same)
-    if base is None or not _same(df, base, d):
+    if eps is None or eps < 0 or (mean_sq is None and var is None) or sub is None:
         return None
     x, m = sub.args
+    if var is not None:
+        # variance(x) itself (TVM's import of InstanceNormalization; its kernel is two-pass
+        # like layer_norm's): the same x as the numerator's, population variance
+        if (not df.source(var.args[0]).same_as(df.source(x)) or not var.attrs.keepdims
+                or (shape_of(x) is None)):
+            return None
+        mean_sq, sq, base = var, None, None
+    else:
+        sq = mean_sq.args[0]
+        base = square_base(df, sq, _same)
+        if base is None or not _same(df, base, d):
+            return None
     mean_x = df.call(m, "mean")
     shape = shape_of(x)
     if mean_x is None or shape is None or not df.source(mean_x.args[0]).same_as(df.source(x)):
@@ -110,8 +120,8 @@ def _core(df: Dataflow, n):
     if (axes != axes_of(mean_sq, len(shape)) or not mean_x.attrs.keepdims
             or not mean_sq.attrs.keepdims):
         return None
-    inner += [df.source(e) for e in (ve, v, sq, d, m)]
-    if not df.source(base).same_as(df.source(d)):
+    inner += [df.source(e) for e in (ve, v, d, m) + ((sq,) if sq is not None else ())]
+    if base is not None and not df.source(base).same_as(df.source(d)):
         inner.append(df.source(base))
     return x, axes, eps, inner
 

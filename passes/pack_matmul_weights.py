@@ -83,27 +83,44 @@ def matmul_packed(x, wp, rows: int = 1, n: int | None = None):
     return te.compute((*bat, m, n), lambda *idx: out[idx], name="matmul_rows")
 
 
-def pad_rows(m: int, rows: int) -> int:
-    """``rows`` when padding M to a multiple of it beats the best divisor tile, else 1.
+def pad_rows(m: int, rows: int, vectors: int = 2) -> int:
+    """The multiple to round M up to (computed rows, x's row index clamped), or 1: M as it
+    is, in tiles of its largest divisor up to ``rows``.
 
     ``rows`` is the register tile the CPU rule makes on this target (accumulator budget /
-    vectors per panel row: 12 with AVX-512's 32 registers and 2-vector panels, 6 with
-    AVX2's 16); the rule tiles rows by the largest divisor ``t`` of M up to it.  Each k
-    step of a tile loads the panel's ``nr`` weights for ``t x nr / lanes`` FMAs, so a
-    thinner tile streams ``rows / t`` times the weight bytes (from L2) per FMA, while
-    padding computes ``padded / M`` times the rows.  The kernel sits between the FMA bound
-    (time ~ M) and the weight-stream bound (time ~ M x rows / t); the divisor tile is
-    costed at the mean of the two, ``(1 + rows / t) / 2``, against ``padded / M``.  Zen 3,
-    one thread, M = 128 (t = 4) padded to 132 (6-row tiles): 0.86-0.95x the time at
-    K x N = 1024 x 2816, 2816 x 1024, 512 x 512, 512 x 2048, 768 x 3072 (a pure stream bound
-    predicts 0.69, a pure FMA bound 1.03); M = 37 or 197 (t = 1): ~65 GFLOP/s against 250
-    at 12 rows on AVX-512."""
+    ``vectors`` per panel row: 12 with AVX-512's 32 registers and 2-vector panels, 6 with
+    AVX2's 16); the rule tiles the (padded) rows by their largest divisor ``t`` up to it.
+    A ``t``-row tile does ``t x vectors`` FMAs per k step for ``vectors`` weight loads and
+    ``t`` broadcasts; it is costed against the full tile by the larger of its loads per FMA
+    (relative to the full tile's) and the FMA latency it cannot hide (fewer than
+    ``LATENCY_ACCUMULATORS`` independent accumulators), times the rows it computes
+    (``padded / M``); the cheapest ``t`` wins, M unpadded on a tie.  Measured, one thread:
+    Zen 3 (AVX2, 6-row tile), M = 128 (t = 4, cost 1.125) padded to 132 (1.031): 0.86-0.95x
+    the time over five K x N shapes; emeraldrapids (AVX-512, 12 rows), M = 49 in 7-row tiles
+    (1.10) against padded to 60 (1.22): 0.865x the time (six 768 x 3072 / 3072 x 768 FFN
+    pairs, weights from DRAM); M = 37 or 197 in 1-row tiles (cost 4): ~65 GFLOP/s against
+    250 at 12 rows."""
     rows = max(int(rows), 1)
-    tile = max(d for d in range(1, min(m, rows) + 1) if m % d == 0)
-    padded = -(-m // rows) * rows
-    if tile < rows and padded / m < (1 + rows / tile) / 2:
-        return rows
-    return 1
+
+    def tile_cost(t: int) -> float:
+        loads = (vectors + t) / (t * vectors) / ((vectors + rows) / (rows * vectors))
+        return max(loads, LATENCY_ACCUMULATORS / (t * vectors), 1.0)
+
+    divisor = max(d for d in range(1, min(m, rows) + 1) if m % d == 0)
+    best, best_cost = 1, tile_cost(divisor)
+    for t in range(rows, 1, -1):
+        padded = -(-m // t) * t
+        if padded == m:
+            continue
+        cost = padded / m * tile_cost(t)
+        if cost < best_cost - 1e-9:
+            best, best_cost = t, cost
+    return best
+
+
+# independent accumulators that keep two FMA pipes of 4-cycle latency busy (Zen 3-5, Intel
+# since Skylake): a 1-row tile of 2 vectors waits on the latency 4x
+LATENCY_ACCUMULATORS = 8
 
 
 def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:

@@ -141,6 +141,48 @@ def _legalize_softmax(bb, call):
     return out
 
 
+def _legalize_layer_norm(bb, call):
+    """Layer norm over the last axis of a float32 row whose length is no multiple of
+    ``ROW_CHUNK`` (wav2vec2's InstanceNorm over 3199 frames, fused to a layer norm): two
+    passes over the row shifted by its first element, each sum over whole chunks then the
+    tail (``_row_reduce``), so the row rule vectorises both; TOPI's sums over such a row
+    stayed a scalar chain of dependent adds (3.7x onnxruntime's time).  Other layer norms
+    keep TVM's legalization."""
+    from tvm.relax.transform.legalize_ops.nn import _nn_layer_norm
+
+    x = call.args[0]
+    axes = [int(a) % x.ty.ndim for a in call.attrs.axes] if x.ty.ndim else []
+    n = x.ty.shape[-1] if x.ty.ndim else None
+    if (str(x.ty.dtype) != "float32" or axes != [x.ty.ndim - 1]
+            or not isinstance(n, tirx.IntImm) or int(n) % ROW_CHUNK == 0
+            or int(n) <= ROW_CHUNK):
+        return _nn_layer_norm(bb, call)
+    eps = float(call.attrs.epsilon)
+
+    def te_layer_norm(a, gamma, beta):
+        *rows, n = a.shape
+        # shifted by the row's first element: x - x0 is of the order of the spread, so
+        # its sum, the mean of it and d = (x - x0) - that mean keep the bits a mean of
+        # |mean| >> std loses (float32 sums of x itself: 3x onnxruntime's error against
+        # float64 at mean 100, std 1; shifted: below it)
+        fn = tirx.const(int(n), "float32")
+        add = lambda u, v: u + v  # noqa: E731
+        shifted = te.compute(a.shape, lambda *i: a(*i) - a(*i[:-1], 0),
+                             name="T_layer_norm_shifted")
+        s = _row_reduce(te.sum, add, shifted, rows, n, "T_layer_norm_sum")
+        d = te.compute(a.shape, lambda *i: shifted(*i) - s(*i[:-1]) / fn,
+                       name="T_layer_norm_diff")
+        sq = te.compute(a.shape, lambda *i: d(*i) * d(*i), name="T_layer_norm_sq")
+        v = _row_reduce(te.sum, add, sq, rows, n, "T_layer_norm_var")
+        one = tirx.const(1.0, "float32")
+        return te.compute(
+            a.shape, lambda *i: d(*i) * (one / tirx.sqrt(v(*i[:-1]) / fn + tirx.const(
+                eps, "float32"))) * gamma(i[-1]) + beta(i[-1]), name="T_layer_norm")
+
+    return bb.call_te(te_layer_norm, x, call.args[1], call.args[2],
+                      primfunc_name_hint="layer_norm")
+
+
 def _elementwise(name, fn):
     """``relax.{name}`` on float32 as ``fn`` (vectorisable arithmetic, the argument bound
     once); other dtypes keep the op's registered legalization."""
@@ -157,6 +199,7 @@ def _elementwise(name, fn):
 
 LEGALIZE_MAP = {"relax.nn.gelu": _legalize_gelu, "relax.nn.gelu_tanh": _legalize_gelu_tanh,
                 "relax.nn.softmax": _legalize_softmax,
+                "relax.nn.layer_norm": _legalize_layer_norm,
                 "relax.exp": _elementwise("exp", exp_f32),
                 "relax.erf": _elementwise("erf", erf_f32)}
 """For ``relax.transform.LegalizeOps(customize_legalize_map=...)`` (``compiler.lowering.install``

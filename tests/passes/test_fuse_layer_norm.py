@@ -85,3 +85,28 @@ def test_not_fused_when_gamma_varies_along_a_kept_axis():
     m = decomposed_ln(gamma_shape=(5, 1), beta=False)
     feeds = _feeds()
     assert_close(compile_run(m, feeds)[0], ort_run(m, feeds))
+
+
+def _instance_norm(t: int):
+    c = 6
+    inits = {"scale": RNG.uniform(0.5, 1.5, c).astype(np.float32),
+             "bias": RNG.normal(0, 0.1, c).astype(np.float32)}
+    nodes = [node("InstanceNormalization", ["x", "scale", "bias"], "y", epsilon=1e-5)]
+    return model(nodes, {"x": [1, c, t]}, {"y": [1, c, t]}, inits)
+
+
+def test_instance_norm_becomes_a_layer_norm_with_a_per_channel_affine():
+    """TVM imports InstanceNormalization as (x - mean) / sqrt(variance(x) + eps) * s + b,
+    s and b per channel: a layer norm over the time axis (its variance two-pass as TVM's
+    own), the per-channel affine left as an elementwise epilogue.  wav2vec2's feature
+    encoder over 3199 frames: two kernels with scalar reductions (8.9 ms, onnxruntime 1.3
+    on emeraldrapids), now one row kernel whose sums are whole vectors then a tail."""
+    _, after, r = run_pass(FuseLayerNorm(), _instance_norm(211))
+    assert r.rewrites == {RULE: 1} and after["relax.nn.layer_norm"] == 1
+    assert "relax.variance" not in after and "relax.mean" not in after
+    for t in (211, 3199, 48):  # odd rows (whole chunks + a tail), and whole chunks
+        m = _instance_norm(t)
+        feeds = {"x": (5 + 3 * RNG.standard_normal((1, 6, t))).astype(np.float32)}
+        outs, cm = compile_run(m, feeds)
+        assert cm.report["schedules"].get("cpu.row_reduction") == 1, cm.report["schedules"]
+        assert_close(outs, ort_run(m, feeds))

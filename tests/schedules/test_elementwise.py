@@ -80,12 +80,42 @@ def test_symbolic_transpose_numerics():
 def test_structure_odd_rows_keep_a_plain_inner_loop(target):
     """A 1-pixel zero pad of [1, 64, 112, 112]: 114-wide rows divide no vector; the row
     loop stays a plain loop inside the parallel one (it was fused into 831744 parallel
-    iterations with a division and a modulo each: 4-8 ms against onnxruntime's 0.2)."""
+    iterations with a division and a modulo each: 4-8 ms against onnxruntime's 0.2), and
+    is partitioned at the pad's bounds tests when lowered (its interior a plain copy)."""
     f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, 1, 1, 1, 1])),
                        [(1, 64, 112, 112)], "pad")
     text = Elementwise().apply(f, target).mod["main"].script()
     assert "T.parallel(T.int64(7296))" in text  # 64 x 114 rows
-    assert "in range(T.int64(114))" in text and "T.vectorized" not in text
+    assert ('T.serial(T.int64(114), annotations={"pragma_loop_partition_hint": 1})' in text
+            and "T.vectorized" not in text)
+
+
+@pytest.mark.parametrize("target", [TARGET, AVX2])
+def test_structure_long_odd_rows_whole_vectors_then_a_tail(target):
+    """wav2vec2's GELU after its InstanceNorm's per-channel scale: [1, 512, 3199]. Rows in
+    parallel, each 3199 as whole vectors then a scalar tail; the two inner loops fused
+    (3199 x 512 is whole vectors) read the per-channel scale as a gather behind a division
+    per lane (2.6 ms, onnxruntime 1.2 on emeraldrapids)."""
+    lanes = 16 if target is TARGET else 8
+
+    def build(bb, x, s):
+        return bb.emit(relax.op.nn.gelu(bb.emit(relax.op.multiply(x, s))))
+    f = fused_primfunc(build, [(1, 512, 3199), (512, 1)], "gelu")
+    text = Elementwise().apply(f, target).mod["main"].script()
+    head = 3199 - 3199 % lanes
+    assert "T.parallel(T.int64(512))" in text
+    assert f"T.vectorized(T.int64({lanes}))" in text
+    assert f"in range(T.int64({head}), T.int64(3199))" in text
+
+
+def test_long_odd_rows_against_onnxruntime():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 24, 211)).astype("float32")
+    s = rng.standard_normal((24, 1)).astype("float32")
+    model = onnx_model([helper.make_node("Mul", ["x", "s"], ["m"]),
+                        helper.make_node("Tanh", ["m"], ["y"])],
+                       [("x", x.shape)], [("y", x.shape)], {"s": s})
+    check_against_ort(model, {"x": x}, "cpu.elementwise")
 
 
 def test_pad_odd_rows_against_onnxruntime():

@@ -199,3 +199,45 @@ def test_bare_exp_and_erf_models_against_onnxruntime():
         m = model([node(op, ["x"], "y")], {"x": x.shape}, {"y": x.shape})
         got, cm = compile_run(m, {"x": x})
         assert_close(got, ort_run(m, {"x": x}))
+
+
+def _layer_norm_kernel(n: int, dtype="float32") -> str:
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, n), dtype))
+    g = relax.Var("g", relax.TensorType((n,), dtype))
+    b = relax.Var("b", relax.TensorType((n,), dtype))
+    with bb.function("main", [x, g, b]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.layer_norm(x, g, b, axes=[-1]))
+        bb.emit_func_output(out)
+    mod = relax.transform.LegalizeOps(customize_legalize_map=LEGALIZE_MAP)(bb.get())
+    return "\n".join(f.script() for gv, f in mod.functions.items()
+                     if isinstance(f, tvm.tirx.PrimFunc))
+
+
+def test_structure_layer_norm_odd_rows_sum_whole_chunks_then_a_tail():
+    """A layer norm over 211 (no whole 16-chunks): both sums split into whole chunks and a
+    tail (the row rule vectorises the first); whole rows and float16 keep TVM's kernel."""
+    odd = _layer_norm_kernel(211)
+    assert "T_layer_norm_sum_tail" in odd and "T_layer_norm_var_tail" in odd
+    assert "T.int64(208)" in odd
+    assert "_tail" not in _layer_norm_kernel(256)
+    assert "_tail" not in _layer_norm_kernel(211, "float16")
+
+
+def test_layer_norm_odd_rows_against_onnxruntime():
+    rng = np.random.default_rng(5)
+    inits = {"g": rng.uniform(0.5, 1.5, 211).astype(np.float32),
+             "b": rng.normal(0, 0.1, 211).astype(np.float32)}
+    m = model([node("LayerNormalization", ["x", "g", "b"], "y", axis=-1, epsilon=1e-5)],
+              {"x": [3, 5, 211]}, {"y": [3, 5, 211]}, inits)
+    x = (100 + rng.standard_normal((3, 5, 211))).astype(np.float32)  # |mean| >> std
+    got, cm = compile_run(m, {"x": x})
+    assert cm.report["schedules"].get("cpu.row_reduction") == 1
+    assert_close(got, ort_run(m, {"x": x}))
+    # against float64: the row shifted by its first element keeps the mean's bits
+    # (unshifted float32 sums: 1.6e-5 here; onnxruntime 5.7e-6)
+    xd = x.astype(np.float64)
+    d = xd - xd.mean(-1, keepdims=True)
+    ref = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * inits["g"] + inits["b"]
+    assert np.abs(got[0] - ref).max() < 2e-6
