@@ -98,7 +98,7 @@ def pad_rows(m: int, rows: int, vectors: int = 2) -> int:
     Zen 3 (AVX2, 6-row tile), M = 128 (t = 4, cost 1.125) padded to 132 (1.031): 0.86-0.95x
     the time over five K x N shapes; emeraldrapids (AVX-512, 12 rows), M = 49 in 7-row tiles
     (1.10) against padded to 60 (1.22): 0.865x the time (six 768 x 3072 / 3072 x 768 FFN
-    pairs, weights from DRAM); M = 37 or 197 in 1-row tiles (cost 4): ~65 GFLOP/s against
+    pairs, weights streamed from L3); M = 37 or 197 in 1-row tiles (cost 4): ~65 GFLOP/s against
     250 at 12 rows."""
     rows = max(int(rows), 1)
 
