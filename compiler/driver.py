@@ -236,6 +236,9 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
                 and not runtime.cpu_features.missing_features(tinfo.features, tinfo.arch))
     report["precision"] = stage("precision_check", precisions.error_entry, cm, precision,
                                 rebuild, runnable, precision_check)
+    slow = precisions.speed_warning(precision, tinfo)
+    if slow:
+        report["warnings"].append(slow)
     err = report["precision"]["max_rel_error"]
     if err is not None and err > precisions.WARN_ABOVE:
         report["warnings"].append(

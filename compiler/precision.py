@@ -42,6 +42,20 @@ def check(precision: str, tinfo, where: str) -> None:
             "'fp32', or 'bf16-emulated' to measure the bf16 error on this target")
 
 
+def speed_warning(precision: str, tinfo) -> str | None:
+    """A warning when ``bf16`` is unlikely to be faster than fp32 on ``tinfo``'s CPU: only
+    AMD's Zen 4 / Zen 5 (LLVM ``znver*``) run ``vdpbf16ps`` at the fp32 FMA's rate, doing
+    twice its work; Intel cores issue it at half that rate, so the gain there is AMX-BF16's,
+    which onnxc does not use (emeraldrapids, AMX hidden: BERT-base bf16 2.06x onnxruntime's
+    fp32 time, 0.48x on znver5)."""
+    if precision != "bf16" or not tinfo.is_cpu or tinfo.cpu.startswith("znver"):
+        return None
+    return (f"precision bf16 on {tinfo.cpu}: vdpbf16ps issues at half the fp32 FMA rate on "
+            "this CPU, so bf16 matmuls are no faster than fp32 here (measured on "
+            "emeraldrapids: BERT-base 2x slower than onnxruntime's fp32); bf16 pays on AMD "
+            "Zen 4 / Zen 5")
+
+
 def pass_config(precision: str, tinfo, config: dict) -> dict:
     """``config`` with pack_bf16_matmul's precision and register tile (two vectors wide,
     rows from the accumulator budget, as pack_matmul_weights') for ``tinfo``."""
