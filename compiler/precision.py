@@ -43,17 +43,17 @@ def check(precision: str, tinfo, where: str) -> None:
 
 
 def speed_warning(precision: str, tinfo) -> str | None:
-    """A warning when ``bf16`` is unlikely to be faster than fp32 on ``tinfo``'s CPU: only
-    AMD's Zen 4 / Zen 5 (LLVM ``znver*``) run ``vdpbf16ps`` at the fp32 FMA's rate, doing
-    twice its work; Intel cores issue it at half that rate, so the gain there is AMX-BF16's,
-    which onnxc does not use (emeraldrapids, AMX hidden: BERT-base bf16 2.06x onnxruntime's
-    fp32 time, 0.48x on znver5)."""
+    """A warning when ``bf16`` is unlikely to be faster than fp32 on ``tinfo``'s CPU.  On
+    AMD's Zen 4 / Zen 5 (LLVM ``znver*``) ``vdpbf16ps`` does twice an fp32 FMA's work at
+    its rate (BERT-base bf16 0.48x onnxruntime's fp32 time on znver5); on an Intel core
+    (emeraldrapids, AMX hidden) the same kernel ran at ~120 GFLOP/s, no faster than fp32,
+    and BERT-base at 2.06x onnxruntime's fp32 time: there the bf16 gain is AMX-BF16's,
+    which onnxc does not use."""
     if precision != "bf16" or not tinfo.is_cpu or tinfo.cpu.startswith("znver"):
         return None
-    return (f"precision bf16 on {tinfo.cpu}: vdpbf16ps issues at half the fp32 FMA rate on "
-            "this CPU, so bf16 matmuls are no faster than fp32 here (measured on "
-            "emeraldrapids: BERT-base 2x slower than onnxruntime's fp32); bf16 pays on AMD "
-            "Zen 4 / Zen 5")
+    return (f"precision bf16 on {tinfo.cpu}: bf16 matmuls (vdpbf16ps) are not expected to "
+            "beat fp32 on this CPU (measured on emeraldrapids: no faster than fp32, "
+            "BERT-base 2x onnxruntime's fp32 time); bf16 pays on AMD Zen 4 / Zen 5")
 
 
 def pass_config(precision: str, tinfo, config: dict) -> dict:

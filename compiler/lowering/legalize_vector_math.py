@@ -15,9 +15,10 @@ TVM's own ``topi.fast_erf`` vectorises but is off by up to 3.7e-7 near |x| = 4 (
   beyond 3.92, ``1 - erfc`` rounds to 1.0f anyway.
 
 Both branches are computed and one selected, so the loop body has no branch.  Softmax's
-exp only ever sees ``x - max(x) <= 0``: the same exp, subnormal results down to
-``exp(-103.97)`` (``2^(n+24)`` normal, then one rounding ``* 2^-24``), ``-inf`` and anything below giving
-0, NaN staying NaN.  The primitives live in ``passes/math_f32.py`` (the stable sigmoid
+exp only ever sees ``x - max(x) <= 0``: the same exp (``exp_nonpositive_f32``: subnormal
+results down to ``exp(-103.97)``, ``2^(n+24)`` normal, then one rounding ``* 2^-24``; ``-inf``
+and anything below giving 0, NaN staying NaN), except that softmax flushes to 0 every exp
+whose normalised result would be subnormal (a microcode assist per vector on Intel).  The primitives live in ``passes/math_f32.py`` (the stable sigmoid
 pass uses the exp too).  Measured against float64 on
 [-12, 12]: erf within 1.2e-7, GELU within 5e-7 (as the float32 rounding of libm's),
 exp within 2 ulp (tests/compiler/test_legalize_vector_math.py); coefficients fitted by
