@@ -103,8 +103,7 @@ def _core(df: Dataflow, n):
     if var is not None:
         # variance(x) itself (TVM's import of InstanceNormalization; its kernel is two-pass
         # like layer_norm's): the same x as the numerator's, population variance
-        if (not df.source(var.args[0]).same_as(df.source(x)) or not var.attrs.keepdims
-                or (shape_of(x) is None)):
+        if not df.source(var.args[0]).same_as(df.source(x)) or not var.attrs.keepdims:
             return None
         mean_sq, sq, base = var, None, None
     else:
