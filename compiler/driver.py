@@ -25,7 +25,7 @@ import targets
 
 from . import __version__
 from . import precision as precisions
-from .lowering import parallel_build
+from .lowering import input_alignment, parallel_build
 from .lowering.artifact import write_artifact
 from .errors import CompileError
 from .frontend.fold_onnx import fold_constants as fold_onnx_constants
@@ -157,6 +157,8 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         graph.checked = {}
         for call in graph.calls:
             call.pop("checked", None)
+    if tinfo.is_cpu:  # kernels read model inputs where the caller's array lies
+        graph.input_align = input_alignment.mark(graph)
     # groups of kernels are scheduled and built in worker processes while this one does
     # its own group (compiler/lowering/parallel_build.py): "schedule" and "build" time it
     # (forked outside any stage: a child holding the stage's log pipe would keep it open);

@@ -3,7 +3,8 @@
 Shaped like onnxruntime's ``IOBinding``, for CPU memory::
 
     b = sess.io_binding()
-    b.bind_input("input_ids", ids)            # read in place when aligned (64 B), contiguous
+    b.bind_input("input_ids", ids)            # read in place when contiguous and as aligned
+                                              # as the graph's input "align" (element size)
     b.bind_output("logits")                   # runtime-owned memory, sized for the dims' max
     b.bind_output("present.0.key", array)     # or the caller's memory (enough bytes)
     sess.run_with_iobinding(b)

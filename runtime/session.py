@@ -12,9 +12,10 @@ Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
                                        # index: buffer or param; offset: bytes into the buffer
                                        # (a placed concat's members, or an expression of the
                                        # dims: a cache's new rows; absent: 0)
-    inputs / outputs: [{name, tensor, perm?}]  # perm: the tensor is stored permuted (a
-                                       # sequence-major key/value cache [P, B, H, D]); callers
-                                       # see tensor.transpose(perm)
+    inputs / outputs: [{name, tensor, perm?, align?}]  # perm: the tensor is stored permuted
+                                       # (a sequence-major key/value cache [P, B, H, D]);
+                                       # callers see tensor.transpose(perm); align (inputs):
+                                       # bytes of alignment the kernels assume of it (absent: 64)
     calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes, scalars?, rows_variant?}]
                                        # scalars: [(position, dim expression)] ints passed;
                                        # rows_variant: {kernel, rows, tile}: a padded-tile
@@ -105,11 +106,18 @@ MAX_BINDINGS = 16
 # the caller's array as a TVM tensor and patching the calls that read it costs.
 IN_PLACE_MIN_BYTES = 32 * 1024
 
-# The data alignment the kernels are built for: TVM marks every buffer parameter with it
-# (storage_alignment), and LLVM may then emit aligned vector moves, which fault on other
-# addresses.  An input the caller gives less aligned is copied (scripts/bench_alignment.py:
-# an element-aligned build costs nothing measurable, but the compiler does not make one yet).
+# The data alignment kernels assume of a buffer parameter unless the graph says otherwise:
+# TVM marks every one with it (storage_alignment), and LLVM may then emit aligned vector
+# moves, which fault on other addresses.  The compiler declares the parameters that read a
+# model input element-aligned and records it as the input's ``align``
+# (compiler/lowering/input_alignment.py); an input less aligned than its ``align`` (any
+# input of an artifact without one) is copied into the arena.
 KERNEL_ALIGN = 64
+
+
+def input_align(io: dict) -> int:
+    """The alignment in bytes the kernels assume of graph input ``io``'s data."""
+    return int(io.get("align", KERNEL_ALIGN))
 
 # Argument lists kept per arena for a static model, one per combination of output slots
 # (runtime/output_pool.py): a run whose slots were seen before patches nothing.
@@ -376,6 +384,7 @@ class Session:
         self._direct_in, self._direct_out, self._buffer_uses = (
             ({}, {}, {}) if instrumented or not self.options.bind_io
             else direct_buffers(graph))
+        self._input_align = {io["name"]: input_align(io) for io in graph["inputs"]}
         self._arenas = 1
         self._pool = threading.Condition(threading.Lock())
         self._waiting = 0  # threads waiting in _acquire for an arena
@@ -416,7 +425,8 @@ class Session:
             held = tensors[t]["index"] if tensors[t]["storage"] == "arena" else None
             in_place = None
             if b is not None and self._bound_bytes(b, {}) >= IN_PLACE_MIN_BYTES:
-                in_place = [spec(m) + (args_of(uses),) for m, uses in self._buffer_uses[b][1]]
+                in_place = ([spec(m) + (args_of(uses),) for m, uses in self._buffer_uses[b][1]],
+                            input_align(io))
             inputs.append((io["name"], t, held if held in outputs else None, in_place))
         self._static = (feed, inputs, outputs)
 
@@ -616,11 +626,11 @@ class Session:
             for name, t, held, in_place in inputs:
                 a = arrays[name]
                 if in_place is not None:
-                    tvs = self._wrap_input(a, in_place)
+                    tvs = self._wrap_input(a, *in_place)
                     if tvs is not None:
                         if patched is None:
                             patched = {}
-                        for (_, _, _, uses), tv in zip(in_place, tvs):
+                        for (_, _, _, uses), tv in zip(in_place[0], tvs):
                             for k, pos in uses:
                                 patched.setdefault(k, list(calls[k][1]))[pos] = tv
                         continue
@@ -669,20 +679,21 @@ class Session:
         return new
 
     @staticmethod
-    def _wrap_input(a: np.ndarray, members) -> list | None:
+    def _wrap_input(a: np.ndarray, members, align: int) -> list | None:
         """TVM tensors over the caller's array ``a`` for each tensor of its buffer
         (``members``: (tensor, shape, dtype, uses)), or None when the kernels cannot read it
         where it is (not C-contiguous, read-only: DLPack exports no read-only memory, or
-        not KERNEL_ALIGN-aligned)."""
-        import tvm
+        less than ``align``-aligned)."""
+        import tvm_ffi
 
-        if not (a.flags.c_contiguous and a.flags.writeable) or a.ctypes.data % KERNEL_ALIGN:
+        if not (a.flags.c_contiguous and a.flags.writeable) or a.ctypes.data % align:
             return None
         if len(members) == 1 and members[0][1] == a.shape:
-            return [tvm.runtime.from_dlpack(a)]
+            return [tvm_ffi.from_dlpack(a, require_alignment=align, require_contiguous=True)]
         raw = a.reshape(-1).view(np.uint8)
-        return [tvm.runtime.from_dlpack(raw[:math.prod(shape) * dtype.itemsize].view(dtype)
-                                        .reshape(shape))
+        return [tvm_ffi.from_dlpack(raw[:math.prod(shape) * dtype.itemsize].view(dtype)
+                                    .reshape(shape), require_alignment=align,
+                                    require_contiguous=True)
                 for _, shape, dtype, _ in members]
 
     def io_binding(self):
@@ -797,7 +808,8 @@ class Session:
                     bound[b] = _aligned_bytes(need)
         for name, b in self._direct_in.items():
             a = arrays[name]
-            if (a.flags.c_contiguous and a.flags.writeable and a.ctypes.data % 64 == 0):
+            if (a.flags.c_contiguous and a.flags.writeable
+                    and a.ctypes.data % self._input_align[name] == 0):
                 bound[b] = a.reshape(-1).view(np.uint8)
                 in_place.add(name)
         for out, (name, b) in self._kv.items():
@@ -831,7 +843,7 @@ class Session:
         """``calls`` with the bound buffers' tensors swapped in (the arena's views stay as
         they are for the next run), and {tensor id: its view on the bound memory}.  A
         tensor empty at this binding keeps the prepared call's empty argument."""
-        import tvm
+        import tvm_ffi
 
         tensors = self.graph["tensors"]
         patched: dict = {}
@@ -846,7 +858,9 @@ class Session:
                 views[t] = v
                 if not v.size:
                     continue
-                tv = tvm.runtime.from_dlpack(v)
+                # an input's memory is as aligned as _bind checked (input_align)
+                tv = tvm_ffi.from_dlpack(v, require_alignment=dtype.itemsize,
+                                         require_contiguous=True)
                 for k, pos in uses:
                     patched.setdefault(k, list(calls[k][1]))[self._arg_index[k][pos]] = tv
         new = list(calls)

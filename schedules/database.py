@@ -95,7 +95,9 @@ def workload_hash(func) -> str:
     """
     import tvm_ffi
 
-    for attr in ("global_symbol", "onnxc.dim_opt"):  # the opts: compiler/lowering/symbolic.py
+    # the opts: compiler/lowering/symbolic.py; the element-aligned parameters (set on the
+    # kernels reading model inputs, applied after scheduling): input_alignment.py
+    for attr in ("global_symbol", "onnxc.dim_opt", "onnxc.element_aligned"):
         if func.attrs is not None and attr in func.attrs:
             func = func.without_attr(attr)
     return format(tvm_ffi.structural_hash(func) & (2**64 - 1), "016x")
@@ -385,7 +387,9 @@ def private_copy(func):
     """
     import tvm
 
-    for attr in ("global_symbol", "onnxc.dim_opt"):  # the opts: compiler/lowering/symbolic.py
+    # the opts: compiler/lowering/symbolic.py; the element-aligned parameters (set on the
+    # kernels reading model inputs, applied after scheduling): input_alignment.py
+    for attr in ("global_symbol", "onnxc.dim_opt", "onnxc.element_aligned"):
         if func.attrs is not None and attr in func.attrs:
             func = func.without_attr(attr)
     return tvm.ir.load_json(tvm.ir.save_json(func)).with_attr("global_symbol", "main")

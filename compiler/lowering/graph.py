@@ -86,6 +86,8 @@ class KernelGraph:
     # the permutation that shows the stored tensor in the model's layout
     perms: dict = field(default_factory=dict)
     kv_caches: dict = field(default_factory=dict)  # {"placed": [...], "kept": [...]}
+    # input name -> bytes of alignment the kernels assume of its data (input_alignment.py)
+    input_align: dict = field(default_factory=dict)
 
     def add(self, t: Tensor) -> int:
         self.tensors.append(t)
@@ -587,7 +589,9 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
     meta = {
         "tensors": tensors,
         # perm: a sequence-major cache, shown to callers as tensor.transpose(perm)
-        "inputs": [{"name": n, "tensor": t, **({"perm": g.perms[n]} if n in g.perms else {})}
+        # align: what the kernels assume of the input's data (none given: 64)
+        "inputs": [{"name": n, "tensor": t, **({"perm": g.perms[n]} if n in g.perms else {}),
+                    **({"align": g.input_align[n]} if n in g.input_align else {})}
                    for n, t in g.inputs],
         "outputs": [{"name": n, "tensor": t, **({"perm": g.perms[n]} if n in g.perms else {})}
                     for n, t in g.outputs],

@@ -68,6 +68,9 @@ def compile_kernels(mod, target):
     """
     import tvm
 
+    from .input_alignment import relax
+
+    mod = relax(mod)
     current = tvm.transform.PassContext.current()
     config = {**dict(current.config), "tirx.disable_assert": not kernel_asserts()}
     with tvm.transform.PassContext(opt_level=current.opt_level, config=config,
