@@ -119,6 +119,7 @@ def input_align(io: dict) -> int:
     """The alignment in bytes the kernels assume of graph input ``io``'s data."""
     return int(io.get("align", KERNEL_ALIGN))
 
+
 # Argument lists kept per arena for a static model, one per combination of output slots
 # (runtime/output_pool.py): a run whose slots were seen before patches nothing.
 MAX_COMBOS = 16
