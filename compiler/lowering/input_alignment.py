@@ -12,7 +12,7 @@ are declared element-aligned instead:
 * :func:`mark` (before scheduling) names them on each kernel (attribute :data:`ATTR`:
   parameter positions) and returns, per input, the alignment the kernels now assume of
   it (its element size, or 64 where a kernel writes into the input's storage: a key/value
-  cache appended in place); ``graph.to_meta`` records it as the input's ``align`` and the
+  cache appended in place); ``graph.plan_storage`` records it as the input's ``align`` and the
   runtime reads an input in place when its data is that aligned;
 * :func:`relax` (after scheduling, before ``tvm.compile``) rewrites those parameters'
   buffer types.  It runs after the schedules so that tuning records (keyed by the
@@ -20,7 +20,8 @@ are declared element-aligned instead:
   (``schedules/database.py``).
 
 A kernel built this way is as fast (``scripts/bench_alignment.py``: the matmul, conv
-layout transform and add reading an element-aligned input, 2025-12-01: within noise).
+layout transform and add reading an element-aligned input measured within noise of the
+64-byte build; docs/performance.md, "Unaligned inputs").
 """
 
 from __future__ import annotations
