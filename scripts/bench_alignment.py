@@ -3,10 +3,10 @@
 TVM marks every buffer parameter ``storage_alignment`` = its ``data_alignment`` (64), and
 LLVM then assumes that alignment for vector loads.  The compiler now builds the kernels that
 read a model input element-aligned on it (compiler/lowering/input_alignment.py) and the
-runtime reads such inputs in place; this script measures what that costs the kernel.  It schedules one kernel of a
-single-op model as compile() does, builds it twice (the inputs' buffers as scheduled, and
-with ``align`` = the element size on the model-input parameters), and times the kernel
-call (median of repeats, one process, both builds alternating):
+runtime reads such inputs in place; this script measures what that costs the kernel.  It
+schedules one kernel of a single-op model as compile() does, builds it twice (the inputs'
+buffers at 64, and with ``align`` = the element size on the model-input parameters), and
+times the kernel call (median of repeats, one process, both builds alternating):
 
     python scripts/bench_alignment.py                 # matmul, conv, add
     python scripts/bench_alignment.py --repeat 200
