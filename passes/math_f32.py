@@ -84,6 +84,15 @@ def _exp_negative(g):
     return _horner(_E, r) * _pow2(n, tirx.const(127 + _SUB, "int32")) * const(2.0 ** -_SUB)
 
 
+def exp_normal_f32(g):
+    """exp(g) for g in [ln(FLT_MIN), 0] = [-87.33, 0], whose results are normal (the
+    caller clamps; softmax's exps below its flush cut): ``p(r) * 2^n`` with ``2^n`` built
+    directly in the exponent bits (n >= -126), without ``_exp_negative``'s ``2^-24``
+    scaling and -103.98 clamp: two vector ops fewer per vector."""
+    n, r = _reduce(g)
+    return _horner(_E, r) * _pow2(n, tirx.const(127, "int32"))
+
+
 def erf_f32(x):
     """erf of a float32 PrimExpr, as vectorisable arithmetic (no libm call)."""
     t = tirx.min(tirx.abs(x), const(_TOP))
