@@ -6,8 +6,9 @@ extracts the kernel calls and plans storage (``inplace``: outputs reusing a dyin
 ``artifact`` writes the ``.so``.
 """
 
-from . import (legalize_conv_nchwc, legalize_hyperbolic, legalize_nan, legalize_pool,
-               legalize_reductions, legalize_topk, legalize_vector_math)
+from . import (legalize_conv_nchwc, legalize_hyperbolic, legalize_layout_transform,
+               legalize_nan, legalize_pool, legalize_reductions, legalize_topk,
+               legalize_vector_math)
 
 _installed = False
 
@@ -28,7 +29,9 @@ def install() -> dict:
     Returned, not installed: float32 GELU and softmax with vectorisable erf / exp
     (``legalize_vector_math``), for our pipeline's ``LegalizeOps`` only; they replace
     TVM's numerics (a polynomial erf, a range-reduced exp), which other users of
-    ``LegalizeOps`` in the process do not ask for.
+    ``LegalizeOps`` in the process do not ask for; and layout transforms over their
+    output's index space (``legalize_layout_transform``: the same values, another loop
+    nest).
     """
     global _installed
     if not _installed:  # TVM refuses a second registration at the same level
@@ -39,4 +42,4 @@ def install() -> dict:
         legalize_nan.install()
         legalize_hyperbolic.install()
         _installed = True
-    return dict(legalize_vector_math.LEGALIZE_MAP)
+    return {**legalize_vector_math.LEGALIZE_MAP, **legalize_layout_transform.LEGALIZE_MAP}

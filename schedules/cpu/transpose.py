@@ -46,7 +46,10 @@ def match_transpose(sch):
     if not idx or not isinstance(idx[-1], tirx.Var) or idx[-1].same_as(c):
         return None
     pos = next((i for i, v in enumerate(ivs[:-1]) if v.same_as(idx[-1])), None)
-    if pos is None or not any(e.same_as(c) for e in idx[:-1]):
+    # c read in an outer dim, alone or in a channel-block index (NCHW -> NCHWc:
+    # ``x[n, C * 16 + c, h, w]``)
+    if pos is None or not any(any(v.same_as(c) for v in tirx.analysis.undefined_vars(e))
+                              for e in idx[:-1]):
         return None
     return last, pos
 
