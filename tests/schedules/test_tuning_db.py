@@ -124,6 +124,16 @@ def test_apply_record_replays_the_trace_and_leaves_the_input_alone(tmp_path):
     assert apply_record(func, record(func)) is None  # the default won: nothing to replay
 
 
+def test_apply_record_keeps_the_element_aligned_marking():
+    """A tuned kernel that reads a model input is built element-aligned on it like a default
+    one (the graph records that alignment): the replay keeps the marking relax() reads."""
+    from compiler.lowering.input_alignment import ATTR
+
+    func = _matmul().with_attr("global_symbol", "fused_matmul").with_attr(ATTR, [0])
+    out = apply_record(func, record(func, winner="tuned", trace=default_trace_json(func)))
+    assert [int(p) for p in out.attrs[ATTR]] == [0]
+
+
 def test_private_copy_shares_nothing():
     func = _matmul()
     before = tvm_ffi.structural_hash(func)
