@@ -427,7 +427,7 @@ class Session:
             in_place = None
             if b is not None and self._bound_bytes(b, {}) >= IN_PLACE_MIN_BYTES:
                 in_place = ([spec(m) + (args_of(uses),) for m, uses in self._buffer_uses[b][1]],
-                            input_align(io))
+                            self._input_align[io["name"]])
             inputs.append((io["name"], t, held if held in outputs else None, in_place))
         self._static = (feed, inputs, outputs)
 

@@ -30,6 +30,8 @@ import json
 
 import numpy as np
 
+from .graph import _root  # the tensor whose storage a view is of
+
 # Kernel attribute: positions of the parameters to declare element-aligned.
 ATTR = "onnxc.element_aligned"
 # What TVM assumes of every buffer parameter unless told otherwise (its kAllocAlignment).
@@ -68,13 +70,6 @@ def mark(graph) -> dict:
         graph.prim_funcs[k] = graph.prim_funcs[k].with_attr(ATTR, sorted(ps))
     return {name: DEFAULT_ALIGN if t in written else
             np.dtype(graph.tensors[t].dtype).itemsize for t, name in inputs.items()}
-
-
-def _root(graph, t: int) -> int:
-    """The tensor whose storage ``t`` is a view of (itself when none)."""
-    while graph.tensors[t].base is not None:
-        t = graph.tensors[t].base
-    return t
 
 
 def relax(mod):
