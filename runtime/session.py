@@ -115,6 +115,13 @@ IN_PLACE_MIN_BYTES = 32 * 1024
 KERNEL_ALIGN = 64
 
 
+def arg_positions(call: dict) -> list[int]:
+    """Each tensor argument's place in ``call``'s kernel arguments: the scalars
+    (``call["scalars"]``, by position) sit between them."""
+    at = {pos for pos, _ in call.get("scalars", ())}
+    return [i for i in range(len(call["args"]) + len(at)) if i not in at]
+
+
 def input_align(io: dict) -> int:
     """The alignment in bytes the kernels assume of graph input ``io``'s data."""
     return int(io.get("align", KERNEL_ALIGN))
@@ -344,12 +351,7 @@ class Session:
                 self._calls_of_tensor[t].append(k)
             for n in _names_in([e for _, e in call.get("scalars", ())], names):
                 self._calls_of_dim.setdefault(n, []).append(k)
-        # a tensor argument's place in the call's tuple, the scalars inserted before it
-        self._arg_index = []
-        for call, scalars in zip(graph["calls"], self._scalars):
-            at = {pos for pos, _ in scalars}
-            self._arg_index.append([i for i in range(len(call["args"]) + len(at))
-                                    if i not in at])
+        self._arg_index = [arg_positions(call) for call in graph["calls"]]
         # sequence-major key/value caches: {input / output name: perm} (callers see
         # the stored tensor transposed by perm), {present name: (past name, buffer)}
         self._perms = {io["name"]: io["perm"] for io in graph["inputs"] + graph["outputs"]

@@ -30,20 +30,14 @@ import json
 
 import numpy as np
 
+from runtime.session import arg_positions
+
 from .graph import _root  # the tensor whose storage a view is of
 
 # Kernel attribute: positions of the parameters to declare element-aligned.
 ATTR = "onnxc.element_aligned"
 # What TVM assumes of every buffer parameter unless told otherwise (its kAllocAlignment).
 DEFAULT_ALIGN = 64
-
-
-def kernel_positions(call: dict) -> list[int]:
-    """The kernel parameter position of each of ``call``'s tensor arguments (scalar
-    arguments, ``call["scalars"]``, sit between them)."""
-    scalar = {pos for pos, _ in call.get("scalars", ())}
-    total = len(call["args"]) + len(scalar)
-    return [p for p in range(total) if p not in scalar][:len(call["args"])]
 
 
 def mark(graph) -> dict:
@@ -57,7 +51,7 @@ def mark(graph) -> dict:
         nin = len(call["args"]) - call["num_outputs"]
         kernels = [call["kernel"]] + ([call["rows_variant"]["kernel"]]
                                       if call.get("rows_variant") else [])
-        for i, (t, pos) in enumerate(zip(call["args"], kernel_positions(call))):
+        for i, (t, pos) in enumerate(zip(call["args"], arg_positions(call))):
             r = _root(graph, t)
             if r not in inputs:
                 continue

@@ -15,7 +15,7 @@ from tvm import te
 
 from compiler.lowering import input_alignment
 from compiler.lowering.graph import KernelGraph, Tensor
-from runtime.session import KERNEL_ALIGN, input_align
+from runtime.session import KERNEL_ALIGN, arg_positions, input_align
 from tests.conftest import REPO
 
 
@@ -56,10 +56,10 @@ def test_negative_unmarked_kernels_untouched():
     assert [p.ty.data_alignment for p in mod["f"].params] == [64, 64]
 
 
-def test_kernel_positions_skip_scalar_arguments():
+def test_arg_positions_skip_scalar_arguments():
     call = {"args": [3, 4, 5], "scalars": [[1, "n"], [4, "n * 2"]]}
-    assert input_alignment.kernel_positions(call) == [0, 2, 3]
-    assert input_alignment.kernel_positions({"args": [1, 2]}) == [0, 1]
+    assert arg_positions(call) == [0, 2, 3]
+    assert arg_positions({"args": [1, 2]}) == [0, 1]
 
 
 def test_mark_names_readers_of_inputs_and_their_views_not_written_inputs():
