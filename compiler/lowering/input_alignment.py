@@ -96,11 +96,12 @@ def _relaxed(func, positions: list[int]):
     root = nodes[doc.get("root_index", doc.get("root"))]["data"]
     params = nodes[root["params"]]["data"]
     for p in positions:
-        if p >= len(params):
-            continue
-        ty = nodes[nodes[params[p]]["data"]["ty"]]
-        if ty["type"] != "tirx.BufferType":
-            continue
+        ty = nodes[nodes[params[p]]["data"]["ty"]] if p < len(params) else None
+        if ty is None or ty["type"] != "tirx.BufferType":
+            # the graph already records the input as element-aligned: a kernel left at 64
+            # would fault on it, so refuse rather than skip
+            raise ValueError(f"kernel parameter {p} named for element alignment is not a "
+                             "buffer parameter")
         dtype = nodes[ty["data"]["dtype"]]["data"]["dtype"]
         ty["data"]["data_alignment"] = max(1, tvm.DataType(dtype).bits // 8)
     return tvm.ir.load_json(json.dumps(doc))
