@@ -22,7 +22,8 @@ block selecting the leading NaN changed dlight's schedule of attention's masked-
 into one LLVM rejects).  ``relax.argmax`` / ``relax.argmin`` get the matching fold
 (``arg_compute``: a leading NaN is index 0, other NaN are skipped, the first index among
 equal values); the ArgMax / ArgMin converters call ``arg_compute`` directly for
-``select_last_index``.  Integer dtypes and empty reductions
+``select_last_index``, or, over a long last axis, ``arg_partial_compute`` then
+``arg_merge_compute`` (lanes of independent folds, then their merge).  Integer dtypes and empty reductions
 keep TVM's.  Registered on the ops themselves (``FLegalize``), so that constant folding
 (which legalizes with the registered functions) and the lowering agree;
 ``compiler.lowering.install`` installs it.
@@ -98,6 +99,55 @@ def arg_compute(x, axis: int, keepdims: bool, kind: str, last: bool = False):
 
     index, _ = te.compute(out_shape, body, name=f"arg{kind}_red")
     return index
+
+
+# A row at least this long is reduced in two stages (``arg_partial_compute``).
+ARG_SPLIT_MIN = 1024
+ARG_LANES = 64
+
+
+def arg_partial_compute(x, kind: str, last: bool = False, lanes: int = ARG_LANES):
+    """Stage one of an arg{kind} over ``x``'s last axis ``R``: ``(index, value)`` of shape
+    ``[..., lanes]``, lane ``j`` the fold over ``x[..., k * lanes + j]`` (past ``R``: the
+    identity).  A fold is one chain of dependent selects (~5 ns an element on one core);
+    ``lanes`` independent chains, reading ``lanes`` contiguous elements a step, run as a
+    tile of outputs (``cpu.arg_reduction``) and split over cores.  The reducer's order is
+    total (a leading NaN first, a later NaN last, numbers by value then index), so folding
+    lanes then merging them (``arg_merge_compute``) gives the one fold's result."""
+    *outer, n = x.shape
+    n = int(n)
+    steps = (n + lanes - 1) // lanes
+    reducer = arg_reducer(kind, last)
+    k = te.reduce_axis((0, steps), name="k")
+    nan = tirx.const(float("nan"), x.dtype)
+
+    def body(*idx):
+        *o, j = idx
+        pos = k.var * lanes + j
+        if n % lanes == 0:
+            return reducer((pos.astype("int64"), x[(*o, pos)]), axis=k)
+        inside = pos < n
+        value = tirx.Select(inside, x[(*o, tirx.min(pos, n - 1))], nan)
+        index = tirx.Select(inside, pos.astype("int64"), tirx.const(-1, "int64"))
+        return reducer((index, value), axis=k)
+
+    index, value = te.compute([*outer, lanes], body, name=f"arg{kind}_lanes")
+    return index, value
+
+
+def arg_merge_compute(index, value, keepdims: bool, kind: str, last: bool = False):
+    """Stage two: the int64 arg{kind} of ``arg_partial_compute``'s lanes (same reducer)."""
+    *outer, lanes = index.shape
+    reducer = arg_reducer(kind, last)
+    j = te.reduce_axis((0, lanes), name="j")
+
+    def body(*idx):
+        o = idx[:len(outer)]
+        return reducer((index[(*o, j)], value[(*o, j)]), axis=j)
+
+    out_shape = [*outer, 1] if keepdims else list(outer)
+    merged, _ = te.compute(out_shape, body, name=f"arg{kind}_merge")
+    return merged
 
 
 def _is_float(dtype: str) -> bool:

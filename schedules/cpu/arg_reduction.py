@@ -14,8 +14,10 @@ loops.  The tile's loop stays serial: TVM 0.27's ``vectorize`` of this select ch
 WRONG results (every lane the index of one lane: 89% of a [1, 21, 256, 256] ArgMax wrong),
 and caching the tile "local" or unrolling it measured no faster.  The reduction order per
 output is unchanged (same results, ties and NaNs as the legalization's reducer).
-A reduction over the last axis (the vocabulary of a decoder) reads ``x`` nowhere and is
-left to the next rules.
+A reduction over the last axis reads ``x`` nowhere and is left to the next rules; the
+ArgMax / ArgMin converter turns a long one (a decoder's vocabulary) into lanes of
+independent folds (``legalize_reductions.arg_partial_compute``), which this rule tiles:
+[1, 32000] 185 -> 18 us (onnxruntime 48) on an Emerald Rapids host, 2 threads.
 """
 
 from __future__ import annotations

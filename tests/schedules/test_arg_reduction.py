@@ -95,3 +95,40 @@ def test_nans_as_onnxruntime():
     x[0, 3, 1, 3:9] = np.nan
     x[0, :, 2, 7] = np.nan
     _check(_model("ArgMax", x.shape, 1), x)
+
+
+# A long last axis (a decoder's vocabulary) is reduced in two stages by the converter
+# (compiler/lowering/legalize_reductions.arg_partial_compute): lanes of independent folds,
+# which this rule tiles, then a merge of the lanes.
+
+def _vocab_rows(shape, seed):
+    """Small integers (many ties), NaNs scattered, one row led by a NaN, one all NaN."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-4, 5, size=shape).astype("float32")
+    flat = x.reshape(-1, shape[-1])
+    flat[:, rng.integers(1, shape[-1], 40)] = np.nan
+    if flat.shape[0] > 1:
+        flat[1, 0] = np.nan
+    if flat.shape[0] > 2:
+        flat[2] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("op,shape,keepdims,last", [
+    ("ArgMax", (1, 32000), 1, 0),      # a multiple of the 64 lanes
+    ("ArgMax", (3, 50257), 0, 0),      # GPT-2's vocabulary: a tail past the last full step
+    ("ArgMin", (2, 3, 1030), 1, 1),    # select_last_index, just over the split threshold
+])
+def test_long_rows_in_two_stages(op, shape, keepdims, last):
+    m = _model(op, shape, len(shape) - 1, keepdims, last)
+    cm = compiler.compile(m, target="host")
+    rules = {k["kernel"]: k["rule"] for k in cm.report["kernel_table"]}
+    assert rules[f"{op.lower()}_lanes"] == "cpu.arg_reduction" and len(rules) == 2, rules
+    _check(m, _vocab_rows(shape, 2))
+
+
+def test_short_rows_stay_one_fold():
+    m = _model("ArgMax", (8, 1000), 1)
+    cm = compiler.compile(m, target="host")
+    assert len(cm.report["kernel_table"]) == 1
+    assert cm.report["schedules"].get("cpu.arg_reduction") is None

@@ -13,7 +13,8 @@ from tvm import relax
 
 from .common import (register, tensor_const, constant_value, dtype_of, is_float,
                      normalize_axis)
-from ...lowering.legalize_reductions import arg_compute
+from ...lowering.legalize_reductions import (ARG_SPLIT_MIN, arg_compute, arg_merge_compute,
+                                             arg_partial_compute)
 from ...errors import UnsupportedError
 from ..registry import tvm_converter
 
@@ -88,6 +89,11 @@ for _op in ("ReduceMin", "ReduceMax", "ReduceSum", "ReduceMean", "ReduceProd", "
     _reduce_with_identity(_op)
 
 
+def _static(dim) -> int:
+    """A dim's static extent, -1 when symbolic."""
+    return int(dim.value) if hasattr(dim, "value") else -1
+
+
 def _arg_extreme(op: str, kind: str):
     @register(op, override=True)
     def convert(bb, inputs, attrs, ctx):
@@ -98,8 +104,15 @@ def _arg_extreme(op: str, kind: str):
         axis = normalize_axis(ctx, int(attrs.get("axis", 0)), len(values))
         if any(getattr(v, "value", 1) == 0 for v in values):
             return tvm_converter(op)(bb, inputs, attrs, ctx)
-        return bb.emit_te(arg_compute, x, axis, bool(attrs.get("keepdims", 1)), kind,
-                          bool(attrs.get("select_last_index", 0)),
+        keepdims, last = bool(attrs.get("keepdims", 1)), bool(attrs.get("select_last_index", 0))
+        if axis == len(values) - 1 and _static(values[-1]) >= ARG_SPLIT_MIN:
+            # a long row (a vocabulary): lanes of independent folds, then one merge
+            parts = bb.emit_te(arg_partial_compute, x, kind, last,
+                               primfunc_name_hint=f"{op.lower()}_lanes")
+            return bb.emit_te(arg_merge_compute, bb.normalize(relax.TupleGetItem(parts, 0)),
+                              bb.normalize(relax.TupleGetItem(parts, 1)), keepdims, kind,
+                              last, primfunc_name_hint=op.lower())
+        return bb.emit_te(arg_compute, x, axis, keepdims, kind, last,
                           primfunc_name_hint=op.lower())
 
     convert.__doc__ = (f"{op} on floats: onnxruntime's fold (a leading NaN wins, later NaN "
