@@ -8,7 +8,8 @@ and the rows it touches are evicted before their neighbouring ``x`` is read (the
 ``x`` are split into ``lanes``-wide tiles, ``x`` tiles outside the ``c`` lanes: a tile
 reads ``lanes`` short contiguous runs of the input and writes whole vectors of the
 output, every cache line used while hot (0.19-0.21 ms).  The loops outside the tile are
-fused and parallel.
+fused and parallel.  The input's innermost index may be an output iter modulo a block
+(NCHW16c -> NCHW reads ``x[n, c // 16, h, w, c % 16]``): the same tiles.
 """
 
 from __future__ import annotations
@@ -43,9 +44,15 @@ def match_transpose(sch):
         return None
     idx = common.region_vars(ins[0])
     c = ivs[-1]
-    if not idx or not isinstance(idx[-1], tirx.Var) or idx[-1].same_as(c):
+    inner = idx[-1] if idx else None
+    # NCHWc -> NCHW reads ``x[n, c // 16, h, w, c % 16]``: the innermost input dim is the
+    # output's ``c`` modulo its block
+    if (isinstance(inner, tirx.FloorMod) and isinstance(inner.b, tirx.IntImm)
+            and isinstance(inner.a, tirx.Var)):
+        inner = inner.a
+    if not isinstance(inner, tirx.Var) or inner.same_as(c):
         return None
-    pos = next((i for i, v in enumerate(ivs[:-1]) if v.same_as(idx[-1])), None)
+    pos = next((i for i, v in enumerate(ivs[:-1]) if v.same_as(inner)), None)
     # c read in an outer dim, alone or in a channel-block index (NCHW -> NCHWc:
     # ``x[n, C * 16 + c, h, w]``)
     if pos is None or not any(any(v.same_as(c) for v in tirx.analysis.undefined_vars(e))

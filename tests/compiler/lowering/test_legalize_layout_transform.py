@@ -1,6 +1,7 @@
 """compiler/lowering/legalize_layout_transform.py: a layout transform of whole blocks is
 computed over its output's index space (NCHW -> NCHWc then takes cpu.transpose_tiled); one
-that pads keeps TVM's legalization; values equal onnxruntime's either way."""
+that pads keeps TVM's legalization; values equal onnxruntime's either way.  NCHW -> NCHWc
+and NCHWc -> NCHW both take cpu.transpose_tiled."""
 
 from __future__ import annotations
 
@@ -60,8 +61,10 @@ def test_nchwc_conv_transforms_match_onnxruntime(tmp_path, cin, hw):
     onnx.save(m, path)
     _, rules, _ = schedule_kernels(path, layout="NCHWc")
     # the input's NCHW -> NCHWc transform is a tiled transpose where the width allows tiles
+    # and so is the output's NCHWc -> NCHW (``x[n, c // 16, h, w, c % 16]``)
     if hw >= 7:
         assert rules["te_layout_transform"] == "cpu.transpose_tiled", rules
+        assert rules["te_layout_transform1"] == "cpu.transpose_tiled", rules
     x = np.random.default_rng(1).standard_normal((1, cin, hw, hw)).astype(np.float32)
     got = compiler.compile(m, target="host", layout="NCHWc").session().run(None, {"x": x})
     assert_close(got, ort_run(m, {"x": x}), atol=1e-4)
