@@ -9,16 +9,20 @@ the ops that can take it (add, relu, clip, pools, concat along channels, means, 
 inserts a ``layout_transform`` only where an op cannot, so consecutive convs share one
 layout and a ResNet keeps one transform at each end.
 
-We decide per conv (``layout_cb``): a float32 2-D conv whose input and output channel
-counts are multiples of ``b`` goes to ``NCHW{b}c`` with weights ``OIHW{b}i{b}o``; a
-depthwise conv (groups == C == F) to ``OIHW1i{b}o``; a conv whose input channels are not a
-multiple of ``b`` but whose outputs are (an RGB stem, MobileNetV2's 24 -> 144 expansions)
-reads NCHW and writes ``NCHW{b}c`` (weights ``OIHW{b}o``), so what follows is blocked
-without a transform; a grouped conv whose groups hold whole channel blocks (in and out: RegNet's
-64-channel groups) goes to ``NCHW{b}c`` / ``OIHW{b}i{b}o`` as a dense one (each output
-block reads its group's input blocks); any other conv (SqueezeNet's 1000-class 1x1,
-MobileNetV2's 144 -> 24 projections, groups of 4 channels) stays NCHW for
-``pack_conv_weights``.  The
+We decide per conv (``layout_cb``), each tensor's channel block ``channel_block``: ``b``
+when it divides the channels, else (16-lane targets) half of it when that divides them
+(MobileNetV2's and EfficientNet's 24 and 40 channels: blocks of 8, one 8-lane vector), else
+none.  A float32 2-D conv whose input and output channels both have a block goes to
+``NCHW{bi}c`` -> ``NCHW{bo}c`` with weights ``OIHW{bi}i{bo}o`` (a 144 -> 24 projection:
+``NCHW16c`` -> ``NCHW8c``); a depthwise conv (groups == C == F) to ``OIHW1i{b}o``; a conv
+whose input channels have no block but whose outputs do (an RGB stem) reads NCHW and writes
+``NCHW{b}c`` (weights ``OIHW{b}o``), so what follows is blocked without a transform; a
+grouped conv whose groups hold whole channel blocks (in and out: RegNet's 64-channel groups)
+goes to the blocked layouts as a dense one (each output block reading its group's input
+blocks); any other conv (SqueezeNet's 1000-class 1x1, groups of 4 channels, 20 channels)
+stays NCHW for ``pack_conv_weights``.  Where TVM's ConvertLayout fails with half blocks (a
+concat of an 8- and a 16-channel-block tensor: "Invalid layout axis 8b") the graph is
+converted again with whole blocks only.  Integer convs take whole blocks only.  The
 weight and bias transforms of constants are computed here once (numpy), so no kernel
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
 ``compiler/lowering/legalize_conv_nchwc.py`` does.
@@ -29,6 +33,8 @@ choice; ``auto`` is NCHWc on CPU targets.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import tvm
@@ -77,24 +83,40 @@ class ConvertLayout(GraphPass):
                 padded = padder.padded
         chosen = {}
 
-        def decide(call):
-            if getattr(call.op, "name", "") in _KEPT:
-                return _KEPT
-            if getattr(call.op, "name", "") != "relax.nn.conv2d":
-                return {}
-            want = _desired(call, layout, block)
-            if want != ["NCHW", "OIHW"]:
-                chosen[_key(call)] = want
-            return {"relax.nn.conv2d": want, **_KEPT}
+        def decide_with(half):
+            def decide(call):
+                if getattr(call.op, "name", "") in _KEPT:
+                    return _KEPT
+                if getattr(call.op, "name", "") != "relax.nn.conv2d":
+                    return {}
+                want = _desired(call, layout, block, half)
+                if want != ["NCHW", "OIHW"]:
+                    chosen[_key(call)] = want
+                return {"relax.nn.conv2d": want, **_KEPT}
+            return decide
 
         before = _layout_transforms(mod)
-        try:
-            out = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "OIHW"], **_KEPT},
-                                                layout_cb=decide)(mod)
-        except (tvm.error.InternalError, RuntimeError) as e:
-            # TVM's layout inference of some ops fails even where no blocked tensor reaches
-            # them (SwinV2-T's reductions: std::bad_alloc); the graph stays as imported
-            why = str(e).strip().splitlines()[-1][:120] if str(e).strip() else type(e).__name__
+        out, why = None, ""
+        # half blocks first; TVM's concat cannot join two block sizes ("Invalid layout
+        # axis 8b"): then full blocks only
+        for half in ((True, False) if layout == "NCHWc" else (False,)):
+            chosen.clear()
+            try:
+                out = relax.transform.ConvertLayout(
+                    {"relax.nn.conv2d": ["NCHW", "OIHW"], **_KEPT},
+                    layout_cb=decide_with(half))(mod)
+                break
+            except (tvm.error.InternalError, RuntimeError) as e:
+                # TVM's layout inference of some ops fails even where no blocked tensor
+                # reaches them (SwinV2-T's reductions: std::bad_alloc)
+                why = str(e).strip().splitlines()[-1][:120] if str(e).strip() else \
+                    type(e).__name__
+                if half and any(_half(w, block) for w in chosen.values()):
+                    report.rewrites[f"no half channel blocks: TVM's ConvertLayout failed "
+                                    f"with them ({why})"] = 1
+                    continue
+                break
+        if out is None:  # the graph stays as imported
             report.rewrites[f"kept NCHW: TVM's ConvertLayout failed ({why})"] = 1
             return mod
         if not chosen:
@@ -111,6 +133,13 @@ class ConvertLayout(GraphPass):
         if padded:
             report.rewrites[f"conv2d output channels padded to a multiple of {block}"] = \
                 len(padded)
+        halves = sum(1 for blk in out["main"].body.blocks for b in blk.bindings
+                     if isinstance(b.value, relax.Call)
+                     and getattr(b.value.op, "name", "") == "relax.nn.conv2d"
+                     and _half([str(b.value.attrs.data_layout), str(b.value.attrs.kernel_layout),
+                                str(b.value.attrs.out_layout)], block))
+        if halves:
+            report.rewrites[f"conv2d in half channel blocks (NCHW{block // 2}c)"] = halves
         report.rewrites["weight/bias transforms folded"] = folder.folded
         report.rewrites["activation layout_transforms"] = _layout_transforms(out) - before
         names = report.node_names or []
@@ -211,8 +240,10 @@ def _key(call):
     return (tuple(int(d) for d in call.args[0].ty.shape), tuple(call.args[1].ty.shape))
 
 
-def _desired(call, layout: str, block: int) -> list:
-    """[data layout, kernel layout] for one conv2d call."""
+def _desired(call, layout: str, block: int, half: bool = True) -> list:
+    """[data layout, kernel layout(, output layout)] for one conv2d call; ``half``: channel
+    counts that are a multiple of half a 16-lane block may take half blocks
+    (``channel_block``)."""
     keep = ["NCHW", "OIHW"]
     a, (x, w) = call.attrs, call.args
     # float32 convs, and the int16 x int16 -> int32 convs of qdq_conv_integer (groups 1,
@@ -228,25 +259,44 @@ def _desired(call, layout: str, block: int) -> list:
         return keep
     if layout == "NHWC":
         return ["NHWC", "HWIO"]  # output channels contiguous: the CPU NHWC kernel's vector
-    c, f = int(x.ty.shape[1]), int(w.ty.shape[0])
-    if int(a.groups) == 1 and c % block and not f % block:
-        # an RGB stem, or MobileNetV2's 24 -> 144 expansions: NCHW in, blocked out, so what
-        # follows is blocked without a transform (measured: MobileNetV2 kernels 4.0 -> 3.2
-        # ms of one core's time)
-        return ["NCHW", f"OIHW{block}o", f"NCHW{block}c"]
-    if c % block or f % block:
+    c, f, g = int(x.ty.shape[1]), int(w.ty.shape[0]), int(a.groups)
+    # (the integer kernel, schedules/cpu/conv2d_int8.py, takes whole blocks only)
+    half = half and not integer
+    bi, bo = channel_block(c, block, half), channel_block(f, block, half)
+    if g == 1 and not bi and bo:
+        # an RGB stem: NCHW in, blocked out, so what follows is blocked without a
+        # transform (measured: MobileNetV2 kernels 4.0 -> 3.2 ms of one core's time)
+        return ["NCHW", f"OIHW{bo}o", f"NCHW{bo}c"]
+    if not (bi and bo):
         return keep
-    if int(a.groups) == 1:
-        return [f"NCHW{block}c", f"OIHW{block}i{block}o"]
-    if int(a.groups) == c == f:
-        return [f"NCHW{block}c", f"OIHW1i{block}o"]
-    g = int(a.groups)
-    if (c // g) % block == 0 and (f // g) % block == 0:
+    if g == 1:
+        return [f"NCHW{bi}c", f"OIHW{bi}i{bo}o", f"NCHW{bo}c"]
+    if g == c == f:
+        return [f"NCHW{bi}c", f"OIHW1i{bo}o"]
+    if (c // g) % bi == 0 and (f // g) % bo == 0:
         # grouped, whole channel blocks per group (RegNet's 64-wide groups, ResNeXt's
         # wide ones): the dense blocked kernel, each output block reading its group's
         # input blocks
-        return [f"NCHW{block}c", f"OIHW{block}i{block}o"]
+        return [f"NCHW{bi}c", f"OIHW{bi}i{bo}o", f"NCHW{bo}c"]
     return keep
+
+
+def _half(want: list, block: int) -> bool:
+    """True when a conv's chosen layouts use a half channel block."""
+    return any(int(n) == block // 2 for lay in want for n in re.findall(r"(\d+)[cio]", lay))
+
+
+def channel_block(channels: int, block: int, half: bool = True) -> int:
+    """The channel block of a tensor of ``channels``: ``block`` (the target's lanes) when it
+    divides them, else half of a 16-lane block (MobileNetV2's and EfficientNet's 24 and 40
+    channels on AVX-512: one 8-lane vector a block, an AVX2 register's worth), else 0 (not
+    blocked).  Without the half block a 144 -> 24 projection stayed NCHW, at a third of the
+    blocked kernel's speed, with a transform on each side."""
+    if channels % block == 0:
+        return block
+    if half and block >= 16 and block % 2 == 0 and channels % (block // 2) == 0:
+        return block // 2
+    return 0
 
 
 def _layout_transforms(mod) -> int:
@@ -318,7 +368,8 @@ class _PadOutputChannels(PyExprMutator):
                 and isinstance(v.args[1], GenericConst)):
             return None
         xt, wt = v.args[0].ty, v.args[1].ty
-        if (_desired(v, "NCHWc", block) != ["NCHW", "OIHW"] or int(v.attrs.groups) != 1
+        if (_desired(v, "NCHWc", block, half=False) != ["NCHW", "OIHW"]
+                or int(v.attrs.groups) != 1
                 or xt.ndim != 4 or wt.ndim != 4 or str(xt.dtype) != "float32"
                 or str(wt.dtype) != "float32"
                 or not all(isinstance(d, tirx.IntImm) for d in (xt.shape[1], wt.shape[0]))):

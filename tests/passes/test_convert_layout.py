@@ -121,11 +121,59 @@ def test_disabled_gives_nchw_and_the_same_numbers():
 
 
 def test_unblockable_channels_are_left_nchw():
-    # 24 channels: not a multiple of 16 (AVX-512): convs producing 24 channels stay NCHW;
-    # only c3 (24 -> 16) reads NCHW and writes NCHW16c
+    # 20 channels: neither a multiple of 16 (AVX-512) nor of a half block (8): convs
+    # producing 20 channels stay NCHW; only c3 (20 -> 16) reads NCHW and writes NCHW16c
+    m = _block_net(c=20)
+    cm = compiler.compile(m, target="x86-avx512")
+    rep = report(cm, "convert_layout")
+    assert rep["rewrites"]["conv2d NCHW => NCHW16c"] == 1 and rep["nodes"] == ["c3"]
+    assert not any("half" in k for k in rep["rewrites"])
+    _check(cm, m, {"x": RNG.standard_normal((1, 3, 12, 12)).astype("float32")})
+
+
+def _inverted_residual(c=24, e=144, h=14):
+    """MobileNetV2's block at 24 channels: 1x1 expand + ReLU6, 3x3 depthwise + ReLU6,
+    1x1 project, residual add, twice."""
+    nodes, inits, x = [], {"lo": np.float32(0.0), "hi": np.float32(6.0)}, "x"
+    for i in range(2):
+        nodes += [
+            node("Conv", [x, f"we{i}", f"be{i}"], f"exp{i}", kernel_shape=[1, 1]),
+            node("Clip", [f"exp{i}", "lo", "hi"], f"exp{i}_r"),
+            node("Conv", [f"exp{i}_r", f"wd{i}", f"bd{i}"], f"dw{i}", kernel_shape=[3, 3],
+                 pads=[1, 1, 1, 1], group=e),
+            node("Clip", [f"dw{i}", "lo", "hi"], f"dw{i}_r"),
+            node("Conv", [f"dw{i}_r", f"wp{i}", f"bp{i}"], f"proj{i}", kernel_shape=[1, 1]),
+            node("Add", [f"proj{i}", x], f"res{i}" if i == 0 else "y"),
+        ]
+        inits.update({f"we{i}": _w(e, c, 1, 1), f"be{i}": _w(e), f"wd{i}": _w(e, 1, 3, 3),
+                      f"bd{i}": _w(e), f"wp{i}": _w(c, e, 1, 1), f"bp{i}": _w(c)})
+        x = f"res{i}"
+    return model(nodes, {"x": (1, c, h, h)}, {"y": (1, c, h, h)}, inits)
+
+
+@pytest.mark.parametrize("c,e,h", [(24, 144, 14), (40, 240, 7), (24, 96, 9)])
+def test_half_blocks_keep_24_channel_blocks_blocked(c, e, h):
+    """On AVX-512 (16 lanes) 24 / 40 channels take blocks of 8 (NCHW8c) and the convs around
+    them stay blocked: the 144 -> 24 projection reads NCHW16c and writes NCHW8c, the
+    expansion reads NCHW8c; no activation transform inside the graph."""
+    m = _inverted_residual(c, e, h)
+    cm = compiler.compile(m, target="x86-avx512")
+    rep = report(cm, "convert_layout")
+    assert rep["rewrites"]["conv2d NCHW => NCHW16c"] == 6
+    assert rep["rewrites"]["conv2d in half channel blocks (NCHW8c)"] == 4  # expand, project
+    assert rep["rewrites"]["activation layout_transforms"] == 2  # the input and the output
+    assert {k["rule"] for k in cm.report["kernel_table"] if "conv" in k["kernel"]} == \
+        {"cpu.conv2d_nchwc"}
+    _check(cm, m, {"x": RNG.standard_normal((1, c, h, h)).astype("float32")})
+
+
+def test_half_blocks_dropped_where_tvm_cannot_join_them():
+    """A concat of a half-blocked (24 channels) and a full-blocked tensor fails in TVM's
+    ConvertLayout: the pass converts again with full blocks only (c3), and says so."""
     m = _block_net(c=24)
     cm = compiler.compile(m, target="x86-avx512")
     rep = report(cm, "convert_layout")
+    assert any(k.startswith("no half channel blocks") for k in rep["rewrites"])
     assert rep["rewrites"]["conv2d NCHW => NCHW16c"] == 1 and rep["nodes"] == ["c3"]
     _check(cm, m, {"x": RNG.standard_normal((1, 3, 12, 12)).astype("float32")})
 
@@ -231,11 +279,13 @@ def test_wide_unblockable_output_is_padded_then_sliced():
     assert rep["rewrites"]["conv2d NCHW => NCHW16c"] == 2
     assert cm.report["layout"]["convs_converted"] == 2
     _check(cm, m, {"x": RNG.standard_normal((1, 16, 6, 6)).astype("float32")})
-    # narrow outputs (24 < 4 blocks) are not padded: the padding would be a third of the work
+    # narrow outputs (24 < 4 blocks) are not padded (the padding would be a third of the
+    # work): 24 channels take half blocks
     m2 = model([node("Conv", ["x", "w1"], "y", kernel_shape=[1, 1])], {"x": (1, 32, 4, 4)},
                {"y": (1, 24, 4, 4)}, {"w1": _w(24, 32, 1, 1)})
     rep2 = report(compiler.compile(m2, target="x86-avx512"), "convert_layout")
-    assert not rep2["rewrites"]
+    assert not any("padded" in k for k in rep2["rewrites"])
+    assert rep2["rewrites"]["conv2d in half channel blocks (NCHW8c)"] == 1
 
 
 def test_convert_layout_failing_inside_tvm_keeps_nchw_and_says_why(monkeypatch):

@@ -101,9 +101,10 @@ def test_qdq_conv_matches_ort_on_the_integer_kernel(c, f, hw, k, stride, pad, pe
     assert rep["rewrites"][RULE] == 1 and "conv" in rep["nodes"]
     block = cm.report["layout"]["block"]
     if c % block and f % block:
-        # neither side whole channel blocks of this host (24 -> 40 under AVX-512's 16): the
-        # conv stays NCHW, off the integer kernel (a known gap: no NCHW integer conv rule);
-        # the numerics below still hold
+        # neither side whole channel blocks of this host (24 -> 40 under AVX-512's 16; the
+        # half blocks of float convs are not taken by integer ones): the conv stays NCHW,
+        # off the integer kernel (a known gap: no NCHW integer conv rule); the numerics
+        # below still hold
         assert not _pass(cm, "pack_int_conv")["rewrites"]
     else:
         assert (_pass(cm, "pack_int_conv")["rewrites"]
