@@ -48,7 +48,7 @@ def test_rejects_reductions_that_are_not_broadcast():
     assert ReduceBroadcast().apply(small, TARGET) is None
 
 
-@pytest.mark.parametrize("c,r,h", [(32, 8, 14), (24, 6, 7), (40, 10, 9)])
+@pytest.mark.parametrize("c,r,h", [(32, 8, 14), (24, 6, 7), (40, 10, 9), (512, 128, 7)])
 def test_numerics_squeeze_excitation(c, r, h):
     rng = np.random.default_rng(0)
     inits = {"w1": rng.standard_normal((r, c, 1, 1)).astype("float32") * 0.3,
@@ -65,3 +65,38 @@ def test_numerics_squeeze_excitation(c, r, h):
     model = onnx_model(nodes, [("x", shape)], [("y", shape)], inits)
     check_against_ort(model, {"x": rng.standard_normal(shape).astype("float32")},
                       "cpu.reduce_broadcast")
+
+
+def _excite_blocked(c=64, r=32, h=7, b=16):
+    """The SE block's last kernel in NCHW[b]c (convert_layout's form): the 1x1 conv reads
+    its weight ``[f, co, 0, 0, ci, v]`` along the output's channel lane ``v``."""
+    import compiler  # noqa: F401 - installs the NCHW[b]c conv legalization
+
+    def build(bb, x, pooled, w, bias):
+        s = bb.emit(relax.op.nn.conv2d(pooled, w, data_layout=f"NCHW{b}c",
+                                       kernel_layout=f"OIHW{b}i{b}o", out_layout=f"NCHW{b}c"))
+        s = bb.emit(relax.op.sigmoid(relax.op.add(s, bias)))
+        return bb.emit(relax.op.multiply(x, s))
+    return fused_primfunc(build, [(1, c // b, h, h, b), (1, r // b, 1, 1, b),
+                                  (c // b, r // b, 1, 1, b, b), (1, c // b, 1, 1, b)], "conv2d")
+
+
+def test_structure_blocked_excitation_vectorised_along_the_lane():
+    """NCHW[b]c: the excitation's reduction runs a vector FMA per step over the channel
+    lane (contiguous weight rows), parallel over channel blocks; not one scalar chain per
+    output (RegNet-Y-4GF's 272 -> 1088 excitation: 334 -> 96 us, one thread)."""
+    sch = ReduceBroadcast().apply(_excite_blocked(c=512, r=128), TARGET)
+    assert sch is not None
+    text = sch.mod["main"].script()
+    update = text[:text.index('T.sblock("conv2d_NCHWc_update")')]
+    assert "for v in T.vectorized(T.int64(16)):" in update.splitlines()[-2]
+    assert "T.parallel(T.int64(32))" in update  # the 32 output channel blocks
+
+
+def test_scalar_excitation_where_the_lane_is_not_read_contiguously():
+    """NCHW (the weight ``[f, c]``): no lane to vectorise the reduction over; the scalar
+    form, parallel over its outputs."""
+    sch = ReduceBroadcast().apply(_excite(c=64, r=16, h=14), TARGET)
+    text = sch.mod["main"].script()
+    head = text[text.index('T.sblock("pad_temp")'):text.index('T.sblock("conv2d_nchw")')]
+    assert "T.vectorized" not in head.split("\n", 1)[1]
