@@ -48,17 +48,9 @@ def match_arg_reduction(sch):
         return None
     if not all(common.same_vars(common.region_vars(w), ivs[:ns]) for w in block.writes):
         return None
-    x = ivs[ns - 1]
     written = [w.source for w in block.writes]
-    reads_x = False
-    for r in block.reads:
-        if any(r.source.same_as(w) for w in written):
-            continue
-        idx = common.region_vars(r)
-        if any(common.uses_var(e, x) for e in idx[:-1]) or not common.unit_stride(idx[-1], x):
-            return None
-        reads_x = reads_x or common.uses_var(idx[-1], x)
-    return (rv, ns) if reads_x else None
+    ins = [r for r in block.reads if not any(r.source.same_as(w) for w in written)]
+    return (rv, ns) if common.lane_reads(ins, ivs[ns - 1]) else None
 
 
 class ArgReduction(MatchingCPURule):

@@ -81,6 +81,19 @@ def unit_stride(expr, var) -> bool:
     return len(coef) == 2 and isinstance(coef[0], tirx.IntImm) and int(coef[0]) == 1
 
 
+def lane_reads(reads, x) -> bool | None:
+    """Over the read regions ``reads``: None when one reads the iter ``x`` other than in its
+    last index with unit stride (lanes of ``x`` would gather); else whether any reads ``x``
+    (what a rule vectorising or tiling ``x`` inside a reduction needs of its inputs)."""
+    any_x = False
+    for r in reads:
+        idx = region_vars(r)
+        if any(uses_var(e, x) for e in idx[:-1]) or (idx and not unit_stride(idx[-1], x)):
+            return None
+        any_x = any_x or (bool(idx) and uses_var(idx[-1], x))
+    return any_x
+
+
 def blocks(sch):
     """The blocks under the root block, in order."""
     return sch.get_child_blocks(sch.get_sblock("root"))

@@ -83,22 +83,11 @@ def _lanes_innermost(sch, red, spatial: int) -> bool:
     conv on a [1, C, 1, 1] NCHW[b]c tensor reads its weight at ``[f, co, 0, 0, ci, v]``,
     the pooled input not at ``v`` at all."""
     block = sch.get(red)
-    v = block.iter_vars[spatial - 1]
     if common.const_extent(sch, sch.get_loops(red)[spatial - 1]) in (None, 1):
         return False
     written = block.writes[0].source
-    reads_v = False
-    for r in block.reads:
-        if r.source.same_as(written):
-            continue
-        idx = common.region_vars(r)
-        if any(common.uses_var(e, v.var) for e in idx[:-1]):
-            return False
-        if idx and common.uses_var(idx[-1], v.var):
-            if not common.unit_stride(idx[-1], v.var):
-                return False
-            reads_v = True
-    return reads_v
+    ins = [r for r in block.reads if not r.source.same_as(written)]
+    return common.lane_reads(ins, block.iter_vars[spatial - 1].var) is True
 
 
 def _vector_reduction(sch, red, spatial: int, lanes: int, cores: int) -> None:
@@ -110,7 +99,7 @@ def _vector_reduction(sch, red, spatial: int, lanes: int, cores: int) -> None:
     sp, rd = loops[:spatial], loops[spatial:]
     inner = sp[-1]
     n = common.const_extent(sch, inner)
-    tile = n if n <= 2 * lanes else common.vector_tile(n, lanes)
+    tile = common.vector_tile(n, lanes)
     outer = list(sp[:-1])
     if tile != n:
         vo, inner = sch.split(inner, [None, tile])

@@ -40,11 +40,8 @@ def match_tiled_reduction(sch):
     o = common.fp32_output(block, ivs[:ns])
     if o is None:
         return None
-    x = ivs[ns - 1]
-    for r in o[1]:
-        idx = common.region_vars(r)
-        if any(common.uses_var(e, x) for e in idx[:-1]) or not common.unit_stride(idx[-1], x):
-            return None
+    if common.lane_reads(o[1], ivs[ns - 1]) is None:
+        return None
     return rv, ns
 
 
