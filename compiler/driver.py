@@ -163,16 +163,18 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     # its own group (compiler/lowering/parallel_build.py): "schedule" and "build" time it
     # (forked outside any stage: a child holding the stage's log pipe would keep it open);
     # the checked variants in a child of their own, else in "build_checked" after
-    # the memory plan needs only the graph: planned while the workers finish their groups
-    # ("build" is this process's group, "build_wait" the rest of the workers' time)
+    # ("build" is this process's group, "build_wait" the rest of the workers' time); the
+    # memory plan reads which rule scheduled each kernel (a softmax runs in place only under
+    # cpu.row_reduction's order: compiler/lowering/inplace.py), so it follows them (the
+    # workers have finished before this process's own group in the models measured)
     with _start_build(graph.prim_funcs, tinfo, database, graph.checked) as workers:
         kernels_mod, rules = stage("schedule", _schedule_module, workers.local, tinfo,
                                    database)
         stage("build", _build, workers.build_local, kernels_mod, tinfo, where)
-        graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges)
         kernels, more_rules, build_groups = stage("build_wait", _build, workers.finish,
                                                   None, tinfo, where)
     rules.update(more_rules)
+    graph_meta, plan = stage("plan_memory", plan_storage, graph, memory_reuse, ranges, rules)
     stage.cpu_seconds["build_workers"] = workers.worker_cpu  # the children, not a stage
     if workers.side is not None:
         stage("build_checked", _build_checked, kernels, graph.checked, tinfo, where)

@@ -26,7 +26,7 @@ from passes.seq_major_cache import KV_ATTR, TO_SEQ_MAJOR
 
 from ..errors import UnsupportedError
 from .provenance import nodes_of_binding
-from .inplace import inplace_candidates
+from .inplace import ROWS_ONCE, inplace_candidates
 from .symbolic import expr_text, monotone, size_expr
 
 
@@ -464,8 +464,8 @@ def _place(g: KernelGraph, call: dict, groups: dict, outs: set, io_roots: dict):
     return members, None
 
 
-def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
-                 ) -> tuple[dict, MemoryPlan]:
+def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None,
+                 rules: dict | None = None) -> tuple[dict, MemoryPlan]:
     """Assign tensors to arena buffers and params, plan the arena.
 
     Steps: inputs are written at step 0, call k runs at step k+1, outputs are read at
@@ -477,6 +477,8 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
     hold for any smaller binding because every size is monotone in the dims (checked when
     the tensor was extracted: ``symbolic.monotone``) and lifetimes do not depend on them.
     An in-place output shares a buffer only with an input of the same size expression.
+    ``rules`` ({kernel: the rule that scheduled it}) lets a softmax run in place where its
+    rule computes each row's reductions once (``inplace.ROWS_ONCE``).
     """
     at_max = {d["name"]: d["max"] for d in dims or ()}
     n = len(g.tensors)
@@ -526,7 +528,9 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None
         if reuse and call["kernel"] not in inplace_cache:
             # scalar arguments shift the kernel's parameters: no in-place for those
             inplace_cache[call["kernel"]] = [] if call.get("scalars") else \
-                inplace_candidates(g.prim_funcs[call["kernel"]], nin)
+                inplace_candidates(g.prim_funcs[call["kernel"]], nin, rows_once=all(
+                    (rules or {}).get(k) in ROWS_ONCE for k in [call["kernel"]] + (
+                        [call["rows_variant"]["kernel"]] if call.get("rows_variant") else [])))
         taken = set()
         for o_idx, o in enumerate(outs):
             if o in g.placed:  # written in place of its group's buffer: nothing to choose

@@ -421,3 +421,82 @@ def opt_extent(sch, loop):
         return None
 
     return at_opt(ext)
+
+
+# Where a buffer may be referenced in a kernel's JSON form before lowering: loads, stores,
+# block read / write regions, and the allocating block's list.  Any other reference (an
+# address taken, a match_buffer) makes alias_buffer leave the kernel as it is.
+_BUFFER_FIELDS = {("ir.TensorLoad", "source"), ("tirx.BufferStore", "buffer"),
+                  ("ir.TensorRegion", "source")}
+
+
+def alias_buffer(func, name: str, into: str):
+    """``func`` with the block-allocated buffer ``name`` stored in buffer ``into`` (every
+    read and write of ``name`` goes to ``into`` at the same indices, the allocation
+    dropped), or None when either is missing or ambiguous, they differ in shape or dtype,
+    or ``name`` is referenced other than by loads, stores and block regions.
+
+    The caller guarantees the program stays correct: each element of ``into`` is written
+    from the same element of ``name`` and nothing reads ``name`` after that (softmax's
+    ``norm[i] = exp[i] * r``).  TVM 0.27 has no Python mutator over TIR: the function goes
+    through its JSON form, where a buffer is one node (a variable of buffer type) that
+    every access references (as ``compiler/lowering/input_alignment.py`` does)."""
+    import json
+
+    doc = json.loads(tvm.ir.save_json(func))
+    nodes = doc["nodes"]
+
+    def text(i):
+        return nodes[i]["data"] if nodes[i]["type"] == "ffi.String" else None
+
+    buffers: dict = {}
+    for i, n in enumerate(nodes):
+        if n["type"] == "ir.Var" and nodes[n["data"]["ty"]]["type"] == "tirx.BufferType":
+            buffers.setdefault(text(n["data"]["name"]), []).append(i)
+    if len(buffers.get(name, ())) != 1 or len(buffers.get(into, ())) != 1:
+        return None
+    src, dst = buffers[name][0], buffers[into][0]
+    ts, td = (nodes[nodes[v]["data"]["ty"]]["data"] for v in (src, dst))
+    if not all(_same_node(nodes, ts[k], td[k]) for k in ("dtype", "shape")):
+        return None
+    allocs = {nodes[i]["data"]["alloc_buffers"] for i, n in enumerate(nodes)
+              if n["type"] == "s_tir.SBlock"}
+    dropped = 0
+    for i, n in enumerate(nodes):
+        data = n.get("data")
+        if isinstance(data, list) and src in data:
+            if i not in allocs or data.count(src) != 1:
+                return None
+            data.remove(src)
+            dropped += 1
+        elif isinstance(data, dict) and i != src:
+            for field, value in data.items():
+                if value != src:
+                    continue
+                if (n["type"], field) not in _BUFFER_FIELDS:
+                    return None
+                data[field] = dst
+    if dropped != 1:
+        return None
+    return tvm.ir.load_json(json.dumps(doc))
+
+
+def _same_node(nodes, a, b) -> bool:
+    """Whether JSON nodes ``a`` and ``b`` are the same value (structurally)."""
+    if a == b:
+        return True
+    na, nb = nodes[a], nodes[b]
+    if na["type"] != nb["type"] or na["type"] == "ir.Var":  # variables: by identity
+        return False
+    da, db = na["data"], nb["data"]
+    if isinstance(da, list) and isinstance(db, list):
+        return len(da) == len(db) and all(_same_node(nodes, x, y) for x, y in zip(da, db))
+    if isinstance(da, dict) and isinstance(db, dict):
+        return da.keys() == db.keys() and all(
+            k == "span" or (da[k] == db[k] if not isinstance(da[k], int) or k in _POD
+                            else _same_node(nodes, da[k], db[k])) for k in da)
+    return da == db
+
+
+# fields of a node's JSON data that hold a value, not the index of another node
+_POD = {"data_alignment", "offset_factor"}

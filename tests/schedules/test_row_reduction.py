@@ -58,6 +58,38 @@ def test_structure_odd_rows_vector_partial_sums_and_scalar_tail(n, head, tail, w
     assert "T.parallel(T.int64(12))" in text
 
 
+def _symbolic_softmax():
+    from tvm import tirx
+
+    b, s = tirx.Var("batch", "int64"), tirx.Var("seq", "int64")
+    return fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.softmax(x, axis=-1)),
+                          [(b, 12, s, s)], "softmax")
+
+
+@pytest.mark.parametrize("make", [lambda: _softmax_kernel((8, 1500)), _symbolic_softmax],
+                         ids=["onnxc_1500", "tvm_symbolic"])
+def test_structure_softmax_exps_stored_in_the_output_and_normalised_in_place(make):
+    # the first write of an output row happens in the exp pass (MLAS' order), not in the
+    # bare normalise pass: no scratch row, the sum reads the output's exps
+    text = RowReduction().apply(make(), TARGET).mod["main"].script()
+    assert "T_softmax_exp = T.sblock_alloc_buffer" not in text and "T_softmax_exp[" not in text
+    stores = [ln.split(" = ", 1)[1] for ln in text.splitlines()
+              if ln.strip().startswith("T_softmax_norm[") and " = " in ln]
+    assert any("exp" in rhs or "T.Select(" in rhs for rhs in stores)  # the exp pass
+    assert any(rhs.startswith("T_softmax_norm[") for rhs in stores)  # normalised in place
+    assert "+ T_softmax_norm[v_i0, " in text  # the row's sum reads the stored exps
+
+
+def test_alias_buffer_refuses_other_shapes_and_missing_names():
+    from schedules.cpu.common import alias_buffer
+
+    ln = fused_primfunc(_layer_norm, [(2, 64, 768), (768,), (768,)], "layer_norm")
+    assert alias_buffer(ln, "T_softmax_exp", "T_layer_norm") is None  # no such buffers
+    sm = _softmax_kernel((8, 1500))
+    assert alias_buffer(sm, "T_softmax_maxelem", "T_softmax_norm") is None  # [8] vs [8, 1500]
+    assert alias_buffer(sm, "T_softmax_exp", "T_softmax_norm") is not None
+
+
 def test_short_rows_stay_scalar_but_scheduled():
     f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.softmax(x, axis=-1)), [(6, 10)],
                        "softmax")

@@ -110,13 +110,14 @@ def test_work_between_build_local_and_finish_overlaps_the_workers():
         assert not plan._children  # the workers were killed, none left behind
 
 
-def test_compile_plans_memory_while_the_workers_build(monkeypatch):
-    """The driver's stages: this process's group ("build"), the memory plan, then the wait
-    for the workers ("build_wait"), in that order."""
+def test_compile_plans_memory_after_the_workers_report_their_rules(monkeypatch):
+    """The driver's stages: this process's group ("build"), the wait for the workers
+    ("build_wait"), then the memory plan, which reads every kernel's rule (a softmax runs
+    in place only under cpu.row_reduction)."""
     cm = _compile("cnn", monkeypatch, "2")
     stages = list(cm.report["stages"])
-    assert stages.index("schedule") < stages.index("build") < stages.index("plan_memory") \
-        < stages.index("build_wait")
+    assert stages.index("schedule") < stages.index("build") < stages.index("build_wait") \
+        < stages.index("plan_memory")
 
 
 def test_small_module_builds_in_one_piece(monkeypatch):
