@@ -116,7 +116,9 @@ def test_attention_scores_softmax_runs_in_place_and_matches_onnxruntime():
     assert_close(cm.session().run(None, feeds), ort_run(model, feeds))
 
 
-def test_softmax_in_place_over_a_model_input_leaves_the_callers_array():
+def test_softmax_of_a_model_input_is_not_in_place():
+    """In place, the runtime would copy the caller's array into the arena first (to leave
+    it untouched): a whole extra pass over the input."""
     import numpy as np
     from onnx import helper
 
@@ -128,11 +130,6 @@ def test_softmax_in_place_over_a_model_input_leaves_the_callers_array():
     model = onnx_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1, name="sm")],
                        [("x", shape)], [("y", shape)])
     cm = compiler.compile(model, target="host")
-    assert cm.meta["graph"]["calls"][0].get("inplace") == [0]
-    raw = np.empty(np.prod(shape) + 16, np.float32)  # 64-byte aligned: read in place
-    x = raw[(-raw.ctypes.data % 64) // 4:][:np.prod(shape)].reshape(shape)
-    x[...] = np.random.default_rng(1).standard_normal(shape) * 4
-    before = x.copy()
-    got = cm.session().run(None, {"x": x})
-    np.testing.assert_array_equal(x, before)
-    assert_close(got, ort_run(model, {"x": before}))
+    assert not cm.meta["graph"]["calls"][0].get("inplace")
+    x = (np.random.default_rng(1).standard_normal(shape) * 4).astype("float32")
+    assert_close(cm.session().run(None, {"x": x}), ort_run(model, {"x": x}))
