@@ -230,6 +230,43 @@ def cpu_facts(tvm_target) -> dict:
             "bf16_dot": bf16_dot(arch, feats)}
 
 
+# Per-core L2 assumed for a CPU other than the host: 1 MB (Zen 4 / 5, Intel server cores
+# since Skylake-SP 1-2 MB, Neoverse N1 / V1 / V2 1-2 MB; Zen 3 512 KB).
+DEFAULT_L2_BYTES = 1 << 20
+
+
+def l2_bytes(tvm_target) -> int:
+    """Per-core L2 cache bytes of an LLVM CPU target: the host's (from sysfs) when the
+    target is the host's CPU, else :data:`DEFAULT_L2_BYTES`."""
+    from tvm.target import codegen
+
+    mcpu = str(tvm_target.attrs.get("mcpu", ""))
+    if not mcpu or mcpu != codegen.llvm_get_system_cpu():
+        return DEFAULT_L2_BYTES
+    return _host_l2_bytes()
+
+
+@functools.lru_cache(maxsize=1)
+def _host_l2_bytes() -> int:
+    """The host's per-core unified L2, from /sys/devices/system/cpu/cpu0/cache (Linux)."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in sorted(os.listdir(base)):
+            d = os.path.join(base, index)
+            with open(os.path.join(d, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(d, "type")) as f:
+                kind = f.read().strip()
+            if level == "2" and kind in ("Unified", "Data"):
+                with open(os.path.join(d, "size")) as f:
+                    size = f.read().strip().upper()
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+                return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2_BYTES
+
+
 def _this_arch() -> str:
     import platform
 

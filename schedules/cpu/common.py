@@ -25,6 +25,11 @@ def cores(target) -> int:
     return targets.cpu_facts(target)["cores"]
 
 
+def l2_bytes(target) -> int:
+    """Per-core L2 bytes of ``target`` (the host's when it is the host CPU, else 1 MB)."""
+    return targets.l2_bytes(target)
+
+
 def const_extent(sch, loop):
     """Extent of ``loop`` as int, or None when symbolic."""
     e = sch.get(loop).extent

@@ -97,23 +97,32 @@ class MatmulPacked(MatchingCPURule):
         it = common.reg_rows(M, nv, budget)
         g = _panels_per_row(ext[-2] // nr, nv, budget, ncores) if it == 1 else 1
         io, ii = sch.split(i, [None, it])
-        jo, ji = sch.split(j, [None, nr * g])
-        # panels outer: one K x nr panel stays in L2 across the row tiles (rows outer or K
-        # blocks of 128-384 measured no faster single-core; panels outer also splits W,
-        # not A, between threads)
-        sch.reorder(*bat, jo, io, k, ii, ji)
+        group = _panel_group(ext[-2] // (nr * g), ext[-1], nr * g, target) if it > 1 else 1
+        if group > 1:
+            # a group of panels (in L2) per row tile: the tile's rows of A (in L1) serve
+            # every panel of the group before the next row tile (see _panel_group)
+            jg, jo, ji = sch.split(j, [None, group, nr * g])
+            sch.reorder(*bat, jg, io, jo, k, ii, ji)
+            at = jo
+        else:
+            # panels outer: one K x nr panel stays in L2 across the row tiles (rows outer
+            # or K blocks of 128-384 measured no faster single-core; panels outer also
+            # splits W, not A, between threads)
+            jo, ji = sch.split(j, [None, nr * g])
+            sch.reorder(*bat, jo, io, k, ii, ji)
+            jg, at = jo, io
         wb = sch.cache_write(mm, 0, "local")
-        sch.reverse_compute_at(wb, io, preserve_unit_loops=True)
+        sch.reverse_compute_at(wb, at, preserve_unit_loops=True)
         if tail is not None and padded:
             # the epilogue covers the M real rows, the tile the padded ones: the tile's
             # write-back is guarded by row, its inner loop is not
-            sch.reverse_compute_at(tail, io, preserve_unit_loops=True)
+            sch.reverse_compute_at(tail, at, preserve_unit_loops=True)
             sch.compute_inline(wb)
             wb = tail
         elif tail is not None and _long_epilogue(sch, tail):
             # the tile is stored to a stack tile, then the epilogue runs over it as a
             # vector loop (see _long_epilogue)
-            sch.reverse_compute_at(tail, io, preserve_unit_loops=True)
+            sch.reverse_compute_at(tail, at, preserve_unit_loops=True)
             sch.set_scope(wb, 0, "local")
             long_tail = tail
         elif tail is not None:
@@ -125,7 +134,7 @@ class MatmulPacked(MatchingCPURule):
         # then stay in memory, stored every k step (GPT-2's flattened rows, seq 64, one
         # thread: 768 x 3072 8.6 -> 5.x ms, onnxruntime 5.4)
         sch.unroll(sch.get_loops(wb)[-2])
-        common.parallel(sch, [*bat, jo, io], ncores)
+        common.parallel(sch, [*bat, jg, io], ncores)
         sch.unroll(ii)
         _vectorize_j(sch, ji, nr * g, lanes)
         init = sch.decompose_reduction(mm, k)
@@ -152,6 +161,30 @@ def _long_epilogue(sch, tail) -> bool:
     matmul alone (one thread), the GELU by itself 1.8 ms.  Such an epilogue runs after the
     tile is stored, over it, one vector at a time."""
     return len(str(sch.get(tail).body)) > LONG_EPILOGUE_CHARS
+
+
+# Weight panels one row tile sweeps, at most (16 measured 1.04-1.08x the time of 8), and
+# at least (groups of 2, what K = 2048-3072 panels allow, measured 1.02-1.06x the time of
+# single panels at 2 threads: their A row tiles outgrow L1 anyway)
+MAX_PANEL_GROUP = 8
+MIN_PANEL_GROUP = 4
+
+
+def _panel_group(panels: int, k: int, nr: int, target) -> int:
+    """Weight panels (``K x nr`` floats each) a row tile sweeps before the next row tile:
+    the largest divisor of ``panels`` up to :data:`MAX_PANEL_GROUP` whose panels fit half
+    the L2 (``targets.l2_bytes``), or 1 below :data:`MIN_PANEL_GROUP`.  With one panel
+    per sweep, all of A streams once per panel: from L3 once A outgrows L2 (ViT-B/384's
+    [577, 768], Whisper's [1500, 512]), 96 times for a 3072-wide weight; a group of g
+    panels reads A g times less.  Paired, one thread, emeraldrapids (2 MB L2), matmul +
+    bias, 1 panel -> 8: 1500x512x2048 0.79, 577x768x3072 0.85 (2 threads 0.87),
+    257x1024x2816 0.92, 197x768x3072 0.93 (0.96), 128x768x3072 0.97 (0.99), 50x768x3072
+    0.95 (1.03); 4 panels within 5% of 8, 16 panels 1.04-1.08x of 8."""
+    budget = common.l2_bytes(target) // 2
+    fits = [d for d in common.divisors(panels)
+            if d <= MAX_PANEL_GROUP and d * k * nr * 4 <= budget]
+    group = max(fits, default=1)
+    return group if group >= MIN_PANEL_GROUP else 1
 
 
 def _panels_per_row(panels: int, nv: int, budget: int, ncores: int) -> int:

@@ -281,3 +281,53 @@ def test_numerics_long_epilogue(m, n):
     model = _mlp_model(m=m, n=n)
     x = np.random.default_rng(4).standard_normal((1, m, 64)).astype("float32")
     check_against_ort(model, {"x": x}, "cpu.matmul_packed")
+
+
+def test_panel_group_fits_half_the_l2(monkeypatch):
+    from schedules.cpu import common, matmul_packed as mp
+
+    for l2, k, want in ((2 << 20, 768, 8), (1 << 20, 768, 4), (512 << 10, 768, 1),
+                        (2 << 20, 3072, 1),   # 2 panels of K = 3072: below the minimum
+                        (2 << 20, 512, 8)):   # 16 would fit: capped
+        monkeypatch.setattr(common, "l2_bytes", lambda target, v=l2: v)
+        assert mp._panel_group(96, k, 32, TARGET) == want, (l2, k)
+    monkeypatch.setattr(common, "l2_bytes", lambda target: 2 << 20)
+    assert mp._panel_group(7, 768, 32, TARGET) == 7  # divisors of the panel count only
+    assert mp._panel_group(11, 768, 32, TARGET) == 1
+
+
+def test_structure_a_row_tile_sweeps_a_group_of_panels():
+    # A [577, 768] outgrows L2: each 12-row tile of A serves 4 weight panels (TARGET's
+    # default 1 MB L2: 4 x 96 KB panels in half of it) before the next tile
+    def build(bb, a, wp, c):
+        return bb.emit(relax.op.add(
+            bb.call_te(matmul_packed, a, wp, 12, primfunc_name_hint="matmul"), c))
+    f = fused_primfunc(build, [(1, 577, 768), (8, 768, 32), (256,)], "fused_matmul_add")
+    text = MatmulPacked().apply(f, TARGET).mod["main"].script()
+    assert "T.parallel(T.int64(98))" in text  # 2 groups x 49 row tiles
+    group = text.index("in range(T.int64(4)):")
+    assert group < text.index("for k in range(T.int64(768)):")
+    # one panel per sweep where the panels are large (K = 3072: 384 KB each)
+    f = fused_primfunc(build, [(1, 60, 3072), (8, 3072, 32), (256,)], "fused_matmul_add")
+    text = MatmulPacked().apply(f, TARGET).mod["main"].script()
+    assert "in range(T.int64(4)):" not in text and "T.parallel(T.int64(40))" in text
+
+
+def test_numerics_grouped_panels_with_padded_rows_and_gelu():
+    rng = np.random.default_rng(3)
+    k, n = 768, 256
+    w = (rng.standard_normal((k, n)) * 0.05).astype("float32")
+    bias = rng.standard_normal((n,)).astype("float32")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+             # GELU as exported (erf): fuse_gelu makes it the matmul's long epilogue
+             helper.make_node("Div", ["hb", "sqrt2"], ["d"], name="div"),
+             helper.make_node("Erf", ["d"], ["e"], name="erf"),
+             helper.make_node("Add", ["e", "one"], ["e1"], name="add1"),
+             helper.make_node("Mul", ["hb", "e1"], ["m"], name="mul"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="half")]
+    model = onnx_model(nodes, [("x", (1, 197, k))], [("y", (1, 197, n))],
+                       {"w": w, "b": bias, "sqrt2": np.array(np.sqrt(2), np.float32),
+                        "one": np.array(1, np.float32), "half": np.array(0.5, np.float32)})
+    x = rng.standard_normal((1, 197, k)).astype("float32")
+    check_against_ort(model, {"x": x}, "cpu.matmul_packed")
