@@ -7,8 +7,10 @@ count); prints min / median per artifact and the median of the paired ratios B/A
 largest output difference (seeded random feeds, ``compiler.tools.bench.random_feeds``).
 A ``B`` that is an ``.onnx`` file runs in onnxruntime (one intra-op thread), paired the
 same way: onnxc's artifact against onnxruntime on the model it was compiled from.
+``--threads N`` (two onnxc artifacts only: onnxruntime's spinning workers would steal the
+cores from the other engine) runs both on N threads and times each call by the wall clock.
 
-    python scripts/ab_artifacts.py before.so after.so [--runs 10]
+    python scripts/ab_artifacts.py before.so after.so [--runs 10] [--threads 2]
     python scripts/ab_artifacts.py model.so model.onnx
 """
 
@@ -19,6 +21,8 @@ import os
 import sys
 import time
 
+if "--threads" in sys.argv[:-1]:  # before TVM's pool starts
+    os.environ["TVM_NUM_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
 os.environ.setdefault("TVM_NUM_THREADS", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,8 +38,13 @@ def main(argv=None) -> int:
     ap.add_argument("a", help="artifact A (.so)")
     ap.add_argument("b", help="artifact B (.so), or the .onnx model for onnxruntime")
     ap.add_argument("--runs", type=int, default=10, help="paired calls")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads per session (two onnxc artifacts only; wall-clock times)")
     args = ap.parse_args(argv)
-    opts = SessionOptions(intra_op_num_threads=1)
+    if args.threads > 1 and args.b.endswith(".onnx"):
+        ap.error("--threads > 1 pairs two onnxc artifacts only")
+    opts = SessionOptions(intra_op_num_threads=args.threads)
+    clock = time.thread_time if args.threads == 1 else time.perf_counter
     sa = runtime.load(args.a, opts)
     if args.b.endswith(".onnx"):
         import onnxruntime as ort
@@ -50,14 +59,15 @@ def main(argv=None) -> int:
     diff = max(float(np.abs(x.astype(np.float64) - y).max()) for x, y in zip(ra, rb))
     ta, tb = [], []
     for _ in range(args.runs):
-        t = time.thread_time()
+        t = clock()
         sa.run(None, feeds)
-        ta.append(time.thread_time() - t)
-        t = time.thread_time()
+        ta.append(clock() - t)
+        t = clock()
         sb.run(None, feeds)
-        tb.append(time.thread_time() - t)
+        tb.append(clock() - t)
     ta, tb = np.array(ta) * 1e3, np.array(tb) * 1e3
-    print(f"{host_cpu()}, 1 thread, {args.runs} paired runs, max |A - B| {diff:.3g}")
+    print(f"{host_cpu()}, {args.threads} thread(s), {args.runs} paired runs, "
+          f"max |A - B| {diff:.3g}")
     print(f"A {ta.min():.2f} / {np.median(ta):.2f} ms  B {tb.min():.2f} / {np.median(tb):.2f} ms"
           f" (min / median)  paired B/A {np.median(tb / ta):.3f}")
     return 0

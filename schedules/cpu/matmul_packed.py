@@ -97,7 +97,8 @@ class MatmulPacked(MatchingCPURule):
         it = common.reg_rows(M, nv, budget)
         g = _panels_per_row(ext[-2] // nr, nv, budget, ncores) if it == 1 else 1
         io, ii = sch.split(i, [None, it])
-        group = _panel_group(ext[-2] // (nr * g), ext[-1], nr * g, target) if it > 1 else 1
+        group = _panel_group(ext[-2] // (nr * g), ext[-1], nr * g, target,
+                             ext[-3]) if it > 1 else 1
         if group > 1:
             # a group of panels (in L2) per row tile: the tile's rows of A (in L1) serve
             # every panel of the group before the next row tile (see _panel_group)
@@ -170,17 +171,22 @@ MAX_PANEL_GROUP = 8
 MIN_PANEL_GROUP = 4
 
 
-def _panel_group(panels: int, k: int, nr: int, target) -> int:
+def _panel_group(panels: int, k: int, nr: int, target, m=None) -> int:
     """Weight panels (``K x nr`` floats each) a row tile sweeps before the next row tile:
     the largest divisor of ``panels`` up to :data:`MAX_PANEL_GROUP` whose panels fit half
-    the L2 (``targets.l2_bytes``), or 1 below :data:`MIN_PANEL_GROUP`.  With one panel
+    the L2 (``targets.l2_bytes``), or 1 below :data:`MIN_PANEL_GROUP`, or when A (``m``
+    rows of ``k``; None: symbolic) fits in half the L2.  With one panel
     per sweep, all of A streams once per panel: from L3 once A outgrows L2 (ViT-B/384's
     [577, 768], Whisper's [1500, 512]), 96 times for a 3072-wide weight; a group of g
     panels reads A g times less.  Paired, one thread, emeraldrapids (2 MB L2), matmul +
     bias, 1 panel -> 8: 1500x512x2048 0.79, 577x768x3072 0.85 (2 threads 0.87),
     257x1024x2816 0.92, 197x768x3072 0.93 (0.96), 128x768x3072 0.97 (0.99), 50x768x3072
-    0.95 (1.03); 4 panels within 5% of 8, 16 panels 1.04-1.08x of 8."""
+    0.95 (1.03); 4 panels within 5% of 8, 16 panels 1.04-1.08x of 8.  Where A stays in
+    L2 the groups gave nothing at two threads in whole models (GPT-2, seq 128: paired
+    1.03; wav2vec2, 49 rows: 1.08), so A must outgrow half the L2."""
     budget = common.l2_bytes(target) // 2
+    if m is None or m * k * 4 <= budget:
+        return 1
     fits = [d for d in common.divisors(panels)
             if d <= MAX_PANEL_GROUP and d * k * nr * 4 <= budget]
     group = max(fits, default=1)

@@ -290,10 +290,13 @@ def test_panel_group_fits_half_the_l2(monkeypatch):
                         (2 << 20, 3072, 1),   # 2 panels of K = 3072: below the minimum
                         (2 << 20, 512, 8)):   # 16 would fit: capped
         monkeypatch.setattr(common, "l2_bytes", lambda target, v=l2: v)
-        assert mp._panel_group(96, k, 32, TARGET) == want, (l2, k)
+        assert mp._panel_group(96, k, 32, TARGET, 1500) == want, (l2, k)
     monkeypatch.setattr(common, "l2_bytes", lambda target: 2 << 20)
-    assert mp._panel_group(7, 768, 32, TARGET) == 7  # divisors of the panel count only
-    assert mp._panel_group(11, 768, 32, TARGET) == 1
+    assert mp._panel_group(7, 768, 32, TARGET, 577) == 7  # divisors of the panel count
+    assert mp._panel_group(11, 768, 32, TARGET, 577) == 1
+    # A in half the L2 (GPT-2's 128 x 768, 384 KB), or M symbolic: one panel a sweep
+    assert mp._panel_group(96, 768, 32, TARGET, 128) == 1
+    assert mp._panel_group(96, 768, 32, TARGET, None) == 1
 
 
 def test_structure_a_row_tile_sweeps_a_group_of_panels():
@@ -314,6 +317,7 @@ def test_structure_a_row_tile_sweeps_a_group_of_panels():
 
 
 def test_numerics_grouped_panels_with_padded_rows_and_gelu():
+    # A [577, 768] (1.7 MB) outgrows half of any L2 here: grouped panels, rows padded
     rng = np.random.default_rng(3)
     k, n = 768, 256
     w = (rng.standard_normal((k, n)) * 0.05).astype("float32")
@@ -326,8 +330,8 @@ def test_numerics_grouped_panels_with_padded_rows_and_gelu():
              helper.make_node("Add", ["e", "one"], ["e1"], name="add1"),
              helper.make_node("Mul", ["hb", "e1"], ["m"], name="mul"),
              helper.make_node("Mul", ["m", "half"], ["y"], name="half")]
-    model = onnx_model(nodes, [("x", (1, 197, k))], [("y", (1, 197, n))],
+    model = onnx_model(nodes, [("x", (1, 577, k))], [("y", (1, 577, n))],
                        {"w": w, "b": bias, "sqrt2": np.array(np.sqrt(2), np.float32),
                         "one": np.array(1, np.float32), "half": np.array(0.5, np.float32)})
-    x = rng.standard_normal((1, 197, k)).astype("float32")
+    x = rng.standard_normal((1, 577, k)).astype("float32")
     check_against_ort(model, {"x": x}, "cpu.matmul_packed")
