@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import compiler
@@ -225,3 +225,28 @@ def test_recurrent_refuses_unknown_activation():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)])
     with pytest.raises((UnsupportedError, CompileError), match="activation 'Gelu'"):
         compiler.compile(model)
+
+
+@pytest.mark.parametrize("kind,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
+def test_recurrent_weights_packed_once_not_per_step(kind, lbr):
+    """Constant W / R (as exported): the unrolled steps share one packed recurrent weight
+    (each step had its own: 199 MB of params for a 2-layer LSTM of 100 steps), and the
+    outputs match the reference."""
+    seq, hidden = 24, 32
+    ins, names = _rnn_inputs(kind, seq, 1, 8, hidden, 1)
+    weights = {n: a for n, a in ins.items() if n in ("W", "R", "B")}
+    given = {n: a for n, a in ins.items() if n and n not in weights}
+    vis = [_vi(n, F, list(given[n].shape)) for n in names if n in given]
+    attrs = {"linear_before_reset": lbr} if kind == "GRU" else {}
+    node = helper.make_node(kind, names, ["Y"], hidden_size=hidden, **attrs)
+    g = helper.make_graph([node], "g", vis, [helper.make_empty_tensor_value_info("Y")],
+                          [numpy_helper.from_array(a, n) for n, a in weights.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)])
+    want = ReferenceEvaluator(model).run(None, given)
+    del model.graph.output[:]
+    model.graph.output.extend([_vi("Y", F, list(want[0].shape))])
+    cm = compiler.compile(model)
+    raw = sum(a.nbytes for a in weights.values())
+    assert cm.report["memory"]["params_bytes"] < 4 * raw  # not seq copies of R
+    np.testing.assert_allclose(cm.session().run(None, given)[0], want[0], rtol=1e-4,
+                               atol=1e-5)
