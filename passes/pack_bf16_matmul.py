@@ -47,8 +47,9 @@ class PackBf16Matmul(GraphPass):
         if options["precision"] != "bf16":
             return mod
         panel, rows = int(options["panel"]), int(options["rows"])
+        packs: dict = {}  # one packed constant per weight (pack_matmul_weights' reason)
         out, rewritten = rewrite_calls(mod, "relax.matmul",
-                                       lambda m, call: _packed(m, call, panel, rows))
+                                       lambda m, call: _packed(m, call, panel, rows, packs))
         record_calls(report, RULE, rewritten)
         return out
 
@@ -131,13 +132,21 @@ def matmul_bf16(x, wp, n: int, rows: int = 1):
     return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_bf16_cut")
 
 
-def _packed(m, call, panel: int, rows: int):
+def _packed(m, call, panel: int, rows: int, packs=None):
     """``call`` (a relax.matmul) as matmul_bf16, emitted through ``m``; None when it does
-    not qualify (not float32, W not a constant 2-D float32 tensor, symbolic K)."""
+    not qualify (not float32, W not a constant 2-D float32 tensor, symbolic K).  ``packs``
+    ({weight's memory: packed constant}) shares one packed copy between the matmuls that
+    read one weight (an unrolled recurrence's, every step)."""
     qualified = float_weight_matmul(call, rows)
     if qualified is None or qualified[1].shape[0] < 2:
         return None
     x, w, pad = qualified
-    wp = relax.const(pack_bf16(w, panel))
+    key = (w.ctypes.data, w.shape, w.strides, panel)
+    if packs is not None and key in packs:
+        wp = packs[key][1]
+    else:
+        wp = relax.const(pack_bf16(w, panel))
+        if packs is not None:
+            packs[key] = (call.args[1], wp)  # the weight held: its memory stays its own
     return m.builder_.call_te(matmul_bf16, m.visit_expr(x), wp, int(w.shape[1]), pad,
                               primfunc_name_hint="matmul_bf16")
