@@ -523,10 +523,39 @@ def yolos_tiny(seed):
     return YolosForObjectDetection(cfg), _pixels(seed, 512, 640), ["logits", "pred_boxes"]
 
 
+def _recurrent_classifier(kind: str, seed: int):
+    """A 2-layer torch ``nn.LSTM`` / ``nn.GRU`` (input 128, hidden 256, batch-first,
+    100 steps) and a linear head on the last step: the ONNX LSTM / GRU ops, unrolled by
+    onnxc (its recurrent weight read at every step)."""
+    import torch
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(torch.nn, kind)(128, 256, num_layers=2, batch_first=True)
+            self.fc = torch.nn.Linear(256, 10)
+
+        def forward(self, x, return_dict=True):  # _wrap's call, as to transformers
+            y, _ = self.rnn(x)
+            return {"logits": self.fc(y[:, -1])}
+
+    rng = np.random.default_rng(seed)
+    return Classifier(), {"x": rng.standard_normal((1, 100, 128)).astype(np.float32)}, \
+        ["logits"]
+
+
+def lstm_2x256(seed):
+    return _recurrent_classifier("LSTM", seed)
+
+
+def gru_2x256(seed):
+    return _recurrent_classifier("GRU", seed)
+
+
 SWEEP = {f.__name__: f for f in (
     deberta_v3_base, bart_base, clip_text_b32, clip_vision_b32, segformer_b0, dpt_base,
     mobilevit_small, levit_128s, swinv2_tiny, convnextv2_tiny, qwen2_05b, phi_15,
-    bloom_560m, squeezebert, ast_audio, yolos_tiny)}
+    bloom_560m, squeezebert, ast_audio, yolos_tiny, lstm_2x256, gru_2x256)}
 SETS = {"bench": MODELS, "sweep": SWEEP}
 
 
