@@ -90,8 +90,12 @@ def _same_type(a, b) -> bool:
 
 # the blocks of a last-axis softmax as TVM's topi and onnxc's legalization name them
 # (onnxc's adds ``_tail`` / ``_row`` reductions and, once scheduled, ``_rf`` ones)
-_SOFTMAX_ROW_READERS = ("T_softmax_maxelem", "T_softmax_exp")
 _SOFTMAX_OUT_READERS = ("T_softmax_expsum", "T_softmax_norm")
+
+
+def _softmax_row_reader(name: str) -> bool:
+    """The row's max (any of its reductions) or the exp: the blocks that may read x."""
+    return name.startswith("T_softmax_maxelem") or name == "T_softmax_exp"
 
 
 def _softmax_rows(blocks, ins, out, touches) -> bool:
@@ -114,7 +118,7 @@ def _softmax_rows(blocks, ins, out, touches) -> bool:
         if touches(b.writes, out) and b.name_hint != "T_softmax_norm":
             return False
         reads = [r for d in derived for r in touches(b.reads, d)]
-        if not reads or b.name_hint.startswith(_SOFTMAX_ROW_READERS):
+        if not reads or _softmax_row_reader(b.name_hint):
             continue
         if b.name_hint.startswith("T_softmax"):
             return False  # the sum or the normalisation reading an input: not this shape
