@@ -9,7 +9,9 @@ add) is inlined into the write-back of the tile.  Rows padded to whole tiles (A 
 ``min(i, M - 1)``) cost no branch in the inner loop: only the write-back checks ``i < M``.
 A symbolic M (and batch dims) is fine when rows are so padded: the pass rounds M up to a
 multiple of its ``rows`` and the register tile takes a divisor of that.
-Parallel over (batch, N panels, M tiles).
+Panels run outer, each swept by all row tiles; where A outgrows half the L2, a row tile
+sweeps a group of 4-8 panels instead (``_panel_group``), so A is read that many times
+less.  Parallel over (batch, N panels or panel groups, M tiles).
 """
 
 from __future__ import annotations
