@@ -27,7 +27,7 @@ from tvm import relax, te
 
 from .context import GraphPass, PassReport
 from .dataflow import record_calls, rewrite_calls
-from .pack_matmul_weights import float_weight_matmul, pad_rows
+from .pack_matmul_weights import float_weight_matmul, pad_rows, shared_pack
 
 RULE = "matmul(x, W) => matmul_bf16(bf16(x), [N/nr, K/2, nr, 2](bf16(W)))"
 PRECISIONS = ("fp32", "bf16")
@@ -141,12 +141,6 @@ def _packed(m, call, panel: int, rows: int, packs=None):
     if qualified is None or qualified[1].shape[0] < 2:
         return None
     x, w, pad = qualified
-    key = (w.ctypes.data, w.shape, w.strides, panel)
-    if packs is not None and key in packs:
-        wp = packs[key][1]
-    else:
-        wp = relax.const(pack_bf16(w, panel))
-        if packs is not None:
-            packs[key] = (call.args[1], wp)  # the weight held: its memory stays its own
+    wp = shared_pack(packs, call.args[1], w, panel, lambda: relax.const(pack_bf16(w, panel)))
     return m.builder_.call_te(matmul_bf16, m.visit_expr(x), wp, int(w.shape[1]), pad,
                               primfunc_name_hint="matmul_bf16")

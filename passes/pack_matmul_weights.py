@@ -197,15 +197,10 @@ def _packed(m, call, panel: int, rows: int, one_row=frozenset(), packs=None):
     x, w, pad = qualified
     xt = x.ty
     x = m.visit_expr(x)
-    key = (w.ctypes.data, w.shape, w.strides, panel)
-    if packs is not None and key in packs:
-        wp = packs[key][1]
-    else:
-        # packed straight into the constant's buffer: one pass over W (was three copies)
-        wp = filled_const((-(-int(w.shape[1]) // panel), int(w.shape[0]), panel),
-                          str(w.dtype), lambda out: pack_kn_into(out, w, panel))
-        if packs is not None:
-            packs[key] = (call.args[1], wp)  # the weight held: its memory stays its own
+    # packed straight into the constant's buffer: one pass over W (was three copies)
+    wp = shared_pack(packs, call.args[1], w, panel, lambda: filled_const(
+        (-(-int(w.shape[1]) // panel), int(w.shape[0]), panel), str(w.dtype),
+        lambda out: pack_kn_into(out, w, panel)))
     lead = [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in list(xt.shape)[:-1]]
     if None not in lead and len(lead) > 1 and flatten_rows(lead[-1], int(np.prod(lead)), rows):
         # [.., M, K] with a few rows per batch (ConvNeXt's [1, 7, 7, 768] tokens): one
@@ -220,6 +215,19 @@ def _packed(m, call, panel: int, rows: int, one_row=frozenset(), packs=None):
         return relax.op.reshape(y, [*lead, int(w.shape[1])])
     return m.builder_.call_te(matmul_packed, x, wp, pad, int(w.shape[1]),
                               primfunc_name_hint="matmul")
+
+
+def shared_pack(packs, weight, w: np.ndarray, panel: int, make):
+    """The packed constant of ``w`` (the memory of the constant ``weight``), made by
+    ``make()`` the first time and taken from ``packs`` ({memory: (weight, packed)}; None:
+    no sharing) after, so the matmuls reading one weight share one packed copy."""
+    key = (w.ctypes.data, w.shape, w.strides, panel)
+    if packs is not None and key in packs:
+        return packs[key][1]
+    wp = make()
+    if packs is not None:
+        packs[key] = (weight, wp)  # the weight held: its memory stays its own
+    return wp
 
 
 def flatten_rows(m: int, total: int, rows: int) -> bool:
