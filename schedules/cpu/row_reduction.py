@@ -148,11 +148,11 @@ class RowReduction(MatchingCPURule):
 
 def _exp_in_output(sch):
     """Softmax (onnxc's legalization or TVM's: the same block names) with its exps stored in
-    the output row (its ``T_softmax_norm``) and normalised
-    there in place, as onnxruntime's MLAS does: the first write of each output row (a
-    cache miss per line, 72 MB of them over Whisper's [8, 1500, 1500]) then happens in the
-    exp pass, under its arithmetic, instead of in the bare load-multiply-store pass at the
-    end of the row, which stalled on it (and no per-row scratch row is needed).  Each
+    the output row (its ``T_softmax_norm``) and normalised there in place, as onnxruntime's
+    MLAS does: the first write of each output row (a cache miss per line, 72 MB of them
+    over Whisper's [8, 1500, 1500]) then happens in the exp pass, under its arithmetic,
+    instead of in the bare load-multiply-store pass at the end of the row, which stalled
+    on it (and no per-row scratch row is needed).  Each
     ``norm[i] = exp[i] * r`` reads the element it overwrites; the row's sum reads the exps
     before.  Kernels without both buffers (layer norm, RMS norm) are left as they are."""
     from tvm import s_tir
