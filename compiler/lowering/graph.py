@@ -464,6 +464,14 @@ def _place(g: KernelGraph, call: dict, groups: dict, outs: set, io_roots: dict):
     return members, None
 
 
+def _rows_once(call: dict, rules: dict) -> bool:
+    """Whether every kernel the call may run (its row variant too) was scheduled by a rule
+    that computes each row's reductions once (``inplace.ROWS_ONCE``)."""
+    kernels = [call["kernel"]] + ([call["rows_variant"]["kernel"]]
+                                  if call.get("rows_variant") else [])
+    return all(rules.get(k) in ROWS_ONCE for k in kernels)
+
+
 def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None,
                  rules: dict | None = None) -> tuple[dict, MemoryPlan]:
     """Assign tensors to arena buffers and params, plan the arena.
@@ -529,9 +537,8 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None,
         if reuse and call["kernel"] not in inplace_cache:
             # scalar arguments shift the kernel's parameters: no in-place for those
             inplace_cache[call["kernel"]] = [] if call.get("scalars") else \
-                inplace_candidates(g.prim_funcs[call["kernel"]], nin, rows_once=all(
-                    (rules or {}).get(k) in ROWS_ONCE for k in [call["kernel"]] + (
-                        [call["rows_variant"]["kernel"]] if call.get("rows_variant") else [])))
+                inplace_candidates(g.prim_funcs[call["kernel"]], nin,
+                                   rows_once=_rows_once(call, rules or {}))
         taken = set()
         for o_idx, o in enumerate(outs):
             if o in g.placed:  # written in place of its group's buffer: nothing to choose

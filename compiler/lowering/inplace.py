@@ -88,8 +88,9 @@ def _same_type(a, b) -> bool:
             and all(structural_equal(x, y) for x, y in zip(a.shape, b.shape)))
 
 
-# the blocks of a last-axis softmax as TVM's topi and onnxc's legalization name them
-# (onnxc's adds ``_tail`` / ``_row`` reductions and, once scheduled, ``_rf`` ones)
+# softmax blocks as TVM's topi and onnxc's legalization name them (onnxc's adds ``_tail`` /
+# ``_row`` reductions): those that may read the output (cpu.row_reduction stores the exps
+# there), and below, those that may read the input
 _SOFTMAX_OUT_READERS = ("T_softmax_expsum", "T_softmax_norm")
 
 
@@ -123,7 +124,7 @@ def _softmax_rows(blocks, ins, out, touches) -> bool:
         if b.name_hint.startswith("T_softmax"):
             return False  # the sum or the normalisation reading an input: not this shape
         # an elementwise op before the softmax: reads at the point it writes, one result
-        if (b.init is not None or len(b.writes) != 1 or touches(b.writes, out)
+        if (b.init is not None or len(b.writes) != 1
                 or not all(_same_point(r.region, b.writes[0].region) for r in reads)):
             return False
         derived.append(b.writes[0].source)

@@ -152,9 +152,9 @@ def _exp_in_output(sch):
     MLAS does: the first write of each output row (a cache miss per line, 72 MB of them
     over Whisper's [8, 1500, 1500]) then happens in the exp pass, under its arithmetic,
     instead of in the bare load-multiply-store pass at the end of the row, which stalled
-    on it (and no per-row scratch row is needed).  Each
-    ``norm[i] = exp[i] * r`` reads the element it overwrites; the row's sum reads the exps
-    before.  Kernels without both buffers (layer norm, RMS norm) are left as they are."""
+    on it (and no per-row scratch row is needed).  Each ``norm[i] = exp[i] * r`` reads the
+    element it overwrites; the row's sum reads the exps before.  Kernels without both
+    buffers (layer norm, RMS norm) are left as they are."""
     from tvm import s_tir
 
     func = common.alias_buffer(sch.mod["main"], "T_softmax_exp", "T_softmax_norm")
