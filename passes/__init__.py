@@ -18,6 +18,7 @@ from .canonicalize_bindings import CanonicalizeBindings
 from .convert_layout import ConvertLayout
 from .fold_batchnorm import FoldBatchNorm
 from .fold_pad_into_conv import FoldPadIntoConv
+from .trim_conv_taps import TrimConvTaps
 from .fold_transpose_matmul import FoldTransposeMatmul
 from .fuse_attention import FuseAttention
 from .fuse_gelu import FuseGelu
@@ -37,4 +38,4 @@ __all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmul
            "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
-           "FoldPadIntoConv", "PlaceConcat", "SeqMajorCache", "SinkReshape"]
+           "FoldPadIntoConv", "TrimConvTaps", "PlaceConcat", "SeqMajorCache", "SinkReshape"]

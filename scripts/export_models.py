@@ -556,7 +556,55 @@ SWEEP = {f.__name__: f for f in (
     deberta_v3_base, bart_base, clip_text_b32, clip_vision_b32, segformer_b0, dpt_base,
     mobilevit_small, levit_128s, swinv2_tiny, convnextv2_tiny, qwen2_05b, phi_15,
     bloom_560m, squeezebert, ast_audio, yolos_tiny, lstm_2x256, gru_2x256)}
-SETS = {"bench": MODELS, "sweep": SWEEP}
+
+# -- the torchvision set (``--set vision``): full-size CNNs none of our rules were written on ----
+# Published architectures at their published sizes (torchvision's builders, random weights;
+# needs ``pip install torchvision`` in the export venv).  For timing as well as correctness:
+# grouped / channel-shuffle convs, 5x5 and 1x7 / 7x1 kernels, hard-swish, SE blocks, 299x299
+# inputs, video 3-D convs, a segmentation head with atrous convs and an upsample.
+def _torchvision(builder: str, shape=(1, 3, IMAGE, IMAGE), out="logits", **kw):
+    def make(seed):
+        import torch
+        import torchvision
+
+        fn = torchvision.models
+        for part in builder.split("."):  # "video.r3d_18", "segmentation.deeplabv3_..."
+            fn = getattr(fn, part)
+        extra = {"weights_backbone": None} if builder.startswith("segmentation.") else {}
+        net = fn(weights=None, **extra, **kw)
+
+        class Vision(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = net
+
+            def forward(self, pixel_values, return_dict=True):
+                y = self.net(pixel_values)
+                return {out: y["out"] if isinstance(y, dict) else y}
+
+        rng = np.random.default_rng(seed)
+        return Vision(), {"pixel_values": rng.standard_normal(shape).astype(np.float32)}, [out]
+    return make
+
+
+VISION = {
+    "shufflenet_v2": _torchvision("shufflenet_v2_x1_0"),
+    "squeezenet1_1": _torchvision("squeezenet1_1"),
+    "googlenet": _torchvision("googlenet", aux_logits=False, init_weights=True),
+    "inception_v3": _torchvision("inception_v3", (1, 3, 299, 299), aux_logits=False,
+                                 init_weights=True),
+    "mnasnet1_0": _torchvision("mnasnet1_0"),
+    "mobilenet_v3_large": _torchvision("mobilenet_v3_large"),
+    "resnext50_32x4d": _torchvision("resnext50_32x4d"),
+    "efficientnet_v2_s": _torchvision("efficientnet_v2_s"),
+    "regnet_x_1_6gf": _torchvision("regnet_x_1_6gf"),
+    "vgg16_bn": _torchvision("vgg16_bn"),
+    "r3d_18": _torchvision("video.r3d_18", (1, 3, 16, 112, 112)),
+    "deeplabv3_mobilenet": _torchvision("segmentation.deeplabv3_mobilenet_v3_large",
+                                        (1, 3, 320, 320), out="out", aux_loss=False),
+    "maxvit_t": _torchvision("maxvit_t"),
+}
+SETS = {"bench": MODELS, "sweep": SWEEP, "vision": VISION}
 
 
 def _trained_like_batchnorm(model, seed: int) -> int:
@@ -676,12 +724,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="/work/real_models", help="output folder")
     ap.add_argument("--set", default="bench", choices=list(SETS),
-                    help="bench: the benchmark set; sweep: architectures outside it")
+                    help="bench: the benchmark set; sweep: architectures outside it; vision: "
+                         "torchvision CNNs at full size")
     ap.add_argument("--exporter", default="torchscript", choices=["torchscript", "dynamo"],
                     help="torchscript: dynamo=False, opset 17 (the benchmark set); dynamo: "
                          "torch's default exporter at its default opset")
     ap.add_argument("--models", nargs="*", default=None,
-                    choices=list(MODELS) + list(SWEEP), help="default: all of --set")
+                    choices=list(MODELS) + list(SWEEP) + list(VISION),
+                    help="default: all of --set")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", action="store_true", help="compare with torch via onnxruntime")
     args = ap.parse_args(argv)
