@@ -7,6 +7,7 @@ load + validate -> import to Relax -> our graph passes -> lower and group into k
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import hashlib
 import logging
@@ -25,7 +26,7 @@ import targets
 
 from . import __version__
 from . import precision as precisions
-from .lowering import input_alignment, parallel_build
+from .lowering import input_alignment, legalize_conv_nchwc, parallel_build
 from .lowering.artifact import write_artifact
 from .errors import CompileError
 from .frontend.fold_onnx import fold_constants as fold_onnx_constants
@@ -480,7 +481,11 @@ def _lower(mod, ctx):
     import tvm
 
     groups, members, fused = {}, {}, {}
-    with tvm.transform.PassContext(opt_level=3):
+    # the CPU conv tile (compile_static's _conv_tiles) for the NCHW[b]c conv legalization
+    tiles = ctx.config.get("pack_conv_weights", {})
+    padding = (legalize_conv_nchwc.register_tiles(tiles["lanes"], tiles["accumulators"])
+               if "lanes" in tiles and "accumulators" in tiles else contextlib.nullcontext())
+    with tvm.transform.PassContext(opt_level=3), padding:
         for p in lowering():
             before = mod
             mod = p(mod)

@@ -40,12 +40,22 @@ are ``sw`` blocks apart (half of every cache line unused at stride 2, twice the 
 so the input a pass walks no longer fits L2 (ResNet-50's 1024 -> 2048 at 14 x 14: 400 KB
 of lines per block, against 200 KB contiguous after the copy).
 
+Output widths with no good register tile (a prime: Inception-v3's 71 / 73-wide maps leave
+1-pixel tiles of 4 loads per 4 FMAs) are computed over a few more columns
+(``padded_width``: when the target's register tile over the wider row does at least 15%
+less work per output pixel), the extra columns reading in bounds (the right padding grows,
+or the index is clamped to the last column) and a ``conv_columns`` stage dropping them,
+which the rule folds into its write-back.  The target's tile parameters come from
+``register_tiles`` (set by the driver around lowering; none: no padding).
+
 The CPU rule ``schedules/cpu/conv2d_nchwc.py`` schedules both.  Imported for its side
 effect by ``compiler/pipeline.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 
 import tvm
@@ -54,6 +64,48 @@ from tvm import te, topi
 from schedules.cpu.conv2d_nchwc import SUBSAMPLE
 
 _ATTR = "FLegalize"
+# (fp32 lanes, accumulator registers) of the target's conv register tile, while lowering
+# for a CPU (``register_tiles``); None: widths are never padded
+_TILES: contextvars.ContextVar = contextvars.ContextVar("nchwc_tiles", default=None)
+# A padded row must save this share of the work per output pixel (loads per FMA x columns)
+PAD_GAIN = 0.85
+# Extra columns tried at most, and the narrowest row padded: Inception-v3's 80 -> 192 3x3
+# over 73 columns (71 out) ran 15.8 -> 10.5 ms single thread over 72, its 17-wide 1x7 /
+# 7x1 convs the same padded or not (Xeon 6 model 207, one thread)
+MAX_PAD = 8
+MIN_WIDTH = 32
+
+
+@contextlib.contextmanager
+def register_tiles(lanes: int, accumulators: int):
+    """Lower NCHW[b]c convs for a CPU whose conv tile has ``accumulators`` registers of
+    ``lanes`` fp32 lanes (cpu.conv2d_nchwc's ``tile`` on that target)."""
+    token = _TILES.set((int(lanes), int(accumulators)))
+    try:
+        yield
+    finally:
+        _TILES.reset(token)
+
+
+def padded_width(oh: int, ow: int, fblocks: int, block: int) -> int:
+    """The output width the register tile should run over: ``ow``, or up to ``MAX_PAD``
+    more columns where cpu.conv2d_nchwc's tile over them costs ``PAD_GAIN`` or less of the
+    loads per output pixel (a weight vector serves ``yt * xt`` FMAs, a broadcast ``ft``).
+    ``fblocks``: the output channel blocks a tile may group; ``block``: channels a block."""
+    tiles = _TILES.get()
+    if tiles is None or ow < MIN_WIDTH:
+        return ow
+    from schedules.cpu.conv2d_nchwc import tile
+
+    lanes, budget = tiles
+    width = -(-block // lanes)
+
+    def cost(w):
+        yt, xt, ft = tile(oh, w, fblocks, width, budget)
+        return w * (1 / ft + 1 / (yt * xt))
+
+    best = min(range(ow, ow + MAX_PAD + 1), key=lambda w: (cost(w), w))
+    return best if cost(best) <= PAD_GAIN * cost(ow) else ow
 _DATA = re.compile(r"^NCHW(\d+)c$")
 _KERNEL = re.compile(r"^OIHW(\d+)i(\d+)o$")
 _KERNEL_OUT = re.compile(r"^OIHW(\d+)o$")
@@ -86,16 +138,41 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
     pt, pl, pb, pr = (int(p) for p in padding)
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    subsample = (rank == 5 and kh == kw == 1 and (sh, sw) != (1, 1) and not depthwise
+                 and not (pt or pl or pb or pr))
+    full = ow
+    if not depthwise and not subsample:
+        full = padded_width(oh, ow, fo // groups, ob)  # the tile groups a group's blocks
+    clamp = full > ow and not (pt or pl or pb or pr)
     if pt or pl or pb or pr:
         tail = [0] * (rank - 4)
+        pr += (full - ow) * sw  # the extra columns read zeros
         data = topi.nn.pad(data, [0, 0, pt, pl, *tail], [0, 0, pb, pr, *tail],
                            name="pad_temp")
-    if (rank == 5 and kh == kw == 1 and (sh, sw) != (1, 1) and not depthwise
-            and not (pt or pl or pb or pr)):
+    if subsample:
         src = data
         data = te.compute((n, int(data.shape[1]), oh, ow, int(data.shape[4])),
                           lambda i, c, y, x, v: src[i, c, y * sh, x * sw, v], name=SUBSAMPLE)
         sh = sw = 1
+    conv = _conv(data, kernel, (n, fo, oh, full, ob), (sh, sw), (dh, dw), depthwise, groups,
+                 w - 1 if clamp else None)
+    if full == ow:
+        return conv
+    # the extra columns dropped (cpu.conv2d_nchwc folds this into its write-back)
+    return te.compute((n, fo, oh, ow, ob), lambda *i: conv[i], name="conv_columns")
+
+
+def _conv(data, kernel, shape, strides, dilation, depthwise: bool, groups: int, last):
+    """The reduction of ``conv2d_nchwc`` over an output of ``shape`` (its width maybe
+    padded); ``last``: clamp input columns to it (no padding stage to read past)."""
+    rank = len(data.shape)
+    n, fo, oh, ow, ob = shape
+    (sh, sw), (dh, dw) = strides, dilation
+    kh, kw = (int(kernel.shape[k]) for k in (2, 3))
+
+    def col(x, rx):
+        return x * sw + rx * dw if last is None else te.min(x * sw + rx * dw, last)
+
     if rank == 4:
         rc = te.reduce_axis((0, int(data.shape[1])), "rc")
     ry = te.reduce_axis((0, kh), "ry")
@@ -104,14 +181,14 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
         return te.compute(
             (n, fo, oh, ow, ob),
             lambda i, f, y, x, v: te.sum(
-                data[i, rc, y * sh + ry * dh, x * sw + rx * dw] * kernel[f, rc, ry, rx, v],
+                data[i, rc, y * sh + ry * dh, col(x, rx)] * kernel[f, rc, ry, rx, v],
                 axis=[rc, ry, rx]),
             name="conv2d_NCHWc_from_NCHW")
     if depthwise:
         return te.compute(
             (n, fo, oh, ow, ob),
             lambda i, c, y, x, v: te.sum(
-                data[i, c, y * sh + ry * dh, x * sw + rx * dw, v] * kernel[c, 0, ry, rx, 0, v],
+                data[i, c, y * sh + ry * dh, col(x, rx), v] * kernel[c, 0, ry, rx, 0, v],
                 axis=[ry, rx]),
             name="depthwise_conv2d_NCHWc")
     co = te.reduce_axis((0, int(kernel.shape[1])), "rco")
@@ -121,13 +198,13 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
         return te.compute(
             (n, fo, oh, ow, ob),
             lambda i, f, y, x, v: te.sum(
-                data[i, f // fpg * cpg + co, y * sh + ry * dh, x * sw + rx * dw, ci]
+                data[i, f // fpg * cpg + co, y * sh + ry * dh, col(x, rx), ci]
                 * kernel[f, co, ry, rx, ci, v], axis=[co, ry, rx, ci]),
             name="group_conv2d_NCHWc")
     return te.compute(
         (n, fo, oh, ow, ob),
         lambda i, f, y, x, v: te.sum(
-            data[i, co, y * sh + ry * dh, x * sw + rx * dw, ci] * kernel[f, co, ry, rx, ci, v],
+            data[i, co, y * sh + ry * dh, col(x, rx), ci] * kernel[f, co, ry, rx, ci, v],
             axis=[co, ry, rx, ci]),
         name="conv2d_NCHWc")
 

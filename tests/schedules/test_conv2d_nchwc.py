@@ -224,3 +224,71 @@ def test_numerics_nchw_stem(hw, stride):
                        {"w": w, "b": b})
     check_against_ort(model, {"x": rng.standard_normal((1, 3, hw, hw)).astype("float32")},
                       "cpu.conv2d_nchwc")
+
+
+def test_padded_width_choice():
+    """A row with no good register tile runs over a few more columns, on a target's tile
+    parameters only (none while lowering for no CPU); widths with good tiles, and narrow
+    rows, stay."""
+    from compiler.lowering.legalize_conv_nchwc import MIN_WIDTH, padded_width, register_tiles
+
+    assert padded_width(71, 71, 12, 16) == 71            # no target: never
+    with register_tiles(16, 20):
+        assert padded_width(71, 71, 12, 16) > 71          # prime: 1-pixel tiles otherwise
+        assert padded_width(73, 73, 12, 16) > 73
+        assert padded_width(56, 56, 4, 16) == 56          # 4-pixel tiles already
+        assert padded_width(17, 17, 12, 16) == 17 < MIN_WIDTH
+    with register_tiles(8, 12):                           # AVX2: 8 lanes, 12 accumulators
+        assert padded_width(71, 71, 12, 16) > 71
+
+
+def _prime_width_func(k=3, pad=0, c=32, f=64, h=73, groups=1):
+    from compiler.lowering.legalize_conv_nchwc import register_tiles
+
+    def build(bb, x, w, bias):
+        y = relax.op.nn.conv2d(x, w, padding=pad, groups=groups, data_layout="NCHW16c",
+                               kernel_layout="OIHW16i16o")
+        return bb.emit(relax.op.nn.relu(relax.op.add(bb.emit(y), bias)))
+    with register_tiles(16, 20):
+        return fused_primfunc(build, [(1, c // 16, h, h, 16),
+                                      (f // 16, c // 16 // groups, k, k, 16, 16),
+                                      (1, f // 16, 1, 1, 16)], "conv2d")
+
+
+@pytest.mark.parametrize("k,pad", [(3, 0), (1, 0), (3, 1)])
+def test_prime_width_computed_over_padded_columns(k, pad):
+    """The conv runs over more columns than the output has (a ``conv_columns`` stage drops
+    them); the extra columns read in bounds: a wider padding stage, or without one the
+    column index clamped.  The rule folds the drop into its register tile's write-back."""
+    func = _prime_width_func(k, pad)
+    text = func.script()
+    assert 'T.sblock("conv_columns")' in text
+    assert ("T.min(" in text) == (pad == 0)
+    out = Conv2dNCHWc().apply(func, TARGET).mod["main"].script()
+    assert 'T.sblock("conv_columns")' not in out and 'T.sblock("T_relu")' not in out
+    assert "T.parallel" in out and "T.vectorized(T.int64(16))" in out
+    assert "conv2d_NCHWc_local" in out or "conv2d_NCHWc_global" in out  # a register / row tile
+
+
+def test_good_widths_are_not_padded():
+    assert 'T.sblock("conv_columns")' not in _prime_width_func(h=58).script()  # 56 out
+
+
+@pytest.mark.parametrize("k,pad,c,f,hw,group", [
+    (3, 0, 32, 48, 73, 1),     # Inception-v3's Conv2d_4a at 73 x 73: padding stage widened
+    (1, 0, 32, 48, 73, 1),     # its 1x1 before it: clamped columns
+    (3, 1, 32, 64, 71, 2),     # grouped
+    (3, 1, 32, 32, 37, 1),     # padded 3x3
+])
+def test_numerics_padded_columns(k, pad, c, f, hw, group):
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((f, c // group, k, k)) * 0.2).astype("float32")
+    b = rng.standard_normal(f).astype("float32")
+    oh = hw + 2 * pad - k + 1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
+                              pads=[pad] * 4, group=group, name="conv"),
+             helper.make_node("Relu", ["c"], ["y"])]
+    shape, out = (1, c, hw, hw), (1, f, oh, oh)
+    model = onnx_model(nodes, [("x", shape)], [("y", out)], {"w": w, "b": b})
+    feeds = {"x": rng.standard_normal(shape).astype("float32")}
+    check_against_ort(model, feeds, "cpu.conv2d_nchwc")
