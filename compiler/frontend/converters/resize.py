@@ -165,7 +165,7 @@ def output_plan(in_shape, axes, scales, sizes, policy: str):
 
 def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_mode,
                  cubic_a, antialias, exclude_outside, roi, extrapolation):
-    """Relax expression of ``x`` resized over ``axes`` (in that order)."""
+    """Relax expression of ``x`` resized over ``axes`` (one pass per axis: ``_axis_order``)."""
     in_shape = [int(v) for v in x.ty.shape.values]
     ndim = len(in_shape)
     dtype = str(x.ty.dtype)
@@ -181,7 +181,13 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
             return _cubic_coeffs(r, s, cubic_a, antialias)
     compute = "float64" if dtype == "float64" else "float32"
     y, cast_back = x, False
-    for i, a in enumerate(axes):
+    # tf_crop_and_resize fills what falls outside the crop axis by axis, in the given
+    # order; nearest passes are copies (repeat / take), cpu.upsample_nearest takes the rows'
+    # repeat inlined into the columns'
+    order = range(len(axes)) if coord == "tf_crop_and_resize" or mode == "nearest" else \
+        _axis_order(axes, in_shape, out_sizes)
+    for i in order:
+        a = axes[i]
         n_in, n_out, scale = in_shape[a], out_sizes[i], factors[i]
         lo_hi = None if roi is None else roi[i]
         if math.isclose(scale, 1.0) and n_out == n_in and (
@@ -228,6 +234,20 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
     if cast_back:
         y = relax.op.astype(y, dtype)
     return y
+
+
+def _axis_order(axes, in_shape, out_sizes) -> list:
+    """Positions in ``axes`` in the order to resize them: an upsampled last axis first.
+    Along the last axis every output element gathers its taps (no vector loads); along
+    any other the taps are whole rows, weighed as vectors.  First, the last axis's pass
+    runs over the smallest tensor: DeepLabV3's x16 bilinear [21, 20, 20] -> [21, 320, 320]
+    gathered 2.15 M elements last, 134 K first."""
+    order = list(range(len(axes)))
+    last = [i for i in order if axes[i] == len(in_shape) - 1]
+    if last and out_sizes[last[0]] > in_shape[-1]:
+        order.remove(last[0])
+        order.insert(0, last[0])
+    return order
 
 
 # Linear (2 taps) and cubic (4) without antialias: one kernel per axis that reads its taps

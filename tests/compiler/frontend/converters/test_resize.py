@@ -225,3 +225,20 @@ def test_resize_antialias_downscale_keeps_the_gather_and_reduction():
     cm = compiler.compile(m)
     assert not any(r["kernel"].startswith("resize_taps") for r in cm.report["kernel_table"])
     check_against_reference(m, {"x": x})
+
+
+@pytest.mark.parametrize("scales,first", [
+    ([1, 1, 2, 4], [1, 3, 5, 28]),     # upsampling: the last axis (gathers) first, small
+    ([1, 1, 0.5, 0.5], [1, 3, 2, 7]),  # downsampling: in the given order, the last axis last
+])
+def test_resize_gathers_along_the_last_axis_over_the_smaller_tensor(scales, first):
+    from compiler.frontend.importer import import_onnx
+    from compiler.frontend.loader import load_model
+    from passes.relax_util import bindings
+
+    x = RNG.standard_normal((1, 3, 5, 7)).astype(np.float32)
+    m, _ = typed(_resize(x, scales=scales, mode="linear"), {"x": x})
+    shapes = [[int(d) for d in b.var.ty.shape] for b in bindings(import_onnx(load_model(m)))
+              if "resize_taps" in str(b.value)]
+    assert shapes[0] == first, shapes
+    check_against_reference(m, {"x": x})
