@@ -113,6 +113,25 @@ def tile(oh: int, ow: int, fblocks: int, width: int = 1, budget: int = 20) -> tu
     return common.pixel_tile(oh, ow, fblocks, width, max_group=4, budget=budget)
 
 
+# The row cache of a chunked conv's task (its rows' accumulators, in memory) stays within
+# this many bytes (a part of L1, next to the chunk's weights and the input rows)
+ROW_CACHE_BYTES = 24576
+
+
+def chunk_rows(row_tiles: int, tasks: int, row_bytes: int, ncores: int) -> int:
+    """Row tiles per task of a chunked conv (a divisor of ``row_tiles``): each input
+    channel chunk's weights, loaded into L1 once per task, then serve that many row tiles
+    instead of one.  A whole fo tile's weights outgrow L2 (960 -> 256 3x3: 2.2 MB per 4
+    output blocks), so each row re-streamed them from L3.  At most ``ROW_CACHE_BYTES`` of
+    row cache (``row_bytes`` a row tile), and at least 4 tasks per core left (``tasks``:
+    the tasks of one row tile each, over the batch and output channel tiles)."""
+    best = 1
+    for r in common.divisors(row_tiles):
+        if r * row_bytes <= ROW_CACHE_BYTES and tasks * (row_tiles // r) >= 4 * ncores:
+            best = max(best, r)
+    return best
+
+
 def depthwise_tile(ow: int, width: int = 1, budget: int = 16) -> int:
     """Output pixels per register row: the largest divisor of ``ow`` within ``budget``
     vectors (16 of 32 registers; ``acc_budget`` on 16)."""
@@ -157,8 +176,11 @@ class Conv2dNCHWc(MatchingCPURule):
             chunk = channel_chunk(ext[5], ext[6] * ext[7] * (ext[8] if ci else 1), ft * b)
             if chunk:
                 coo, coi = sch.split(co, [None, chunk])
-                sch.reorder(n, fo, yo, coo, xo, coi, ry, rx, *ci, fi, yi, xi, v)
-                outer, first_red, unrolled = (n, fo, yo), coo, (fi, yi, xi)
+                tasks = ext[0] * (ext[1] // ft)
+                rows = chunk_rows(ext[2] // yt, tasks, yt * ext[3] * ft * b * 4, ncores)
+                yoo, yoi = sch.split(yo, [None, rows])
+                sch.reorder(n, fo, yoo, coo, yoi, xo, coi, ry, rx, *ci, fi, yi, xi, v)
+                outer, first_red, unrolled = (n, fo, yoo), coo, (fi, yi, xi)
             else:
                 sch.reorder(n, fo, yo, xo, co, ry, rx, *ci, fi, yi, xi, v)
                 outer, first_red, unrolled = (n, fo, yo), co, (rx, fi, yi, xi)

@@ -54,7 +54,24 @@ def test_dense_channel_chunks_accumulate_in_a_row_cache():
     func = _blocked(64, 14, 64, 3)
     text = Conv2dNCHWc().apply(func, TARGET).mod["main"].script()
     assert "_global" in text and "_local" not in text
-    assert "for rco_0, x_0, rco_1, ry, rx, rci in" in text
+    assert "for rco_0, y_0_1, x_0, rco_1, ry, rx, rci in" in text
+
+
+def test_channel_chunks_serve_several_rows():
+    """A chunk's weights, once in L1, serve several row tiles of a task (960 -> 256 3x3 at
+    20 x 20: a 4-block tile's weights, 2.2 MB, outgrew L2 and were re-streamed from L3 for
+    every row): the row loop inside the chunk loop, the rows' cache within
+    ROW_CACHE_BYTES, enough tasks left for the cores."""
+    from schedules.cpu.conv2d_nchwc import ROW_CACHE_BYTES, chunk_rows
+
+    assert chunk_rows(20, 4, 5120, 2) == 4                 # 4 x 5 KB, 20 tasks
+    assert chunk_rows(20, 4, 5120, 8) == 2                 # 8 cores: 40 tasks
+    assert chunk_rows(20, 4, 5120, 16) == 1                # 16: every row its task
+    assert chunk_rows(7, 4, 1024, 2) == 1                  # 7 rows: 4 tasks would not do
+    assert chunk_rows(28, 16, ROW_CACHE_BYTES, 2) == 1     # one row fills the cache
+    text = Conv2dNCHWc().apply(_blocked(256, 20, 64, 3), TARGET).mod["main"].script()
+    rows = [ln for ln in text.splitlines() if "for rco_0, y_0_1, x_0," in ln]
+    assert rows and "T.grid(T.int64(16), T.int64(1)," not in rows[0]
     assert 'T.sblock("T_add")' not in text and 'T.sblock("T_relu")' not in text
 
 
