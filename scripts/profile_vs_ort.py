@@ -1,9 +1,11 @@
 """Per-kernel time of a compiled model against onnxruntime's per-node profile, one thread.
 
-    python scripts/profile_vs_ort.py MODEL.onnx MODEL.so [--runs 20] [--top 25]
+    python scripts/profile_vs_ort.py MODEL.onnx MODEL.so [--runs 20] [--top 25] [--threads N]
 
 Both engines run single-threaded in this process: each onnxc kernel call timed by this
-thread's CPU time, onnxruntime by its per-node profile (wall), the first
+thread's CPU time (``--threads N``: both engines on N threads, each call timed by the
+wall clock, which then counts the host's other load too), onnxruntime by its per-node
+profile (wall), the first
 run of each dropped.  Each onnxc kernel call names the ONNX nodes it computes; an
 onnxruntime node (after its own fusions: ``Conv_12`` fused with its ReLU keeps the conv's
 name, NCHWc nodes add a ``_nchwc`` suffix, QuickGelu fusions ``<node>/QuickGeluFusion/``) is charged to the onnxc kernel holding a node of
@@ -19,7 +21,8 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("TVM_NUM_THREADS", "1")
+THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+os.environ.setdefault("TVM_NUM_THREADS", str(THREADS))
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -34,7 +37,8 @@ def ours(so, feeds, runs):
     """{(kernel, nodes): (flops, min thread-CPU us over runs)}: each call of the plan timed
     with time.thread_time_ns (this thread's CPU time: descheduling by other jobs does not
     count), inputs refilled before each run."""
-    sess = runtime.load(so, SessionOptions(intra_op_num_threads=1, bind_io=False))
+    sess = runtime.load(so, SessionOptions(intra_op_num_threads=THREADS, bind_io=False))
+    clock = time.thread_time_ns if THREADS == 1 else time.perf_counter_ns
     sess.run(None, feeds)
     inputs = [(sess._np[t], feeds[n]) for t, n in zip(sess._input_tensors, sess._input_names)]
     calls = sess.graph["calls"]
@@ -43,9 +47,9 @@ def ours(so, feeds, runs):
         for view, value in inputs:
             view[...] = value
         for i, (fn, args) in enumerate(sess._calls):
-            t = time.thread_time_ns()
+            t = clock()
             fn(*args)
-            best[i] = min(best[i], (time.thread_time_ns() - t) / 1e3)
+            best[i] = min(best[i], (clock() - t) / 1e3)
     per = {}
     for call, us in zip(calls, best):
         key = (call["kernel"], tuple(call.get("nodes", [])))
@@ -56,20 +60,21 @@ def ours(so, feeds, runs):
 
 def ort_run_cpu_ms(model, feeds, runs):
     so = ort.SessionOptions()
-    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    so.intra_op_num_threads, so.inter_op_num_threads = THREADS, 1
     sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     sess.run(None, feeds)
+    clock = time.thread_time_ns if THREADS == 1 else time.perf_counter_ns
     ts = []
     for _ in range(runs):
-        t = time.thread_time_ns()
+        t = clock()
         sess.run(None, feeds)
-        ts.append((time.thread_time_ns() - t) / 1e6)
+        ts.append((clock() - t) / 1e6)
     return min(ts)
 
 
 def theirs(model, feeds, runs):
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = THREADS
     so.inter_op_num_threads = 1
     so.enable_profiling = True
     so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
@@ -101,6 +106,8 @@ def main():
     p.add_argument("so")
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--threads", type=int, default=1,
+                   help="both engines on this many threads (wall-clock kernel times)")
     a = p.parse_args()
     sess = ort.InferenceSession(a.model, providers=["CPUExecutionProvider"])
     from compiler.tools.bench import random_feeds  # int64 ids and masks as bench_models'
@@ -134,8 +141,9 @@ def main():
     rows = sorted(mine, key=lambda k: -(mine[k][1] - charged[k]))
     tot_m = sum(v[1] for v in mine.values())
     tot_r = sum(ref.values())
-    print(f"onnxruntime run(): {ort_run_cpu_ms(a.model, feeds, a.runs):.2f} ms thread CPU (min)")
-    print(f"onnxc kernels {tot_m / 1e3:.2f} ms/run (thread CPU), onnxruntime nodes "
+    clock = "thread CPU" if THREADS == 1 else f"wall, {THREADS} threads"
+    print(f"onnxruntime run(): {ort_run_cpu_ms(a.model, feeds, a.runs):.2f} ms {clock} (min)")
+    print(f"onnxc kernels {tot_m / 1e3:.2f} ms/run ({clock}), onnxruntime nodes "
           f"{tot_r / 1e3:.2f} ms/run (profile, wall) "
           f"(unmatched ORT nodes {sum(unmatched.values()) / 1e3:.2f} ms)")
     print(f"{'kernel':<44} {'nodes':<28} {'GFLOP':>6} {'onnxc us':>9} {'ort us':>9} {'diff':>8} {'ratio':>6}")
