@@ -277,6 +277,11 @@ def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
     opts = config.setdefault("convert_layout", {})
     opts.setdefault("layout", chosen)
     opts.setdefault("block", block)
+    # QDQ convs go integer only where convert_layout will block them (whole output blocks)
+    qdq = config.setdefault("qdq_conv_integer", {})
+    qdq.setdefault("layout", opts["layout"] if "convert_layout" not in set(disabled)
+                   else "NCHW")
+    qdq.setdefault("block", opts["block"])
     if "convert_layout" in set(disabled):
         why = "convert_layout disabled: the model's NCHW"
     entry = {"requested": layout, "chosen": opts["layout"] if "convert_layout" not in

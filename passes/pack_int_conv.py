@@ -10,8 +10,9 @@ minus its zero point becomes the kernel's first stage, which also pads it (with 
 dequantized 0) and lays it out ``[N, CO, H+pads, W+pads, CP, 2]``: the kernel reads the
 8-bit activation as the previous kernel wrote it.  Blocked input: ``CO = C/b, CP = b/2``;
 NCHW input: ``CO = 1, CP = ceil(C/2)`` (an odd C gets a zero channel).  Every blocked int
-conv is taken (TVM cannot lower a blocked int conv2d); convs left NCHW keep TVM's int32
-conv2d.  Runs after convert_layout.
+conv is taken (TVM cannot lower a blocked int conv2d); convs left NCHW become the float
+conv of the same integers (``RULE_FLOAT``).  Runs after convert_layout, before
+pack_conv_weights.
 
 On targets with a u8 x s8 dot (option ``u8_dot``, set by the driver: passes/int8_quads.py)
 a u8 activation by a weight that fits s8 is not widened: the weight is packed by fours of
@@ -29,8 +30,11 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
+from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
+
 from . import int8_quads
 from .context import GraphPass, PassReport
+from .dataflow import rewrite_calls
 
 RULE = ("conv2d_int32(int16(a) - za, W) NCHW[b]c => conv2d_int_packed(pad(int16(a) - za), "
         "[F/b, CO, KH, KW, CP, b, 2](W))")
@@ -49,7 +53,34 @@ class PackIntConv(GraphPass):
     options = dict(int8_quads.OPTIONS)
 
     def rewrite(self, mod, report: PassReport, options: dict):
-        return int8_quads.rewrite(mod, report, "relax.nn.conv2d", _packed, options, RULE, RULE_U8)
+        mod = int8_quads.rewrite(mod, report, "relax.nn.conv2d", _packed, options, RULE, RULE_U8)
+        mod, floated = rewrite_calls(mod, "relax.nn.conv2d", _float_nchw)
+        if floated:
+            report.rewrites[RULE_FLOAT] = len(floated)
+        return mod
+
+
+# An int32 conv convert_layout left NCHW (qdq_conv_integer only makes those it expects
+# blocked, but the whole graph can stay NCHW: an op convert_layout has not verified,
+# --layout NCHW): no CPU rule takes an integer NCHW conv (TVM's reduction schedule ran 50x
+# slower than onnxruntime), so it becomes the float conv of the same integers, which
+# pack_conv_weights packs.  Exact while the sums stay below 2^24, as the QDQ model's own
+# float conv is not.
+RULE_FLOAT = "conv2d_int32(a16, W) left NCHW => int32(conv2d(float32(a16), float32(W)))"
+
+
+def _float_nchw(m, call):
+    a = call.attrs
+    x, w = call.args
+    if (a.data_layout != "NCHW" or str(a.out_dtype) != "int32"
+            or not isinstance(w, GenericConst) or str(x.ty.dtype) not in _BYTE):
+        return None
+    wf = relax.const(w.value.numpy().astype(np.float32))
+    conv = relax.op.nn.conv2d(relax.op.astype(m.visit_expr(x), "float32"), wf,
+                              strides=a.strides, padding=a.padding, dilation=a.dilation,
+                              groups=a.groups, data_layout="NCHW", kernel_layout=a.kernel_layout,
+                              out_layout="NCHW", out_dtype="float32")
+    return relax.op.astype(m.builder_.emit(conv), "int32")
 
 
 def _geometry(a, wp, strides, padding, dilation) -> tuple:

@@ -143,8 +143,13 @@ def schedule_loops(sch, infos, target):
             # is whole vectors (56x56 = 196 x 16), instead of leaving the loop scalar
             # (rows of 4 vectors or more keep their own loop, below: fused, a read indexed
             # by the row alone, a per-channel scale, became a gather behind a division)
+            # (not with a Let in the value: lanes across two rows index by a division,
+            # TVM's vectorizer then scalarizes the loop, binding the Let's var once per
+            # lane, and its simplifier refuses that: "Let cannot bind the same var to two
+            # different values", MobileNetV3's QDQ requantisation over NCHW8c)
             if (ext is not None and ext % lanes and n_lead >= 2 and ext < 4 * lanes
-                    and (common.const_extent(sch, loops[-2]) or 1) * ext % lanes == 0):
+                    and (common.const_extent(sch, loops[-2]) or 1) * ext % lanes == 0
+                    and not _has_let(sch, info)):
                 loops = [*loops[:-2], sch.fuse(loops[-2], loops[-1])]
                 n_lead -= 1
                 ext = common.const_extent(sch, loops[-1])
@@ -190,6 +195,11 @@ def schedule_loops(sch, infos, target):
         elif row == "vectors":
             common.vectorize_row(sch, info.block_rv, lanes)
     return sch
+
+
+def _has_let(sch, info) -> bool:
+    """The block's value binds a Let (legalize_nan's relu / clip, GELU)."""
+    return bool(_nodes(sch.get(info.block_rv).body, tvm.tirx.Let))
 
 
 def _has_select(sch, info) -> bool:

@@ -195,3 +195,34 @@ def test_structure_select_on_a_period_is_split_there(target):
     text = Elementwise().apply(f, target).mod["main"].script()
     assert "range(T.int64(4), T.int64(8))" in text, text
     assert "T.vectorized" not in text
+
+
+
+def test_let_over_rows_narrower_than_a_vector_builds():
+    """MobileNetV3's QDQ squeeze-excitation requantisation (tests/data/
+    qdq_se_requant_kernel.tvmscript, as FuseTIR made it): NCHW16c -> NCHW -> NCHW8c with a
+    clip whose operand legalize_nan binds with a Let.  8 lanes a pixel, so whole vectors
+    would span two pixels, indexed by a division; TVM's vectorizer scalarizes that loop and
+    its simplifier then refuses the Let bound once per lane ("Let cannot bind the same var
+    to two different values": the model did not build).  The rows stay scalar there; the
+    kernel builds and computes what the unscheduled function does."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "data",
+                        "qdq_se_requant_kernel.tvmscript")
+    with open(path) as f:
+        func = tvm.script.from_source(f.read())
+    sch = Elementwise().apply(func, TARGET)
+    built = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
+                                                                         "main")}), "llvm")
+    plain = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                        "llvm")
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal([int(d) for d in p.shape]).astype("float32")
+            for p in func.params]
+    outs = []
+    for lib in (built, plain):
+        ts = [tvm.runtime.tensor(a.copy()) for a in args]
+        lib["main"](*ts)
+        outs.append(ts[-1].numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
