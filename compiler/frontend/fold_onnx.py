@@ -85,11 +85,47 @@ def fold_node(node, values: list, opsets) -> list | None:
     output, holds objects or exceeds MAX_ELEMENTS."""
     if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
         return None
+    if node.op_type in _QDQ:
+        folded = _fold_qdq(node, values)
+        if folded is not None or node.op_type == "DequantizeLinear":
+            return folded
     result = evaluate(node, values, opsets)
     if result is None or len(result) < len(node.output) or any(
             r.dtype == object or r.size > MAX_ELEMENTS for r in result):
         return None
     return result
+
+
+# Dequantize of a constant: folded only to a scalar (a quantized Pad value or Clip bound:
+# onnxruntime's quantizer wraps them in Q -> DQ, and the converters need them constant),
+# never a weight, whose 8-bit integers qdq_conv_integer / qdq_matmul_integer must still
+# see (onnx.reference folded those from opset 19 on).  Scalars are evaluated here:
+# onnx.reference has no QuantizeLinear / DequantizeLinear before opset 19, so such a Pad
+# value stayed a DQ and its conversion failed.  Larger quantizes go to the reference.
+_QDQ = {"QuantizeLinear", "DequantizeLinear"}
+_INTS = {"int8", "uint8", "int16", "uint16", "int32"}
+
+
+def _fold_qdq(node, values: list) -> list | None:
+    x, scale, zero = (list(values) + [None, None])[:3]
+    if x is None or scale is None or x.size != 1 or scale.size != 1 or (
+            zero is not None and zero.size != 1):
+        return None
+    attrs = {a.name: a for a in node.attribute}
+    if node.op_type == "DequantizeLinear":
+        if str(x.dtype) not in _INTS or scale.dtype not in (np.float32, np.float64):
+            return None
+        z = 0 if zero is None else int(zero.reshape(()))
+        return [np.asarray((int(x.reshape(())) - z) * scale.reshape(()), dtype=scale.dtype)]
+    out = np.dtype(zero.dtype) if zero is not None else np.dtype(np.uint8)
+    if "output_dtype" in attrs and attrs["output_dtype"].i:
+        out = onnx.helper.tensor_dtype_to_np_dtype(attrs["output_dtype"].i)
+    if str(out) not in _INTS or not np.issubdtype(x.dtype, np.floating):
+        return None
+    z = 0 if zero is None else int(zero.reshape(()))
+    q = np.rint(x.reshape(()) / scale.reshape(()).astype(x.dtype)) + z  # in x's float type
+    info = np.iinfo(out)
+    return [np.asarray(np.clip(q, info.min, info.max), dtype=out)]
 
 
 def _inputs_with_subgraphs(node) -> set:

@@ -131,6 +131,8 @@ def pad(bb, inputs, attrs, ctx):
         pads = constant_value(inputs[1]) if len(inputs) > 1 else None
         value = (constant_value(inputs[2]) if len(inputs) > 2 and inputs[2] is not None
                  else 0.0)
+        if value is None:  # TVM's converter would fail on it with an AttributeError
+            refuse(ctx, "a constant_value computed at run time (not a constant)")
         axes = inputs[3] if len(inputs) > 3 else None
     mode = attr_text(attrs.get("mode"), "constant")
     rank = len(x.ty.shape) if getattr(x.ty, "shape", None) is not None else None

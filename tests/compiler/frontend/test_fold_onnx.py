@@ -93,3 +93,55 @@ def test_in_place_folds_as_the_copy_does(monkeypatch):
     assert folded is mine and m == n == 3 and moved == [True]
     assert [node.op_type for node in folded.graph.node] == ["Pad", "Slice"]
     assert folded.SerializeToString() == copied.SerializeToString()
+
+
+def _qdq_pad_value(opset: int):
+    """Pad(x, pads, DQ(Q(0.25))) -> Conv(., DQ(Wq)): the quantized pad value onnxruntime's
+    quantizer writes, and a weight that must stay 8-bit integers behind its DQ."""
+    wq = np.random.default_rng(5).integers(-64, 64, (4, 2, 3, 3)).astype(np.int8)
+    nodes = [helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["cd"]),
+             helper.make_node("Pad", ["x", "pads", "cd"], ["xp"]),
+             helper.make_node("DequantizeLinear", ["wq", "sw"], ["w"]),
+             helper.make_node("Conv", ["xp", "w"], ["y"])]
+    g = helper.make_graph(
+        nodes, "g", [value_info("x", F, [1, 2, 5, 5])], [untyped_output("y")],
+        [initializer("c", np.float32(0.25)), initializer("s", np.float32(0.01)),
+         initializer("z", np.uint8(3)), initializer("pads", np.array([0, 0, 1, 1] * 2)),
+         initializer("wq", wq), initializer("sw", np.float32(0.02))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_scalar_dequantize_folds_and_weights_stay_integers():
+    """A quantized scalar (Q -> DQ of a constant: Pad's value) folds to its float, at
+    opsets where onnx.reference has no QuantizeLinear / DequantizeLinear (17) and where it
+    does (21); a weight's DQ is never folded (the QDQ passes read its integers)."""
+    from onnx.reference import ReferenceEvaluator
+
+    for opset in (17, 21):
+        folded, _ = fold_constants(load_model(_qdq_pad_value(opset)))
+        ops = [n.op_type for n in folded.graph.node]
+        assert ops == ["Pad", "DequantizeLinear", "Conv"], (opset, ops)
+        value = numpy_helper.to_array(next(t for t in folded.graph.initializer
+                                           if t.name == "cd"))
+        assert value == np.float32(0.25)     # round(0.25 / 0.01) + 3 = 28 -> (28 - 3) * 0.01
+    x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    (got,) = compiler.compile(_qdq_pad_value(17)).session().run(None, {"x": x})
+    (want,) = ReferenceEvaluator(_qdq_pad_value(21)).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pad_value_computed_at_run_time():
+    """A Pad value that is not a constant (here the input's max): the model compiles per
+    value of it (a DynamicModel), the answer as onnxruntime's."""
+    import onnxruntime as ort
+
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Pad", ["x", "pads", "m"], ["y"], name="the_pad")]
+    g = helper.make_graph(nodes, "g", [value_info("x", F, [1, 2, 5, 5])], [untyped_output("y")],
+                          [initializer("pads", np.array([0, 0, 1, 1] * 2))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    (got,) = compiler.compile(model).session().run(None, {"x": x})
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
