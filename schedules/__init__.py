@@ -15,6 +15,7 @@ import tvm
 
 from .base import MatchingCPURule, ScheduleRule, SharedSchedule
 from .cpu import RULES
+from .lets import vectorizable
 
 __all__ = ["apply_schedules", "default_schedule", "ScheduleRule", "RULES"]
 
@@ -36,10 +37,11 @@ def apply_schedules(mod, target, database=None) -> tuple:
         name = gv.name_hint
         tuned = _from_database(database, func, target, name) if database is not None else None
         if tuned is not None:
-            out[gv], used[name] = tuned.with_attrs(func.attrs), "tuned"
+            out[gv], used[name] = vectorizable(tuned).with_attrs(func.attrs), "tuned"
             continue
         sch, used[name] = default_schedule(func, tvm_target, name)
-        out[gv] = func if sch is None else sch.mod["main"].with_attrs(func.attrs)
+        # (Lets TVM's vectorizer cannot take inlined: schedules/lets.py)
+        out[gv] = func if sch is None else vectorizable(sch.mod["main"]).with_attrs(func.attrs)
     return tvm.IRModule(out), used
 
 

@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 
 from .flops import estimate as estimate_flops
+from .lets import vectorizable
 from .database import (TuningDatabase, canonical_target, private_copy, task_key,
                        trace_to_json, workload_hash)
 
@@ -153,7 +154,7 @@ def make_tasks(prim_funcs: dict, counts: dict, target, flops: dict | None = None
             t.weight += counts.get(name, 0)
             continue
         sch, rule = default_schedule(func, tvm_target, name)
-        default_func = sch.mod["main"] if sch is not None else func
+        default_func = vectorizable(sch.mod["main"]) if sch is not None else func
         n_flops = (flops or {}).get(name)
         by_key[key] = Task(key=key, kernel=name, kernels=[name], func=_strip(func),
                            weight=counts.get(name, 0),

@@ -226,3 +226,39 @@ def test_let_over_rows_narrower_than_a_vector_builds():
         lib["main"](*ts)
         outs.append(ts[-1].numpy())
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_let_under_a_requantisation_is_inlined_and_builds():
+    """EfficientNet-B0's QDQ swish conv (tests/data/qdq_swish_conv_kernel.tvmscript): the
+    stable sigmoid's Lets end up, once inlined into the conv's write-back, under the
+    requantisation's cast to uint8, where TVM's vectorizer refused them and the model did
+    not build.  schedules.lets inlines them (only there); the kernel builds and computes
+    what the unscheduled function does."""
+    import os
+
+    import targets
+    from schedules import apply_schedules
+    from schedules.lets import inline_lets, needs_inlining
+
+    path = os.path.join(os.path.dirname(__file__), "..", "data",
+                        "qdq_swish_conv_kernel.tvmscript")
+    with open(path) as f:
+        func = tvm.script.from_source(f.read()).with_attr("global_symbol", "k")
+    host = targets.resolve("host")
+    mod, rules = apply_schedules(tvm.IRModule({"k": func}), host)
+    assert rules == {"k": "cpu.conv2d_nchwc"}
+    assert "T.Let" in func.script() and "T.Let" not in mod["k"].script()
+    built = tvm.compile(mod, target=host.tvm_target())
+    plain = tvm.compile(tvm.IRModule({"k": inline_lets(func)}), "llvm")
+    assert not needs_inlining(func)  # unscheduled, the cast is another block's
+    rng = np.random.default_rng(0)
+    args = [rng.integers(0, 4, [int(d) for d in p.shape]).astype(str(p.dtype))
+            if "int" in str(p.dtype) else
+            rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
+            for p in func.params]
+    outs = []
+    for lib in (built, plain):
+        ts = [tvm.runtime.tensor(a.copy()) for a in args]
+        lib["k"](*ts)
+        outs.append(ts[-1].numpy())
+    np.testing.assert_allclose(outs[0], outs[1], atol=0.05)
