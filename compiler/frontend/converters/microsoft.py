@@ -873,3 +873,100 @@ def matmul_nbits(bb, inputs, attrs, ctx):
     dtype = dtype_of(a)
     y = relax.op.matmul(a, relax.const(np.ascontiguousarray(w.T).astype(dtype), dtype))
     return relax.op.add(bb.emit(y), bias) if bias is not None else y
+
+
+# -- QOperator-format contrib ops (onnxruntime.quantization.quantize_static with
+# QuantFormat.QOperator): each is its float op between DequantizeLinear and QuantizeLinear,
+# so that the QDQ passes (qdq_conv_integer, qdq_matmul_integer) and convert_layout see the
+# same graph as in the QDQ format; results within one output step of onnxruntime's
+# fixed-point kernels (rounding ties).
+
+
+def _q8(ctx, x, what):
+    if dtype_of(x) not in ("uint8", "int8"):
+        refuse(ctx, f"{what} of type {dtype_of(x)} (8-bit only)")
+
+
+def _per_tensor(ctx, *pairs):
+    for v, what in pairs:
+        if v is not None and int(np.prod(static_shape(v))) != 1:
+            refuse(ctx, f"{what} of shape {static_shape(v)} (per tensor only)")
+
+
+@_register("QLinearAdd")
+def qlinear_add(bb, inputs, attrs, ctx):
+    """C = Q(DQ(A) + DQ(B)) per tensor (A, A_scale, A_zp, B, B_scale, B_zp, C_scale,
+    C_zp), broadcasting as Add."""
+    return _qlinear_binary(bb, inputs, ctx, relax.op.add)
+
+
+@_register("QLinearMul")
+def qlinear_mul(bb, inputs, attrs, ctx):
+    """C = Q(DQ(A) * DQ(B)) per tensor."""
+    return _qlinear_binary(bb, inputs, ctx, relax.op.multiply)
+
+
+def _qlinear_binary(bb, inputs, ctx, op):
+    from .quantization import dequantized, quantized
+
+    a, a_s, a_z, b, b_s, b_z, c_s, c_z = _pad(inputs, 8)
+    _q8(ctx, a, "A")
+    _q8(ctx, b, "B")
+    _per_tensor(ctx, (a_s, "A_scale"), (a_z, "A_zero_point"), (b_s, "B_scale"),
+                (b_z, "B_zero_point"), (c_s, "C_scale"), (c_z, "C_zero_point"))
+    y = bb.emit(op(dequantized(bb, a, a_s, a_z), dequantized(bb, b, b_s, b_z)))
+    return quantized(bb, y, c_s, c_z, dtype_of(c_z) if c_z is not None else dtype_of(a))
+
+
+@_register("QLinearGlobalAveragePool")
+def qlinear_global_average_pool(bb, inputs, attrs, ctx):
+    """Y = Q(mean of DQ(X) over its spatial dims) per tensor; ``channels_last`` 0 or 1."""
+    from .quantization import dequantized, quantized
+
+    x, x_s, x_z, y_s, y_z = _pad(inputs, 5)
+    _q8(ctx, x, "X")
+    _per_tensor(ctx, (x_s, "x_scale"), (x_z, "x_zero_point"), (y_s, "y_scale"),
+                (y_z, "y_zero_point"))
+    rank = x.ty.ndim
+    axes = list(range(1, rank - 1)) if int(attrs.get("channels_last", 0)) else \
+        list(range(2, rank))
+    y = bb.emit(relax.op.mean(dequantized(bb, x, x_s, x_z), axis=axes, keepdims=True))
+    return quantized(bb, y, y_s, y_z, dtype_of(y_z) if y_z is not None else dtype_of(x))
+
+
+@_register("QGemm")
+def qgemm(bb, inputs, attrs, ctx):
+    """Y = alpha * DQ(A)' @ DQ(B)' + DQ(C) (C int32 at A_scale * B_scale, zero point 0),
+    quantized by y_scale / y_zero_point when given, else float.  B per tensor or per
+    output column; transA / transB as Gemm.  A constant B is transposed here, so the
+    matmul reads DQ(B) as qdq_matmul_integer expects."""
+    from .quantization import dequantized, quantized
+
+    a, a_s, a_z, b, b_s, b_z, c, y_s, y_z = _pad(inputs, 9)
+    _q8(ctx, a, "A")
+    _q8(ctx, b, "B")
+    _per_tensor(ctx, (a_s, "a_scale"), (a_z, "a_zero_point"), (y_s, "y_scale"),
+                (y_z, "y_zero_point"))
+    alpha = float(attrs.get("alpha", 1.0))
+    xa = dequantized(bb, a, a_s, a_z)
+    if int(attrs.get("transA", 0)):
+        xa = bb.emit(relax.op.permute_dims(xa, [1, 0]))
+    bv, trans_b = constant_value(b), int(attrs.get("transB", 0))
+    if trans_b and bv is not None:
+        b, trans_b = relax.const(np.ascontiguousarray(bv.T)), 0
+    n = static_shape(b)[0 if trans_b else 1]
+    if int(np.prod(static_shape(b_s))) not in (1, n):
+        refuse(ctx, f"b_scale of shape {static_shape(b_s)} (per tensor or per column)")
+    xb = dequantized(bb, b, b_s, b_z, axis=0 if trans_b else 1)
+    if trans_b:
+        xb = bb.emit(relax.op.permute_dims(xb, [1, 0]))
+    y = bb.emit(relax.op.matmul(xa, xb))
+    if alpha != 1.0:
+        y = bb.emit(relax.op.multiply(y, relax.const(np.float32(alpha))))
+    if c is not None:
+        scale = bb.emit(relax.op.multiply(relax.op.reshape(a_s, []),
+                                          relax.op.reshape(b_s, [-1])))
+        y = bb.emit(relax.op.add(y, relax.op.multiply(relax.op.astype(c, "float32"), scale)))
+    if y_s is None:
+        return y
+    return quantized(bb, y, y_s, y_z, dtype_of(y_z) if y_z is not None else dtype_of(a))

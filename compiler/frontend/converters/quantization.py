@@ -14,7 +14,7 @@ import numpy as np
 from onnx import helper
 from tvm import relax
 
-from .common import register, refuse, static_shape, dtype_of
+from .common import constant_value, register, refuse, static_shape, dtype_of
 from ..registry import tvm_converter
 
 
@@ -99,15 +99,49 @@ def conv_integer(bb, inputs, attrs, ctx):
     return _conv_int32(bb, x32, w32, attrs, ctx)
 
 
+def dequantized(bb, x, scale, zero, axis: int = 1):
+    """``relax.op.dequantize`` of an 8-bit ``x`` (scale and zero point scalars, or 1-D
+    along ``axis``; no zero point: 0), the op the QDQ passes read."""
+    zero = zero if zero is not None else relax.const(np.zeros((), dtype_of(x)))
+    return bb.emit(relax.op.dequantize(x, _scalar_or_axis(bb, scale),
+                                       _scalar_or_axis(bb, zero), axis=axis,
+                                       out_dtype="float32"))
+
+
+def quantized(bb, y, scale, zero, out_dtype: str):
+    """``relax.op.quantize`` of float ``y`` per tensor (QuantizeLinear: round half to even,
+    plus the zero point, saturated to ``out_dtype``)."""
+    zero = zero if zero is not None else relax.const(np.zeros((), out_dtype))
+    return relax.op.quantize(y, _scalar_or_axis(bb, scale), _scalar_or_axis(bb, zero),
+                             axis=-1, out_dtype=out_dtype)
+
+
+def _scalar_or_axis(bb, v):
+    """A scale / zero point as the QDQ passes read it: a constant scalar (or 1-D) where
+    it is constant, else reshaped at run time."""
+    c = constant_value(v)
+    if c is not None:
+        return relax.const(c.reshape(()) if c.size == 1 else c.reshape(-1))
+    return bb.emit(relax.op.reshape(v, []) if int(np.prod(static_shape(v))) == 1 else v)
+
+
 @register("QLinearConv", since=10)
 def qlinear_conv(bb, inputs, attrs, ctx):
-    """QLinearConv: int32 convolution of the zero-point-shifted inputs plus the int32 bias,
-    requantized with x_scale * w_scale / y_scale (w_scale per tensor or per output
-    channel)."""
+    """QLinearConv.  With a constant 8-bit weight (onnxruntime's QOperator quantizer
+    output): ``Q(conv(DQ(x), DQ(w)) + bias * x_scale * w_scale)``, the QDQ form that
+    ``qdq_conv_integer`` puts on the integer kernel where the channels block (else a float
+    conv: an int32 NCHW conv has no CPU rule); results within one output step of the
+    exact form.  Otherwise exact: the int32 convolution of the zero-point-shifted inputs
+    plus the int32 bias, requantized with x_scale * w_scale / y_scale (w_scale per tensor
+    or per output channel)."""
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (list(inputs) + [None] * 9)[:9]
     for t, what in ((x, "x"), (w, "w")):
         if dtype_of(t) not in _INT8:
             refuse(ctx, f"input {what} of type {dtype_of(t)}")
+    if constant_value(w) is not None and constant_value(w_s) is not None and (
+            w_zp is None or constant_value(w_zp) is not None) and static_shape(x_s) in (
+            [], [1]) and (x_zp is None or int(np.prod(static_shape(x_zp))) == 1):
+        return _qlinear_conv_qdq(bb, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias, attrs, ctx)
     x32 = _minus_zero_point(bb, x, x_zp, ctx, "x_zero_point")
     w32 = _minus_zero_point(bb, w, w_zp, ctx, "w_zero_point", _per_channel_shape(w))
     acc = _conv_int32(bb, x32, w32, attrs, ctx)
@@ -127,6 +161,26 @@ def qlinear_conv(bb, inputs, attrs, ctx):
     out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(x)
     zp = _scalarize(y_zp, ctx, "y_zero_point") if y_zp is not None else None
     return _requantize(bb, acc, bb.emit(scale), zp, out_dtype)
+
+
+def _qlinear_conv_qdq(bb, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias, attrs, ctx):
+    nd = w.ty.ndim
+    f = static_shape(w)[0]
+    conv_attrs = {k: v for k, v in attrs.items()
+                  if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
+    y = bb.normalize(tvm_converter("Conv")(
+        bb, [dequantized(bb, x, x_s, x_zp), dequantized(bb, w, w_s, w_zp, axis=0), None],
+        conv_attrs, ctx))
+    if bias is not None:
+        b = constant_value(bias)
+        xs, ws = constant_value(x_s), constant_value(w_s)
+        if b is None or xs is None:
+            refuse(ctx, "a bias or x_scale computed at run time with a constant weight")
+        fb = (b.astype(np.float32) * (np.float32(xs.reshape(-1)[0])
+                                      * ws.astype(np.float32).reshape(-1))).astype(np.float32)
+        y = bb.emit(relax.op.add(y, relax.const(fb.reshape([1, f] + [1] * (nd - 2)))))
+    out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(x)
+    return quantized(bb, y, y_s, y_zp, out_dtype)
 
 
 @register("DynamicQuantizeLinear", since=11, override=True)

@@ -714,3 +714,100 @@ def test_matmul_nbits_refusals():
     g = dict(base, **{"-zp": np.zeros(1), "g_idx": np.zeros(32, np.int32)})
     refused("MatMulNBits", g, consts=["b", "scales", "g_idx"], match="g_idx",
             K=32, N=16, bits=4, block_size=32)
+
+
+# --------------------------------------------------------------------------- #
+# QOperator-format quantized ops (quantize_static with QuantFormat.QOperator)
+# --------------------------------------------------------------------------- #
+
+
+def check_q(op, inputs: dict, consts=(), **attrs):
+    """As ``check`` for 8-bit outputs: within one step of onnxruntime's fixed-point
+    kernels (float rounding ties land apart), nearly all equal."""
+    model = _model(op, inputs, consts, **attrs)
+    feeds = {n: a for n, a in inputs.items() if not n.startswith("-") and n not in consts}
+    (want,) = _ort(model, feeds)
+    del model.graph.output[:]
+    model.graph.output.extend([helper.make_tensor_value_info(
+        "y0", helper.np_dtype_to_tensor_dtype(want.dtype), want.shape)])
+    cm = compiler.compile(model)
+    (got,) = cm.session().run(None, feeds)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if want.dtype.kind in "iu":
+        diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    return cm
+
+
+def _u8(*shape):
+    return RNG.integers(0, 256, shape).astype(np.uint8)
+
+
+def _qparams(prefix, scale, zero, dtype=np.uint8):
+    return {f"{prefix}s": np.array(scale, np.float32), f"{prefix}z": np.array(zero, dtype)}
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("b_shape", [(1, 16, 7, 7), (1, 16, 1, 1)])
+def test_qlinear_add_mul(op, b_shape):
+    ins = {"a": _u8(1, 16, 7, 7), **_qparams("a", 0.02, 120), "b": _u8(*b_shape),
+           **_qparams("b", 0.03, 130), **_qparams("c", 0.05 if op == "QLinearAdd" else 0.4,
+                                                   125)}
+    check_q(op, ins, consts=[k for k in ins if k not in ("a", "b")])
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_global_average_pool(channels_last):
+    shape = (1, 7, 7, 32) if channels_last else (1, 32, 7, 7)
+    ins = {"x": _u8(*shape), **_qparams("x", 0.02, 110), **_qparams("y", 0.01, 100)}
+    check_q("QLinearGlobalAveragePool", ins, consts=[k for k in ins if k != "x"],
+            channels_last=channels_last)
+
+
+@pytest.mark.parametrize("trans_b,per_column,quantized_out", [
+    (0, False, True), (1, True, True), (1, True, False)])
+def test_qgemm(trans_b, per_column, quantized_out):
+    k, n = 64, 24
+    b = RNG.integers(-64, 64, (n, k) if trans_b else (k, n)).astype(np.int8)
+    bs = (RNG.random(n) * 0.01 + 0.002 if per_column else np.array(0.006)).astype(np.float32)
+    ins = {"a": _u8(4, k), **_qparams("a", 0.02, 128), "b": b, "bs": bs,
+           "bz": np.zeros(bs.shape, np.int8), "c": RNG.integers(-2000, 2000, n).astype(np.int32)}
+    if quantized_out:
+        ins.update(_qparams("y", 0.05, 120))
+    cm = check_q("QGemm", ins, consts=[x for x in ins if x != "a"], transB=trans_b)
+    rules = {r for _, r in kernels(cm)}
+    assert "cpu.matmul_int8" in rules, rules     # the integer kernel, as a QDQ MatMul
+
+
+def test_qlinear_ops_refuse_per_channel_activation_scales():
+    ins = {"a": _u8(1, 4, 3, 3), "as": np.full(4, 0.02, np.float32), "az": np.array(120, np.uint8),
+           "b": _u8(1, 4, 3, 3), **_qparams("b", 0.03, 130), **_qparams("c", 0.05, 125)}
+    refused("QLinearAdd", ins, match="qlinearadd_node.*A_scale of shape \\[4\\]",
+            consts=[k for k in ins if k not in ("a", "b")])
+
+
+def test_qlinear_conv_with_constant_weights_takes_the_integer_kernel():
+    """A QOperator conv (constant per-channel s8 weights, int32 bias) becomes the QDQ form,
+    which qdq_conv_integer puts on cpu.conv2d_int8: no int32 NCHW conv, which had no CPU
+    rule; within one output step of onnxruntime's QLinearConv."""
+    c, f = 32, 32
+    w = RNG.integers(-64, 64, (f, c, 3, 3)).astype(np.int8)
+    ins = {"x": _u8(1, c, 10, 10), **_qparams("x", 0.02, 120), "w": w,
+           "ws": (RNG.random(f) * 0.004 + 0.001).astype(np.float32),
+           "wz": np.zeros(f, np.int8), **_qparams("y", 0.05, 100),
+           "bias": RNG.integers(-1000, 1000, f).astype(np.int32)}
+    model = _model("QLinearConv", ins, consts=[k for k in ins if k != "x"], ms_opset=False,
+                   pads=[1, 1, 1, 1])
+    model.graph.node[0].domain = ""
+    feeds = {"x": ins["x"]}
+    (want,) = _ort(model, feeds)
+    del model.graph.output[:]
+    model.graph.output.extend([helper.make_tensor_value_info("y0", onnx.TensorProto.UINT8,
+                                                             want.shape)])
+    cm = compiler.compile(model)
+    assert "cpu.conv2d_int8" in {r for _, r in kernels(cm)}
+    (got,) = cm.session().run(None, feeds)
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max() <= 1 and diff.mean() < 0.05
