@@ -14,6 +14,7 @@ checks accuracy on one seeded input: the largest |difference| relative to the la
     python scripts/bench_qdq.py --model resnet50       # /work/real_models/resnet50.onnx
     python scripts/bench_qdq.py --model resnet50 --disable-pass qdq_conv_integer  # before
     python scripts/bench_qdq.py --model PATH.onnx --rounds 3 --runs 10 --top 12 --no-fp32
+    python scripts/bench_qdq.py --model resnet50 --format qoperator   # QLinearConv, QLinearAdd...
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def small_net(path: str) -> str:
     return path
 
 
-def quantize(src: str, dst: str, images: int = 4) -> str:
-    """``src`` quantized statically to ``dst`` (QDQ, per-channel QInt8 weights, QUInt8
-    activations), calibrated on ``images`` seeded normal inputs; kept when it exists."""
+def quantize(src: str, dst: str, images: int = 4, fmt: str = "qdq") -> str:
+    """``src`` quantized statically to ``dst`` (QDQ, or with ``fmt`` "qoperator" the
+    QLinear* ops; per-channel QInt8 weights, QUInt8 activations), calibrated on ``images``
+    seeded normal inputs; kept when it exists."""
     import numpy as np
     import onnx
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
@@ -91,7 +93,8 @@ def quantize(src: str, dst: str, images: int = 4) -> str:
         def get_next(self):
             return next(self.feeds, None)
 
-    quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quant_format = QuantFormat.QOperator if fmt == "qoperator" else QuantFormat.QDQ
+    quantize_static(src, dst, Reader(), quant_format=quant_format, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return dst
 
@@ -106,6 +109,8 @@ def main(argv=None) -> int:
     p.add_argument("--disable-pass", action="append", default=[])
     p.add_argument("--no-fp32", action="store_true", help="skip the onnxc fp32 build")
     p.add_argument("--cache", default="/tmp/onnxc-qdq")
+    p.add_argument("--format", default="qdq", choices=["qdq", "qoperator"],
+                   help="the quantizer's output format (QuantFormat.QDQ or QOperator)")
     args = p.parse_args(argv)
 
     import compiler
@@ -117,7 +122,8 @@ def main(argv=None) -> int:
     else:
         src = MODELS.get(args.model, args.model)
     name = os.path.splitext(os.path.basename(src))[0].replace(".float", "")
-    qpath = quantize(src, os.path.join(args.cache, f"{name}_qdq.onnx"))
+    tag = "qdq" if args.format == "qdq" else "qop"
+    qpath = quantize(src, os.path.join(args.cache, f"{name}_{tag}.onnx"), fmt=args.format)
     print(f"CPU: {host_cpu()}, {args.threads or len(os.sched_getaffinity(0))} threads; "
           f"load: {os.getloadavg()[0]:.1f}")
     t0 = time.perf_counter()
@@ -125,7 +131,7 @@ def main(argv=None) -> int:
     print(f"{qpath}: compiled in {time.perf_counter() - t0:.1f} s, "
           f"{cm.report['kernels']} kernels, schedules {cm.report.get('schedules')}")
     print(top_kernels(cm.report, args.top))
-    so = os.path.join(args.cache, f"{name}_qdq.so")
+    so = os.path.join(args.cache, f"{name}_{tag}.so")
     cm.export(so)
     del cm
     r = measure(qpath, so, rounds=args.rounds, runs=args.runs, warmup=2, threads=args.threads)
