@@ -61,7 +61,9 @@ def match_rows(sch):
     if not all(_reduces_rows(sch.get(b), nrow) for b, k in zip(blks, kinds) if "R" in k):
         return None
     out = sch.get(blks[-1]).writes
-    if len(out) != 1 or out[0].source.dtype != "float32":
+    # float32 rows, or rows requantised to 8 bits as they are written (QDQ models: layer
+    # norm -> QuantizeLinear, which dlight's reduction rule took, one row at a time)
+    if len(out) != 1 or out[0].source.dtype not in ("float32", "uint8", "int8"):
         return None
     return nrow, reds
 

@@ -153,6 +153,42 @@ def test_numerics_layer_norm(shape):
     check_against_ort(model, {"x": x}, "cpu.row_reduction")
 
 
+@pytest.mark.parametrize("shape", [(1, 128, 768), (3, 197)])
+def test_layer_norm_requantised_rows(shape):
+    """LayerNormalization -> QuantizeLinear -> DequantizeLinear (a QDQ transformer's
+    layer norms: the row is written as uint8): cpu.row_reduction, not dlight's one row at
+    a time; within one output step of onnxruntime."""
+    import compiler
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(2)
+    n, m = shape[-1], 32
+    # the QDQ matmul after it makes qdq_matmul_integer write the Q / DQ as arithmetic,
+    # which fuses into the layer norm's kernel: its rows are then stored as uint8
+    model = onnx_model(
+        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1,
+                          epsilon=1e-5, name="ln"),
+         helper.make_node("QuantizeLinear", ["y", "s", "z"], ["q"], name="q"),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="dq"),
+         helper.make_node("DequantizeLinear", ["wq", "sw"], ["w"], name="dqw"),
+         helper.make_node("MatMul", ["d", "w"], ["out"], name="mm")],
+        [("x", shape)], [("out", shape[:-1] + (m,))],
+        {"g": rng.standard_normal(n).astype("float32"),
+         "b": rng.standard_normal(n).astype("float32"),
+         "s": np.array(0.03, "float32"), "z": np.array(128, "uint8"),
+         "wq": rng.integers(-64, 64, (n, m)).astype("int8"), "sw": np.array(0.01, "float32")})
+    cm = compiler.compile(model, target="host")
+    ln = [r for r in cm.report["kernel_table"] if "ln" in r["nodes"]]
+    assert len(ln) == 1 and "q" in ln[0]["nodes"], ln          # the requantisation fused
+    assert ln[0]["rule"] == "cpu.row_reduction", ln[0]["rule"]
+    x = rng.standard_normal(shape).astype("float32")
+    (got,) = cm.session().run(None, {"x": x})
+    (want,) = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    # a row element one step apart moves its output by one weight column's step
+    np.testing.assert_allclose(got, want, atol=0.03 * 0.01 * 64 * 4, rtol=0)
+
+
 def test_symbolic_softmax_rows_parallel_over_batch_times_heads():
     """Attention's softmax over a symbolic seq: the (batch, heads) loops fused and parallel,
     seq rows serial inside (not one parallel region per head: 5.8x slower at seq 16)."""
