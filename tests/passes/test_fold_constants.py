@@ -164,7 +164,7 @@ def _integer_module():
 
 def test_integer_arithmetic_folds_in_numpy_as_tvm_folds_it(monkeypatch):
     """Integer ops on constants give TVM's module (bits included, wraparound too) without
-    a TVM build; an out-of-range take and a float add still go to TVM's FoldConstant."""
+    a TVM build; an out-of-range take still goes to TVM's FoldConstant."""
     import tvm
     from tvm import relax
 
@@ -192,10 +192,66 @@ def test_integer_arithmetic_folds_in_numpy_as_tvm_folds_it(monkeypatch):
     assert tvm_ffi.structural_hash(fast) == tvm_ffi.structural_hash(slow)  # 0-d stays 0-d
     assert {"relax.shape_to_tensor", "relax.less", "relax.where", "relax.multiply",
             "relax.subtract"} <= set(report.nodes)
-    # the out-of-range take and the float add, and what reads them, were TVM's
-    assert "relax.take" in built and "relax.add" in built
+    # the out-of-range take, and what reads it, were TVM's; the float add folds in numpy
+    # (one IEEE operation per element: TVM's bits, test below)
+    assert "relax.take" in built and "relax.add" not in built
     assert "relax.shape_to_tensor" not in built and "relax.where" not in built
     assert built.count("relax.take") == 1
+
+
+def test_float_ops_and_dequantize_fold_in_numpy_as_tvm_folds_them(monkeypatch):
+    """A QDQ model's constant requantisation (dequantize, multiply, round with its ties,
+    max / min, casts in and out of range, float64) folds in numpy to TVM's module, bits
+    included, without a TVM build; a NaN input and a division still go to TVM."""
+    import numpy as np
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+
+    import passes.fold_constants as fc
+
+    rng = np.random.default_rng(0)
+    a = np.concatenate([rng.standard_normal(500) * 100,
+                        [2.5, -2.5, 0.5, -0.5, 1.5, -0.0, 255.4, 300.0]]).astype(np.float32)
+    b = rng.standard_normal(a.shape).astype(np.float32)
+    q = rng.integers(-2 ** 20, 2 ** 20, a.shape).astype(np.int32)
+    bb = relax.BlockBuilder()
+    with bb.function("main", []):
+        with bb.dataflow():
+            A, B = relax.const(a), relax.const(b)
+            r = bb.emit(relax.op.round(relax.op.multiply(A, B)))
+            m = bb.emit(relax.op.minimum(relax.op.maximum(r, relax.const(np.float32(-7.0))),
+                                         relax.const(np.float32(255.0))))
+            i = bb.emit(relax.op.astype(m, "int32"))                 # in range
+            u = bb.emit(relax.op.astype(A, "uint8"))                 # out of range: TVM's
+            d = bb.emit(relax.op.dequantize(relax.const(q), relax.const(np.float32(0.0013)),
+                                            relax.const(np.int32(7)), axis=0))
+            f = bb.emit(relax.op.subtract(relax.op.add(d, A), relax.op.astype(i, "float32")))
+            w = bb.emit(relax.op.astype(relax.op.astype(f, "float64"), "float32"))
+            n = bb.emit(relax.op.add(relax.const(np.array([np.nan, 1.0], np.float32)),
+                                     relax.const(np.float32(1.0))))  # NaN: TVM's
+            v = bb.emit(relax.op.divide(A, B))                       # division: TVM's
+            out = bb.emit_output(relax.Tuple([w, u, n, v]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    slow, _ = _fold(mod, "tvm")
+    built = []
+    fold = relax.transform.FoldConstant
+
+    def counting():
+        inner = fold()
+
+        def run(m):
+            built.append(m["main"].body.blocks[0].bindings[0].value.op.name)
+            return inner(m)
+        return run
+
+    monkeypatch.setattr(fc.relax.transform, "FoldConstant", counting)
+    fast, _ = _fold(mod, "fast")
+    monkeypatch.undo()
+    tvm.ir.assert_structural_equal(fast, slow, map_free_vars=True)
+    assert tvm_ffi.structural_hash(fast) == tvm_ffi.structural_hash(slow)
+    assert sorted(built) == ["relax.add", "relax.astype", "relax.divide"], built
 
 
 def test_nothing_folds_outside_dataflow_blocks():
