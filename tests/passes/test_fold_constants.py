@@ -162,16 +162,13 @@ def _integer_module():
     return bb.get()
 
 
-def test_integer_arithmetic_folds_in_numpy_as_tvm_folds_it(monkeypatch):
-    """Integer ops on constants give TVM's module (bits included, wraparound too) without
-    a TVM build; an out-of-range take still goes to TVM's FoldConstant."""
-    import tvm
+def _fold_counting_builds(mod, monkeypatch):
+    """The fast evaluator's fold of ``mod`` and its report, and the op of every binding
+    it handed to TVM's FoldConstant (an LLVM build each)."""
     from tvm import relax
 
     import passes.fold_constants as fc
 
-    mod = _integer_module()
-    slow, _ = _fold(mod, "tvm")
     built = []
     fold = relax.transform.FoldConstant
 
@@ -186,6 +183,17 @@ def test_integer_arithmetic_folds_in_numpy_as_tvm_folds_it(monkeypatch):
     monkeypatch.setattr(fc.relax.transform, "FoldConstant", counting)
     fast, report = _fold(mod, "fast")
     monkeypatch.undo()
+    return fast, report, built
+
+
+def test_integer_arithmetic_folds_in_numpy_as_tvm_folds_it(monkeypatch):
+    """Integer ops on constants give TVM's module (bits included, wraparound too) without
+    a TVM build; an out-of-range take still goes to TVM's FoldConstant."""
+    import tvm
+
+    mod = _integer_module()
+    slow, _ = _fold(mod, "tvm")
+    fast, report, built = _fold_counting_builds(mod, monkeypatch)
     tvm.ir.assert_structural_equal(fast, slow, map_free_vars=True)
     import tvm_ffi
 
@@ -207,8 +215,6 @@ def test_float_ops_and_dequantize_fold_in_numpy_as_tvm_folds_them(monkeypatch):
     import tvm
     import tvm_ffi
     from tvm import relax
-
-    import passes.fold_constants as fc
 
     rng = np.random.default_rng(0)
     a = np.concatenate([rng.standard_normal(500) * 100,
@@ -235,20 +241,7 @@ def test_float_ops_and_dequantize_fold_in_numpy_as_tvm_folds_them(monkeypatch):
         bb.emit_func_output(out)
     mod = bb.get()
     slow, _ = _fold(mod, "tvm")
-    built = []
-    fold = relax.transform.FoldConstant
-
-    def counting():
-        inner = fold()
-
-        def run(m):
-            built.append(m["main"].body.blocks[0].bindings[0].value.op.name)
-            return inner(m)
-        return run
-
-    monkeypatch.setattr(fc.relax.transform, "FoldConstant", counting)
-    fast, _ = _fold(mod, "fast")
-    monkeypatch.undo()
+    fast, _, built = _fold_counting_builds(mod, monkeypatch)
     tvm.ir.assert_structural_equal(fast, slow, map_free_vars=True)
     assert tvm_ffi.structural_hash(fast) == tvm_ffi.structural_hash(slow)
     assert sorted(built) == ["relax.add", "relax.astype", "relax.divide"], built

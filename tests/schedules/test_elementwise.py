@@ -198,6 +198,31 @@ def test_structure_select_on_a_period_is_split_there(target):
 
 
 
+def _fixture(name: str):
+    """The PrimFunc a test fixture (tests/data/NAME.tvmscript) holds, as FuseTIR made it."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "data", f"{name}.tvmscript")
+    with open(path) as f:
+        return tvm.script.from_source(f.read())
+
+
+def _outputs(libs, func, name: str) -> list:
+    """Each built ``libs``' output (the last parameter) on the same seeded inputs of
+    ``func``'s parameters (small ints for integer ones)."""
+    rng = np.random.default_rng(0)
+    args = [rng.integers(0, 4, [int(d) for d in p.shape]).astype(str(p.dtype))
+            if "int" in str(p.dtype) else
+            rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
+            for p in func.params]
+    outs = []
+    for lib in libs:
+        ts = [tvm.runtime.tensor(a.copy()) for a in args]
+        lib[name](*ts)
+        outs.append(ts[-1].numpy())
+    return outs
+
+
 def test_let_over_rows_narrower_than_a_vector_builds():
     """MobileNetV3's QDQ squeeze-excitation requantisation (tests/data/
     qdq_se_requant_kernel.tvmscript, as FuseTIR made it): NCHW16c -> NCHW -> NCHW8c with a
@@ -206,26 +231,14 @@ def test_let_over_rows_narrower_than_a_vector_builds():
     its simplifier then refuses the Let bound once per lane ("Let cannot bind the same var
     to two different values": the model did not build).  The rows stay scalar there; the
     kernel builds and computes what the unscheduled function does."""
-    import os
-
-    path = os.path.join(os.path.dirname(__file__), "..", "data",
-                        "qdq_se_requant_kernel.tvmscript")
-    with open(path) as f:
-        func = tvm.script.from_source(f.read())
+    func = _fixture("qdq_se_requant_kernel")
     sch = Elementwise().apply(func, TARGET)
     built = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
                                                                          "main")}), "llvm")
     plain = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                         "llvm")
-    rng = np.random.default_rng(0)
-    args = [rng.standard_normal([int(d) for d in p.shape]).astype("float32")
-            for p in func.params]
-    outs = []
-    for lib in (built, plain):
-        ts = [tvm.runtime.tensor(a.copy()) for a in args]
-        lib["main"](*ts)
-        outs.append(ts[-1].numpy())
-    np.testing.assert_array_equal(outs[0], outs[1])
+    got, want = _outputs((built, plain), func, "main")
+    np.testing.assert_array_equal(got, want)
 
 
 def test_let_under_a_requantisation_is_inlined_and_builds():
@@ -234,16 +247,11 @@ def test_let_under_a_requantisation_is_inlined_and_builds():
     requantisation's cast to uint8, where TVM's vectorizer refused them and the model did
     not build.  schedules.lets inlines them (only there); the kernel builds and computes
     what the unscheduled function does."""
-    import os
-
     import targets
     from schedules import apply_schedules
     from schedules.lets import inline_lets, needs_inlining
 
-    path = os.path.join(os.path.dirname(__file__), "..", "data",
-                        "qdq_swish_conv_kernel.tvmscript")
-    with open(path) as f:
-        func = tvm.script.from_source(f.read()).with_attr("global_symbol", "k")
+    func = _fixture("qdq_swish_conv_kernel").with_attr("global_symbol", "k")
     host = targets.resolve("host")
     mod, rules = apply_schedules(tvm.IRModule({"k": func}), host)
     assert rules == {"k": "cpu.conv2d_nchwc"}
@@ -251,14 +259,5 @@ def test_let_under_a_requantisation_is_inlined_and_builds():
     built = tvm.compile(mod, target=host.tvm_target())
     plain = tvm.compile(tvm.IRModule({"k": inline_lets(func)}), "llvm")
     assert not needs_inlining(func)  # unscheduled, the cast is another block's
-    rng = np.random.default_rng(0)
-    args = [rng.integers(0, 4, [int(d) for d in p.shape]).astype(str(p.dtype))
-            if "int" in str(p.dtype) else
-            rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
-            for p in func.params]
-    outs = []
-    for lib in (built, plain):
-        ts = [tvm.runtime.tensor(a.copy()) for a in args]
-        lib["k"](*ts)
-        outs.append(ts[-1].numpy())
-    np.testing.assert_allclose(outs[0], outs[1], atol=0.05)
+    got, want = _outputs((built, plain), func, "k")
+    np.testing.assert_allclose(got, want, atol=0.05)
