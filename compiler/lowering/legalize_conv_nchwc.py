@@ -106,6 +106,8 @@ def padded_width(oh: int, ow: int, fblocks: int, block: int) -> int:
 
     best = min(range(ow, ow + MAX_PAD + 1), key=lambda w: (cost(w), w))
     return best if cost(best) <= PAD_GAIN * cost(ow) else ow
+
+
 _DATA = re.compile(r"^NCHW(\d+)c$")
 _KERNEL = re.compile(r"^OIHW(\d+)i(\d+)o$")
 _KERNEL_OUT = re.compile(r"^OIHW(\d+)o$")
