@@ -246,14 +246,14 @@ def single_reduction(sch, kinds: str):
     return rv, block, [iv.var for iv in block.iter_vars]
 
 
-def fp32_output(block, spatial):
-    """(output region, the other reads) when ``block`` writes one float32 buffer, of as many
-    dimensions as ``spatial`` (4-D NCHW / NHWC, 5-D NCHW[b]c), indexed exactly by the
-    ``spatial`` vars; else None."""
+def fp32_output(block, spatial, dtypes=("float32",)):
+    """(output region, the other reads) when ``block`` writes one float32 buffer (or one
+    of ``dtypes``), of as many dimensions as ``spatial`` (4-D NCHW / NHWC, 5-D NCHW[b]c),
+    indexed exactly by the ``spatial`` vars; else None."""
     if len(block.writes) != 1:
         return None
     out = block.writes[0]
-    if out.source.dtype != "float32" or len(out.source.shape) != len(spatial) or not same_vars(
+    if out.source.dtype not in dtypes or len(out.source.shape) != len(spatial) or not same_vars(
             region_vars(out), spatial):
         return None
     return out, [r for r in block.reads if not r.source.same_as(out.source)]
