@@ -15,27 +15,15 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import tirx
 
+from .cpu.common import nodes
+
 _NARROW = ("int8", "uint8")
-
-
-def _has(root, kind, pred=lambda n: True) -> bool:
-    """Some node of type ``kind`` under ``root`` satisfies ``pred``."""
-    found = []
-
-    def take(node, visitor):
-        if pred(node):
-            found.append(node)
-        else:
-            visitor.default_visit(node)
-
-    tvm_ffi.structural_visit(root, [(kind, take)])
-    return bool(found)
 
 
 def needs_inlining(func) -> bool:
     """A Let under a cast to an 8-bit integer somewhere in ``func``."""
-    return _has(func, tirx.Cast,
-                lambda c: str(c.ty) in _NARROW and _has(c.value, tirx.Let))
+    return any(str(c.ty) in _NARROW and nodes(c.value, tirx.Let)
+               for c in nodes(func, tirx.Cast))
 
 
 def inline_lets(func):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.sym.pattern import detect_linear_equation
 
@@ -244,6 +245,23 @@ def single_reduction(sch, kinds: str):
     rv = found[0]
     block = sch.get(rv)
     return rv, block, [iv.var for iv in block.iter_vars]
+
+
+# What a window pooling or a row reduction may write: float32, and the 8-bit activations of
+# quantized models (QOperator's uint8 MaxPool; QDQ LayerNorm -> QuantizeLinear rows)
+FLOAT_OR_8BIT = ("float32", "uint8", "int8")
+
+
+def nodes(root, kind) -> list:
+    """Every node of type ``kind`` under ``root`` (a TIR statement or expression)."""
+    out = []
+
+    def take(node, visitor):
+        out.append(node)
+        visitor.default_visit(node)
+
+    tvm_ffi.structural_visit(root, [(kind, take)])
+    return out
 
 
 def fp32_output(block, spatial, dtypes=("float32",)):

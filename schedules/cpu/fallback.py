@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import tvm
-import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
@@ -30,16 +29,17 @@ def _select_period(sch, info):
     on the scalar loop (half of the outputs garbage; ``skylake-avx512``, ``icelake-server``
     and ``znver3`` are right): ``_split_period`` takes the modulo out of the loop first."""
     block = sch.get(info.block_rv)
-    for select in _nodes(block.body, tvm.ir.expr.Call):
+    for select in common.nodes(block.body, tvm.ir.expr.Call):
         if not select.op.same_as(common.SELECT):
             continue
         cond = select.args[0]
-        mods = [int(m.b) for m in _nodes(cond, tirx.FloorMod) if isinstance(m.b, tirx.IntImm)]
+        mods = [int(m.b) for m in common.nodes(cond, tirx.FloorMod)
+                if isinstance(m.b, tirx.IntImm)]
         if not mods:
             continue
         cuts = []
         for kind, (left, right) in _CUT.items():
-            for c in _nodes(cond, kind):
+            for c in common.nodes(cond, kind):
                 if isinstance(c.a, tirx.IntImm) and isinstance(c.b, tirx.FloorMod):
                     cuts.append(int(c.a) + left)
                 elif isinstance(c.b, tirx.IntImm) and isinstance(c.a, tirx.FloorMod):
@@ -51,18 +51,6 @@ def _select_period(sch, info):
 # where the remainder's range splits for a comparison with a constant c: (c on the left,
 # c on the right) -> the cut is c plus this (c <= m: c; m <= c: c + 1; ...)
 _CUT = {tirx.LE: (0, 1), tirx.LT: (1, 0), tirx.GE: (1, 0), tirx.GT: (0, 1)}
-
-
-def _nodes(root, kind) -> list:
-    """Every node of type ``kind`` under ``root`` (a TIR statement or expression)."""
-    out = []
-
-    def take(node, visitor):
-        out.append(node)
-        visitor.default_visit(node)
-
-    tvm_ffi.structural_visit(root, [(kind, take)])
-    return out
 
 
 def _split_period(sch, loops, period):
@@ -199,11 +187,11 @@ def schedule_loops(sch, infos, target):
 
 def _has_let(sch, info) -> bool:
     """The block's value binds a Let (legalize_nan's relu / clip, GELU)."""
-    return bool(_nodes(sch.get(info.block_rv).body, tvm.tirx.Let))
+    return bool(common.nodes(sch.get(info.block_rv).body, tvm.tirx.Let))
 
 
 def _has_select(sch, info) -> bool:
     """The block chooses between loads with ``if_then_else`` (a pad, a concat)."""
     return any(c.op.same_as(common.SELECT)
-               for c in _nodes(sch.get(info.block_rv).body, tvm.ir.expr.Call))
+               for c in common.nodes(sch.get(info.block_rv).body, tvm.ir.expr.Call))
 

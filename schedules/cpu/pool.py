@@ -26,12 +26,6 @@ from . import common
 from .depthwise import schedule_window
 
 
-# Output dtypes a window pooling may write: float32, and the 8-bit activations of
-# quantized models (QOperator ResNet-50's uint8 stem MaxPool: 1.96 ms on the fallback,
-# onnxruntime 0.07)
-_POOLED = ("float32", "uint8", "int8")
-
-
 def match_pool(sch, blocked: bool = False):
     """(pool block rv, pad block rv or None) of a 2-D window pooling kernel, else None: one
     reduction block writing a float32 (or 8-bit) ``out[n, c, y, x]`` (``blocked``: NCHW[b]c,
@@ -43,7 +37,8 @@ def match_pool(sch, blocked: bool = False):
         return None
     rv, block, ivs = m
     spatial = ivs[:-2]
-    o = common.fp32_output(block, spatial, _POOLED)
+    # (8-bit: QOperator ResNet-50's uint8 stem MaxPool ran 1.96 ms on the fallback, ORT 0.07)
+    o = common.fp32_output(block, spatial, common.FLOAT_OR_8BIT)
     if o is None:
         return None
     out, ins = o

@@ -63,7 +63,7 @@ def match_rows(sch):
     out = sch.get(blks[-1]).writes
     # float32 rows, or rows requantised to 8 bits as they are written (QDQ models: layer
     # norm -> QuantizeLinear, which dlight's reduction rule took, one row at a time)
-    if len(out) != 1 or out[0].source.dtype not in ("float32", "uint8", "int8"):
+    if len(out) != 1 or out[0].source.dtype not in common.FLOAT_OR_8BIT:
         return None
     return nrow, reds
 
