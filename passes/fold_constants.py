@@ -228,7 +228,14 @@ def _integer_eval(call, args):
             return None
     with np.errstate(over="ignore"):
         out = fn(call, xs)
-    if out is None:
+    return _typed_const(out, ty)
+
+
+def _typed_const(out, ty):
+    """``out`` (a numpy result, or None) as the constant of the call's type ``ty``, or None
+    when its shape or dtype differs from it."""
+    values = getattr(getattr(ty, "shape", None), "values", None)
+    if out is None or values is None:
         return None
     out = np.asarray(out)
     if out.shape != tuple(int(v.value) for v in values) or str(out.dtype) != str(ty.dtype):
@@ -267,8 +274,7 @@ def _dequantize_eval(call, args):
         return None
     if np.abs(diff).max(initial=0) >= 2 ** 31:  # int32 in TVM: it would wrap
         return None
-    out = diff.astype(np.int32).astype(np.float32) * scale
-    return relax.const(np.ascontiguousarray(out, dtype=np.float32), "float32")
+    return _typed_const(diff.astype(np.int32).astype(np.float32) * scale, call.ty)
 
 
 def _float_eval(call, args):
@@ -287,15 +293,7 @@ def _float_eval(call, args):
     if any(x.dtype.kind == "f" and (x.dtype not in (np.float32, np.float64)
                                     or np.isnan(x).any()) for x in xs):
         return None
-    out = fn(call, xs, np.dtype(str(ty.dtype)))
-    if out is None:
-        return None
-    out = np.asarray(out)
-    values = getattr(getattr(ty, "shape", None), "values", None)
-    if values is None or out.shape != tuple(int(v.value) for v in values) or \
-            out.dtype != np.dtype(str(ty.dtype)):
-        return None
-    return relax.const(np.ascontiguousarray(out).reshape(out.shape), str(ty.dtype))
+    return _typed_const(fn(call, xs, np.dtype(str(ty.dtype))), ty)
 
 
 def _float_binary(fn):
