@@ -759,9 +759,9 @@ def _integer_matmul(bb, a, b, a_zp, b_zp, ctx):
     """int32 (a - a_zp) @ (b - b_zp) as the default-domain MatMulInteger converts it."""
     from ..registry import tvm_converter
 
-    for t, what in ((a, "A"), (b, "B")):
-        if dtype_of(t) not in ("uint8", "int8"):
-            refuse(ctx, f"input {what} of type {dtype_of(t)}")
+    from .quantization import eight_bit
+
+    eight_bit(ctx, (a, "A"), (b, "B"))
     return bb.normalize(tvm_converter("MatMulInteger")(bb, [a, b, a_zp, b_zp], {}, ctx))
 
 
@@ -882,17 +882,6 @@ def matmul_nbits(bb, inputs, attrs, ctx):
 # fixed-point kernels (rounding ties).
 
 
-def _q8(ctx, x, what):
-    if dtype_of(x) not in ("uint8", "int8"):
-        refuse(ctx, f"{what} of type {dtype_of(x)} (8-bit only)")
-
-
-def _per_tensor(ctx, *pairs):
-    for v, what in pairs:
-        if v is not None and int(np.prod(static_shape(v))) != 1:
-            refuse(ctx, f"{what} of shape {static_shape(v)} (per tensor only)")
-
-
 @_register("QLinearAdd")
 def qlinear_add(bb, inputs, attrs, ctx):
     """C = Q(DQ(A) + DQ(B)) per tensor (A, A_scale, A_zp, B, B_scale, B_zp, C_scale,
@@ -907,31 +896,30 @@ def qlinear_mul(bb, inputs, attrs, ctx):
 
 
 def _qlinear_binary(bb, inputs, ctx, op):
-    from .quantization import dequantized, quantized
+    from .quantization import dequantized, eight_bit, per_tensor, quantized
 
     a, a_s, a_z, b, b_s, b_z, c_s, c_z = _pad(inputs, 8)
-    _q8(ctx, a, "A")
-    _q8(ctx, b, "B")
-    _per_tensor(ctx, (a_s, "A_scale"), (a_z, "A_zero_point"), (b_s, "B_scale"),
+    eight_bit(ctx, (a, "A"), (b, "B"))
+    per_tensor(ctx, (a_s, "A_scale"), (a_z, "A_zero_point"), (b_s, "B_scale"),
                 (b_z, "B_zero_point"), (c_s, "C_scale"), (c_z, "C_zero_point"))
     y = bb.emit(op(dequantized(bb, a, a_s, a_z), dequantized(bb, b, b_s, b_z)))
-    return quantized(bb, y, c_s, c_z, dtype_of(c_z) if c_z is not None else dtype_of(a))
+    return quantized(bb, y, c_s, c_z, a)
 
 
 @_register("QLinearGlobalAveragePool")
 def qlinear_global_average_pool(bb, inputs, attrs, ctx):
     """Y = Q(mean of DQ(X) over its spatial dims) per tensor; ``channels_last`` 0 or 1."""
-    from .quantization import dequantized, quantized
+    from .quantization import dequantized, eight_bit, per_tensor, quantized
 
     x, x_s, x_z, y_s, y_z = _pad(inputs, 5)
-    _q8(ctx, x, "X")
-    _per_tensor(ctx, (x_s, "x_scale"), (x_z, "x_zero_point"), (y_s, "y_scale"),
+    eight_bit(ctx, (x, "X"))
+    per_tensor(ctx, (x_s, "x_scale"), (x_z, "x_zero_point"), (y_s, "y_scale"),
                 (y_z, "y_zero_point"))
     rank = x.ty.ndim
     axes = list(range(1, rank - 1)) if int(attrs.get("channels_last", 0)) else \
         list(range(2, rank))
     y = bb.emit(relax.op.mean(dequantized(bb, x, x_s, x_z), axis=axes, keepdims=True))
-    return quantized(bb, y, y_s, y_z, dtype_of(y_z) if y_z is not None else dtype_of(x))
+    return quantized(bb, y, y_s, y_z, x)
 
 
 @_register("QGemm")
@@ -940,12 +928,11 @@ def qgemm(bb, inputs, attrs, ctx):
     quantized by y_scale / y_zero_point when given, else float.  B per tensor or per
     output column; transA / transB as Gemm.  A constant B is transposed here, so the
     matmul reads DQ(B) as qdq_matmul_integer expects."""
-    from .quantization import dequantized, quantized
+    from .quantization import dequantized, eight_bit, per_tensor, quantized
 
     a, a_s, a_z, b, b_s, b_z, c, y_s, y_z = _pad(inputs, 9)
-    _q8(ctx, a, "A")
-    _q8(ctx, b, "B")
-    _per_tensor(ctx, (a_s, "a_scale"), (a_z, "a_zero_point"), (y_s, "y_scale"),
+    eight_bit(ctx, (a, "A"), (b, "B"))
+    per_tensor(ctx, (a_s, "a_scale"), (a_z, "a_zero_point"), (y_s, "y_scale"),
                 (y_z, "y_zero_point"))
     alpha = float(attrs.get("alpha", 1.0))
     xa = dequantized(bb, a, a_s, a_z)
@@ -969,4 +956,4 @@ def qgemm(bb, inputs, attrs, ctx):
         y = bb.emit(relax.op.add(y, relax.op.multiply(relax.op.astype(c, "float32"), scale)))
     if y_s is None:
         return y
-    return quantized(bb, y, y_s, y_z, dtype_of(y_z) if y_z is not None else dtype_of(a))
+    return quantized(bb, y, y_s, y_z, a)

@@ -23,6 +23,20 @@ from ..registry import tvm_converter
 _INT8 = ("int8", "uint8")
 
 
+def eight_bit(ctx, *named):
+    """Refuse, naming the node, any (tensor, name) pair whose tensor is not int8 / uint8."""
+    for t, what in named:
+        if dtype_of(t) not in _INT8:
+            refuse(ctx, f"input {what} of type {dtype_of(t)}")
+
+
+def per_tensor(ctx, *named):
+    """Refuse any (scale or zero point, name) pair given with more than one element."""
+    for v, what in named:
+        if v is not None:
+            _scalarize(v, ctx, what)
+
+
 def _minus_zero_point(bb, x, zp, ctx, what, axis_shape=None):
     """int32(x) - int32(zp); zp a scalar / size-1 tensor, or per-channel reshaped to
     ``axis_shape`` (broadcastable against x)."""
@@ -61,9 +75,7 @@ def _scalarize(x, ctx, what):
 def qlinear_matmul(bb, inputs, attrs, ctx):
     """QLinearMatMul with per-tensor scales and zero points (int8 / uint8)."""
     a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (list(inputs) + [None] * 8)[:8]
-    for x, what in ((a, "a"), (b, "b")):
-        if dtype_of(x) not in _INT8:
-            refuse(ctx, f"input {what} of type {dtype_of(x)}")
+    eight_bit(ctx, (a, "a"), (b, "b"))
     out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(a)
     acc = bb.emit(relax.op.matmul(_minus_zero_point(bb, a, a_zp, ctx, "a_zero_point"),
                                   _minus_zero_point(bb, b, b_zp, ctx, "b_zero_point"),
@@ -91,9 +103,7 @@ def conv_integer(bb, inputs, attrs, ctx):
     """ConvInteger: int32 convolution of (x - x_zero_point) and (w - w_zero_point);
     w_zero_point per tensor or per output channel."""
     x, w, x_zp, w_zp = (list(inputs) + [None] * 4)[:4]
-    for t, what in ((x, "x"), (w, "w")):
-        if dtype_of(t) not in _INT8:
-            refuse(ctx, f"input {what} of type {dtype_of(t)}")
+    eight_bit(ctx, (x, "x"), (w, "w"))
     x32 = _minus_zero_point(bb, x, x_zp, ctx, "x_zero_point")
     w32 = _minus_zero_point(bb, w, w_zp, ctx, "w_zero_point", _per_channel_shape(w))
     return _conv_int32(bb, x32, w32, attrs, ctx)
@@ -108,9 +118,10 @@ def dequantized(bb, x, scale, zero, axis: int = 1):
                                        out_dtype="float32"))
 
 
-def quantized(bb, y, scale, zero, out_dtype: str):
+def quantized(bb, y, scale, zero, like):
     """``relax.op.quantize`` of float ``y`` per tensor (QuantizeLinear: round half to even,
-    plus the zero point, saturated to ``out_dtype``)."""
+    plus the zero point, saturated to the zero point's type, or without one ``like``'s)."""
+    out_dtype = dtype_of(zero) if zero is not None else dtype_of(like)
     zero = zero if zero is not None else relax.const(np.zeros((), out_dtype))
     return relax.op.quantize(y, _scalar_or_axis(bb, scale), _scalar_or_axis(bb, zero),
                              axis=-1, out_dtype=out_dtype)
@@ -135,9 +146,7 @@ def qlinear_conv(bb, inputs, attrs, ctx):
     plus the int32 bias, requantized with x_scale * w_scale / y_scale (w_scale per tensor
     or per output channel)."""
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (list(inputs) + [None] * 9)[:9]
-    for t, what in ((x, "x"), (w, "w")):
-        if dtype_of(t) not in _INT8:
-            refuse(ctx, f"input {what} of type {dtype_of(t)}")
+    eight_bit(ctx, (x, "x"), (w, "w"))
     if constant_value(w) is not None and constant_value(w_s) is not None and (
             w_zp is None or constant_value(w_zp) is not None) and static_shape(x_s) in (
             [], [1]) and (x_zp is None or int(np.prod(static_shape(x_zp))) == 1):
@@ -179,8 +188,7 @@ def _qlinear_conv_qdq(bb, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias, attrs, ct
         fb = (b.astype(np.float32) * (np.float32(xs.reshape(-1)[0])
                                       * ws.astype(np.float32).reshape(-1))).astype(np.float32)
         y = bb.emit(relax.op.add(y, relax.const(fb.reshape([1, f] + [1] * (nd - 2)))))
-    out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(x)
-    return quantized(bb, y, y_s, y_zp, out_dtype)
+    return quantized(bb, y, y_s, y_zp, x)
 
 
 @register("DynamicQuantizeLinear", since=11, override=True)
