@@ -80,15 +80,17 @@ def opset_ids(domain_opsets: dict) -> list:
 
 def fold_node(node, values: list, opsets) -> list | None:
     """The outputs of ``node`` evaluated on ``values`` (numpy arrays, None for an omitted
-    input) by onnx's reference, or None when it is not to be folded: another domain, an op
-    in ``_NEVER``, one the reference cannot evaluate, or a result that is missing an
-    output, holds objects or exceeds MAX_ELEMENTS."""
+    input) by onnx's reference, or None when it is not to be folded: another domain (but
+    com.microsoft's scalar Q / DQ, ``_fold_qdq``), an op in ``_NEVER``, one the reference
+    cannot evaluate, or a result that is missing an output, holds objects or exceeds
+    MAX_ELEMENTS."""
+    if node.op_type in _QDQ and node.domain in ("", "ai.onnx", "com.microsoft"):
+        folded = _fold_qdq(node, values)
+        if folded is not None or node.op_type == "DequantizeLinear" or \
+                node.domain == "com.microsoft":
+            return folded
     if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
         return None
-    if node.op_type in _QDQ:
-        folded = _fold_qdq(node, values)
-        if folded is not None or node.op_type == "DequantizeLinear":
-            return folded
     result = evaluate(node, values, opsets)
     if result is None or len(result) < len(node.output) or any(
             r.dtype == object or r.size > MAX_ELEMENTS for r in result):

@@ -1,7 +1,7 @@
 """What onnxruntime runs but ``onnx.checker`` or strict shape inference refuse: read as
 onnxruntime reads it, with one warning naming everything that was read leniently.
 
-Three things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
+Four things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
 ``tests/compiler/frontend/test_lenient.py``):
 
 * a ``-1`` dimension in a declared shape (onnx's checker reads it literally and strict
@@ -19,7 +19,10 @@ Three things exporters write that onnxruntime 1.32 accepts (checked on tiny mode
   it is read at that version (``registry.node_opset``).  Checker and inference see such a
   node as a call in a private domain (shape inference: of a model-local function whose
   body is the op at its first version); :func:`restore` puts the node back afterwards.  Nodes inside subgraphs are not
-  rewritten (they stay refused by the checker).
+  rewritten (they stay refused by the checker);
+* an op onnxruntime registers in the default domain that onnx does not define
+  (``SimplifiedLayerNormalization``: onnxruntime's transformer optimizer writes it for
+  RMSNorms): read as onnxruntime's op (``ORT_DEFAULT_DOMAIN_OPS``), the same way.
 """
 
 from __future__ import annotations
@@ -103,35 +106,86 @@ def prepare(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, Lenien
                           if vi.type.WhichOneof("value") is None
                           or (vi.type.HasField("tensor_type")
                               and not vi.type.tensor_type.HasField("shape"))]
-    if not late and not leniency.shapeless:
+    ort_only = [(k, n) for k, n in enumerate(model.graph.node)
+                if n.domain in ("", "ai.onnx") and n.op_type in ORT_DEFAULT_DOMAIN_OPS
+                and not onnx.defs.has(n.op_type)]
+    if not late and not ort_only and not leniency.shapeless:
         return model, leniency
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
     for k, node, since in late:
-        leniency.wrapped[k] = node
-        call = fixed.graph.node[k]
-        fname = f"{node.op_type}_v{since}_n{k}"
         body = onnx.NodeProto()
         body.CopyFrom(node)
         body.name = ""
-        formal_in = [f"i{j}" for j in range(len(node.input))]
-        formal_out = [f"o{j}" for j in range(len(node.output))]
-        body.input[:] = [f if a else "" for f, a in zip(formal_in, node.input)]
-        body.output[:] = [f if a else "" for f, a in zip(formal_out, node.output)]
-        fixed.functions.append(helper.make_function(
-            LATE_DOMAIN, fname, formal_in, formal_out, [body], [helper.make_opsetid("", since)]))
-        call.op_type, call.domain = fname, LATE_DOMAIN
-        del call.attribute[:]
+        _wrap(fixed, k, node, f"{node.op_type}_v{since}_n{k}", [body], since, leniency)
         leniency.notes.append(f"node {node.name or f'#{k}'!r} ({node.op_type}) is defined "
                               f"from opset {since} on, the model imports opset {opset} (read "
                               f"as {node.op_type}-{since}, its only definition)")
-    if late:
+    for k, node in ort_only:
+        _wrap(fixed, k, node, f"{node.op_type}_ort_n{k}", ORT_DEFAULT_DOMAIN_OPS[node.op_type](
+            node), ORT_BODY_OPSET, leniency)
+        leniency.notes.append(f"node {node.name or f'#{k}'!r} ({node.op_type}) is not an ONNX "
+                              "op: onnxruntime registers it in the default domain (read as "
+                              "onnxruntime's)")
+    if late or ort_only:
         fixed.opset_import.append(helper.make_opsetid(LATE_DOMAIN, 1))
     for name in leniency.shapeless:
         leniency.notes.append(f"output {name!r} is declared without a "
                               f"{'shape' if _has_type(fixed, name) else 'type'} (taken "
                               "from shape inference)")
     return fixed, leniency
+
+
+def _wrap(model: onnx.ModelProto, k: int, node, fname: str, body: list, opset: int,
+          leniency: Leniency) -> None:
+    """Make graph node ``k`` (``node``) a call of a new local function ``fname`` in
+    LATE_DOMAIN whose body is ``body`` (nodes over formal inputs i0.. and outputs o0..)."""
+    leniency.wrapped[k] = node
+    formal_in = [f"i{j}" for j in range(len(node.input))]
+    formal_out = [f"o{j}" for j in range(len(node.output))]
+    if len(body) == 1 and body[0].op_type == node.op_type:  # the op itself, renamed
+        body[0].input[:] = [f if a else "" for f, a in zip(formal_in, node.input)]
+        body[0].output[:] = [f if a else "" for f, a in zip(formal_out, node.output)]
+    model.functions.append(helper.make_function(
+        LATE_DOMAIN, fname, formal_in, formal_out, body, [helper.make_opsetid("", opset)]))
+    call = model.graph.node[k]
+    call.op_type, call.domain = fname, LATE_DOMAIN
+    del call.attribute[:]
+
+
+# onnxruntime's own ops in the default domain (``contrib_defs.cc``: kOnnxDomain), which
+# onnx has no schema for.  Checker and shape inference see each as a local function whose
+# body gives its outputs' types and shapes (not its values); :func:`restore` puts the node
+# back and the registry's converter computes it.
+ORT_BODY_OPSET = 18
+
+
+def _simplified_layer_norm_body(node) -> list:
+    """Y = X * scale (X's shape and type); inv_std_var = ReduceMean(X * X) over the
+    normalised axes, kept (axes axis..rank-1, from X's rank when ``axis`` is positive), in
+    float32 for stash_type 1 (onnxruntime's float16 kernel; its float64 one keeps float64,
+    which this body does not declare)."""
+    axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+    body = [helper.make_node("Mul", ["i0", "i1"], ["o0"])]
+    if len(node.output) > 1 and node.output[1]:
+        if axis < 0:
+            body.append(helper.make_node("Constant", [], ["axes"],
+                                         value_ints=list(range(axis, 0))))
+        else:
+            body += [helper.make_node("Shape", ["i0"], ["shape"]),
+                     helper.make_node("Size", ["shape"], ["rank"]),
+                     helper.make_node("Constant", [], ["first"], value_int=axis),
+                     helper.make_node("Constant", [], ["one"], value_int=1),
+                     helper.make_node("Range", ["first", "rank", "one"], ["axes"])]
+        stash = next((a.i for a in node.attribute if a.name == "stash_type"), 1)
+        body += [helper.make_node("Cast", ["i0"], ["xs"], to=onnx.TensorProto.FLOAT)
+                 if stash == 1 else helper.make_node("Identity", ["i0"], ["xs"]),
+                 helper.make_node("Mul", ["xs", "xs"], ["sq"]),
+                 helper.make_node("ReduceMean", ["sq", "axes"], ["o1"], keepdims=1)]
+    return body
+
+
+ORT_DEFAULT_DOMAIN_OPS = {"SimplifiedLayerNormalization": _simplified_layer_norm_body}
 
 
 def _has_type(model, name: str) -> bool:

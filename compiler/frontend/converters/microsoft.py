@@ -134,6 +134,38 @@ def skip_simplified_layer_normalization(bb, inputs, attrs, ctx):
     return _outputs(y, s, inv, s) if len(ctx.node.output) > 1 else y
 
 
+def simplified_layer_normalization(bb, inputs, attrs, ctx):
+    """X * rsqrt(mean(X^2 over axes axis..-1) + epsilon) * scale (RMSNorm); the optional
+    output inv_std_var (X's shape, 1 over the normalised axes).  stash_type 1 (the
+    default) computes a float16 / bfloat16 X in float32, as onnxruntime does."""
+    x, scale = _pad(inputs, 2)[:2]
+    _float(ctx, x)
+    rank = len(_dims(ctx, x, "input"))
+    axis = int(attrs.get("axis", -1))
+    if not -rank <= axis < rank:
+        refuse(ctx, f"axis {axis} for an input of rank {rank}")
+    axes = list(range(axis % rank, rank))
+    eps = float(attrs.get("epsilon", 1e-5))
+    dtype = dtype_of(x)
+    stash = "float32" if int(attrs.get("stash_type", 1)) == 1 and dtype != "float64" else dtype
+    xs, gs = (x, scale) if stash == dtype else (bb.emit(relax.op.astype(x, stash)),
+                                                bb.emit(relax.op.astype(scale, stash)))
+    y = bb.emit(relax.op.nn.rms_norm(xs, gs, axes=axes, epsilon=eps))
+    if stash != dtype:
+        y = bb.emit(relax.op.astype(y, dtype))
+    if not _wants(ctx, 1):
+        return y if len(ctx.node.output) == 1 else _outputs(y, y)
+    ms = relax.op.mean(relax.op.multiply(xs, xs), axis=axes, keepdims=True)
+    return _outputs(y, bb.emit(relax.op.rsqrt(relax.op.add(ms, scalar(eps, stash)))))
+
+
+# onnxruntime registers SimplifiedLayerNormalization in the default domain only (version 1;
+# its optimizers write it there for T5 / LLaMA-style RMSNorms; the loader reads it
+# leniently, ``lenient.ORT_DEFAULT_DOMAIN_OPS``).
+register_op("", "SimplifiedLayerNormalization", since=1, implementation="onnxc")(
+    simplified_layer_normalization)
+
+
 @_register("EmbedLayerNormalization")
 def embed_layer_normalization(bb, inputs, attrs, ctx):
     """layer_norm(word[input_ids] + position[position_ids or 0..S-1] [+ segment[segment_ids]]);

@@ -1,5 +1,7 @@
 """Cast, CastLike, QuantizeLinear and DequantizeLinear on narrow element types (bfloat16,
-float8, float4e2m1, int4/uint4/int2/uint2), held as codes (``compiler/frontend/narrow_types.py``).
+float8, float4e2m1, int4/uint4/int2/uint2), held as codes (``compiler/frontend/narrow_types.py``);
+and onnxruntime's com.microsoft QuantizeLinear / DequantizeLinear (what its quantizer writes
+for 16-bit and 4-bit types below opset 21), read as the default domain's at opset 21.
 
 Registered over the other converters of these ops; a node with no narrow tensor goes to
 the converter each one overrides (TVM's: ``registry.previous``).  Conversions follow ONNX's reference
@@ -9,6 +11,8 @@ is also how ml_dtypes converts float64 and int64 to bfloat16 / float8.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -198,3 +202,28 @@ def dequantize_linear(bb, inputs, attrs, ctx):
         return encode(bb, y, out_fmt)
     want = helper.tensor_dtype_to_np_dtype(out_type).name
     return y if want == "float32" else bb.emit(relax.op.astype(y, want))
+
+
+# onnxruntime's contrib QuantizeLinear / DequantizeLinear (com.microsoft, version 1): x,
+# scale, optional zero point, ``axis`` (default 1), per tensor or per axis, 8 / 16 / 4-bit
+# types; the quantizer writes them for int16 / uint16 / int4 / uint4 models below opset 21
+# (and for any model with ``UseQDQContribOps``).  Their semantics are opset 21's without
+# block_size / saturate / output_dtype, so they convert as those (narrow or not).
+CONTRIB_OPSET = 21
+
+
+def _contrib(op, default_converter):
+    def convert(bb, inputs, attrs, ctx):
+        for name in ("block_size", "saturate", "output_dtype", "precision"):
+            if name in attrs:
+                refuse(ctx, f"attribute {name!r} (not part of com.microsoft {op})")
+        return default_converter(bb, inputs, attrs, dataclasses.replace(ctx, opset=CONTRIB_OPSET))
+    convert.__name__ = f"contrib_{op}"
+    convert.__doc__ = (f"com.microsoft {op} (onnxruntime's quantizer, 16- and 4-bit types): "
+                       f"the default domain's {op} at opset {CONTRIB_OPSET}.")
+    convert.handles_narrow = True
+    return register_op("com.microsoft", op, since=1, implementation="onnxc")(convert)
+
+
+contrib_quantize_linear = _contrib("QuantizeLinear", quantize_linear)
+contrib_dequantize_linear = _contrib("DequantizeLinear", dequantize_linear)

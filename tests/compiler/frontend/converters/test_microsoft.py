@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import compiler
 from compiler.errors import UnsupportedError
@@ -21,12 +21,14 @@ def randn(*shape, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _model(op, inputs: dict, consts=(), n_out=1, outputs=None, ms_opset=True, **attrs):
-    """A one-node com.microsoft model; ``inputs`` name -> array (a name starting with '-'
-    is an omitted optional input), ``consts`` the names given as initializers."""
+def _model(op, inputs: dict, consts=(), n_out=1, outputs=None, ms_opset=True, domain=MS,
+           **attrs):
+    """A one-node com.microsoft model (or of ``domain``); ``inputs`` name -> array (a name
+    starting with '-' is an omitted optional input), ``consts`` the names given as
+    initializers."""
     names = ["" if n.startswith("-") else n for n in inputs]
     outs = outputs if outputs is not None else [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op, names, outs, domain=MS, name=f"{op.lower()}_node", **attrs)
+    node = helper.make_node(op, names, outs, domain=domain, name=f"{op.lower()}_node", **attrs)
     vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
            for n, a in inputs.items() if not n.startswith("-") and n not in consts]
     inits = [numpy_helper.from_array(inputs[n], n) for n in consts]
@@ -44,6 +46,11 @@ def _ort(model, feeds):
 def check(op, inputs: dict, consts=(), n_out=1, outputs=None, rtol=1e-4, atol=1e-5, **attrs):
     """Compile with onnxc, compare every output with onnxruntime; returns the compiled model."""
     model = _model(op, inputs, consts, n_out, outputs, **attrs)
+    return check_model(model, inputs, consts, outputs, n_out, rtol, atol)
+
+
+def check_model(model, inputs: dict, consts=(), outputs=None, n_out=1, rtol=1e-4, atol=1e-5):
+    """``model`` (of one node, over ``inputs``) compiled by onnxc against onnxruntime."""
     feeds = {n: a for n, a in inputs.items() if not n.startswith("-") and n not in consts}
     want = _ort(model, feeds)
     del model.graph.output[:]
@@ -120,6 +127,24 @@ def test_skip_simplified_layer_norm_mean_output_refused():
     d = {"x": randn(2, 5, H), "skip": randn(2, 5, H), "gamma": randn(H)}
     refused("SkipSimplifiedLayerNormalization", d, consts=("gamma",), n_out=2,
             match="skipsimplifiedlayernormalization_node.*output 'mean'")
+
+
+@pytest.mark.parametrize("axis,n_out,dtype", [(-1, 1, np.float32), (1, 2, np.float32),
+                                              (-2, 2, np.float16)])
+def test_simplified_layer_norm_default_domain(axis, n_out, dtype):
+    """onnxruntime's SimplifiedLayerNormalization, which its optimizers write in the default
+    domain (no ONNX schema: read leniently), as RMSNorm over axes axis..-1; float16 is
+    computed in float32 (stash_type 1)."""
+    d = {"x": randn(2, 5, H, scale=3.0).astype(dtype), "gamma": randn(5, H).astype(dtype)}
+    if axis == -1:
+        d["gamma"] = randn(H).astype(dtype)
+    model = _model("SimplifiedLayerNormalization", d, consts=("gamma",), n_out=n_out,
+                   ms_opset=False, domain="", axis=axis, epsilon=1e-5)
+    tol = 2e-3 if dtype == np.float16 else 1e-4
+    cm = check_model(model, d, ("gamma",), n_out=n_out, rtol=tol, atol=tol)
+    assert "rms_norm" in " ".join(k for k, _ in kernels(cm))
+    assert any("SimplifiedLayerNormalization" in w and "onnxruntime registers" in w
+               for w in cm.report["warnings"])
 
 
 def _embed_inputs(mask=True, segment=True, position_ids=None):
@@ -811,3 +836,64 @@ def test_qlinear_conv_with_constant_weights_takes_the_integer_kernel():
     (got,) = cm.session().run(None, feeds)
     diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
     assert diff.max() <= 1 and diff.mean() < 0.05
+
+
+# --------------------------------------------------------------------------- #
+# QuantizeLinear / DequantizeLinear (onnxruntime's quantizer: 16- and 4-bit types below
+# opset 21, or UseQDQContribOps)
+# --------------------------------------------------------------------------- #
+
+
+def _contrib_qdq_conv(act: int, weight: int) -> onnx.ModelProto:
+    """x -> Pad (value: a quantized scalar, Q -> DQ of a constant) -> Q / DQ (``act``)
+    -> Conv with weights DQ'd per output channel from ``weight`` codes, all contrib Q / DQ."""
+    lo, hi = {TensorProto.INT4: (-8, 7), TensorProto.UINT4: (0, 15),
+              TensorProto.INT8: (-128, 127)}[weight]
+    codes = RNG.integers(lo, hi + 1, (4, 3, 3, 3))
+    zp_w = RNG.integers(lo, hi + 1, (4,))
+    inits = [helper.make_tensor("w_q", weight, codes.shape, codes.flatten().tolist()),
+             helper.make_tensor("w_zp", weight, [4], zp_w.tolist()),
+             numpy_helper.from_array(np.array([0.05, 0.02, 0.1, 0.03], np.float32), "w_s"),
+             numpy_helper.from_array(np.array(0.01, np.float32), "a_s"),
+             helper.make_tensor("a_zp", act, [], [100 if act == TensorProto.UINT16 else -7]),
+             numpy_helper.from_array(np.array(0.25, np.float32), "pad_f"),
+             helper.make_tensor("pad_zp", TensorProto.UINT8, [], [3]),
+             numpy_helper.from_array(np.array(0.05, np.float32), "pad_s"),
+             numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")]
+    nodes = [helper.make_node("QuantizeLinear", ["pad_f", "pad_s", "pad_zp"], ["pad_q"],
+                              domain=MS),
+             helper.make_node("DequantizeLinear", ["pad_q", "pad_s", "pad_zp"], ["pad_v"],
+                              domain=MS),
+             helper.make_node("Pad", ["x", "pads", "pad_v"], ["xp"], name="pad"),
+             helper.make_node("QuantizeLinear", ["xp", "a_s", "a_zp"], ["xq"], domain=MS),
+             helper.make_node("DequantizeLinear", ["xq", "a_s", "a_zp"], ["xd"], domain=MS),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["w"], domain=MS,
+                              axis=0),
+             helper.make_node("Conv", ["xd", "w"], ["y"], name="conv")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 3, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid(MS, 1)])
+
+
+@pytest.mark.parametrize("act,weight", [(TensorProto.UINT16, TensorProto.INT4),
+                                        (TensorProto.INT16, TensorProto.UINT4),
+                                        (TensorProto.UINT16, TensorProto.INT8)])
+def test_contrib_quantize_dequantize(act, weight):
+    """com.microsoft Q / DQ at 16-bit activations and 4-bit per-channel weights (an opset-17
+    model, as onnxruntime's quantizer writes for QInt16 / QInt4), and the quantized scalar
+    Pad value folded, against onnxruntime."""
+    model = _contrib_qdq_conv(act, weight)
+    x = randn(1, 3, 6, 6)
+    want = _ort(model, {"x": x})[0]
+    got = compiler.compile(model).session().run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_contrib_quantize_refuses_opset21_attributes():
+    model = _contrib_qdq_conv(TensorProto.UINT16, TensorProto.INT8)
+    model.graph.node[3].attribute.append(helper.make_attribute("block_size", 2))
+    with pytest.raises(UnsupportedError, match="block_size.*com.microsoft QuantizeLinear"):
+        compiler.compile(model)
