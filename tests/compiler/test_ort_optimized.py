@@ -86,3 +86,42 @@ def test_ort_optimized_export_matches_onnxruntime(name, model_type, expected, tm
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3 * float(np.abs(w).max()))
+
+
+def test_onnxruntime_graph_optimizer_rms_norm(tmp_path):
+    """onnxruntime's own graph optimizer (ORT_ENABLE_EXTENDED, saved with
+    ``optimized_model_filepath``) turns a T5 / LLaMA RMSNorm into SimplifiedLayerNormalization
+    in the default domain, which onnx does not define: onnxc reads it as onnxruntime does."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    hidden = 48
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes")]
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]),
+             helper.make_node("Sqrt", ["mse"], ["rms"]),
+             helper.make_node("Div", ["one", "rms"], ["inv"]),
+             helper.make_node("Mul", ["x", "inv"], ["xn"]),
+             helper.make_node("Mul", ["w", "xn"], ["y"])]
+    g = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [B, S, hidden])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [B, S, hidden])], inits)
+    src, out = tmp_path / "rms.onnx", tmp_path / "rms_ort.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(src))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(out)
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(str(out))
+    assert [(n.domain, n.op_type) for n in optimized.graph.node] == [
+        ("", "SimplifiedLayerNormalization")]
+    x = rng.standard_normal((B, S, hidden)).astype(np.float32)
+    want = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    cm = compiler.compile(str(out))
+    np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], want[0], rtol=1e-4,
+                               atol=1e-5)
