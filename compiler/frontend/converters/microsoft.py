@@ -954,6 +954,109 @@ def qlinear_global_average_pool(bb, inputs, attrs, ctx):
     return quantized(bb, y, y_s, y_z, x)
 
 
+def _default_op(bb, op_type, inputs, attrs, ctx, opset):
+    """The default domain's converter of ``op_type`` at ``opset`` applied to ``inputs``
+    (float tensors of a QOperator op's body), emitted."""
+    import dataclasses
+
+    from ..registry import REGISTRY
+
+    entry = REGISTRY.lookup("", op_type, opset)
+    y = entry.converter(bb, inputs, attrs, dataclasses.replace(ctx, opset=opset))
+    return y if isinstance(y, relax.Var) else bb.emit(y)
+
+
+def _qlinear_unary(bb, inputs, ctx, fn):
+    """Y = Q(fn(DQ(X))) per tensor for (X, X_scale, X_zero_point, Y_scale, Y_zero_point)."""
+    from .quantization import dequantized, eight_bit, per_tensor, quantized
+
+    x, x_s, x_z, y_s, y_z = _pad(inputs, 5)
+    eight_bit(ctx, (x, "X"))
+    per_tensor(ctx, (x_s, "X_scale"), (x_z, "X_zero_point"), (y_s, "Y_scale"),
+               (y_z, "Y_zero_point"))
+    return quantized(bb, fn(dequantized(bb, x, x_s, x_z)), y_s, y_z, x)
+
+
+@_register("QLinearLeakyRelu")
+def qlinear_leaky_relu(bb, inputs, attrs, ctx):
+    """Y = Q(LeakyRelu(DQ(X), alpha)) per tensor (onnxruntime: a 256-entry table of it)."""
+    alpha = float(attrs.get("alpha", 0.01))
+    return _qlinear_unary(bb, inputs, ctx,
+                          lambda x: bb.emit(relax.op.nn.leakyrelu(x, alpha)))
+
+
+@_register("QLinearSigmoid")
+def qlinear_sigmoid(bb, inputs, attrs, ctx):
+    """Y = Q(Sigmoid(DQ(X))) per tensor (onnxruntime: a 256-entry table of it)."""
+    return _qlinear_unary(bb, inputs, ctx, lambda x: bb.emit(relax.op.sigmoid(x)))
+
+
+@_register("QLinearSoftmax")
+def qlinear_softmax(bb, inputs, attrs, ctx):
+    """Y = Q(Softmax(DQ(X))) per tensor; the ``opset`` attribute picks the Softmax
+    (below 13: over the dims from ``axis`` on, flattened; from 13: over ``axis``)."""
+    opset = int(attrs.get("opset", 0) or 0)
+    if opset <= 0:
+        refuse(ctx, "no 'opset' attribute (required: which Softmax it computes)")
+    axis = int(attrs.get("axis", 1 if opset < 13 else -1))
+    return _qlinear_unary(bb, inputs, ctx, lambda x: _default_op(
+        bb, "Softmax", [x], {"axis": axis}, ctx, max(opset, 11)))
+
+
+@_register("QLinearAveragePool")
+def qlinear_average_pool(bb, inputs, attrs, ctx):
+    """Y = Q(AveragePool(DQ(X))) per tensor, AveragePool's attributes; ``channels_last``
+    1 reads X as N...C (transposed around the pool)."""
+    pool_attrs = {k: v for k, v in attrs.items() if k != "channels_last"}
+    last = int(attrs.get("channels_last", 0))
+
+    def pool(x):
+        rank = len(static_shape(x))
+        if last:
+            x = bb.emit(relax.op.permute_dims(x, [0, rank - 1] + list(range(1, rank - 1))))
+        y = _default_op(bb, "AveragePool", [x], pool_attrs, ctx, 19)
+        if last:
+            y = bb.emit(relax.op.permute_dims(y, [0] + list(range(2, rank)) + [1]))
+        return y
+    return _qlinear_unary(bb, inputs, ctx, pool)
+
+
+@_register("QLinearConcat")
+def qlinear_concat(bb, inputs, attrs, ctx):
+    """Y = Q(Concat(DQ(X_1), DQ(X_2), ...)) per tensor: inputs Y_scale, Y_zero_point, then
+    (X, X_scale, X_zero_point) per input; ``axis`` as Concat."""
+    from .quantization import dequantized, eight_bit, per_tensor, quantized
+
+    y_s, y_z, rest = inputs[0], inputs[1], list(inputs[2:])
+    if not rest or len(rest) % 3:
+        refuse(ctx, f"{len(rest)} inputs after Y_scale / Y_zero_point (triples of X, "
+                    "X_scale, X_zero_point expected)")
+    per_tensor(ctx, (y_s, "Y_scale"), (y_z, "Y_zero_point"))
+    parts = []
+    for k in range(0, len(rest), 3):
+        x, x_s, x_z = rest[k:k + 3]
+        eight_bit(ctx, (x, f"X{k // 3}"))
+        per_tensor(ctx, (x_s, f"X{k // 3}_scale"), (x_z, f"X{k // 3}_zero_point"))
+        parts.append(dequantized(bb, x, x_s, x_z))
+    y = bb.emit(relax.op.concat(parts, axis=int(attrs["axis"])))
+    return quantized(bb, y, y_s, y_z, rest[0])
+
+
+@_register("QLinearWhere")
+def qlinear_where(bb, inputs, attrs, ctx):
+    """Y = Q(Where(condition, DQ(X), DQ(Y))) per tensor: inputs condition, X, x_scale,
+    x_zero_point, Y, y_scale, y_zero_point, z_scale, z_zero_point."""
+    from .quantization import dequantized, eight_bit, per_tensor, quantized
+
+    cond, x, x_s, x_z, y, y_s, y_z, z_s, z_z = _pad(inputs, 9)
+    eight_bit(ctx, (x, "X"), (y, "Y"))
+    per_tensor(ctx, (x_s, "x_scale"), (x_z, "x_zero_point"), (y_s, "y_scale"),
+               (y_z, "y_zero_point"), (z_s, "z_scale"), (z_z, "z_zero_point"))
+    out = bb.emit(relax.op.where(cond, dequantized(bb, x, x_s, x_z),
+                                 dequantized(bb, y, y_s, y_z)))
+    return quantized(bb, out, z_s, z_z, x)
+
+
 @_register("QGemm")
 def qgemm(bb, inputs, attrs, ctx):
     """Y = alpha * DQ(A)' @ DQ(B)' + DQ(C) (C int32 at A_scale * B_scale, zero point 0),

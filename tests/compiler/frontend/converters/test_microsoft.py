@@ -897,3 +897,77 @@ def test_contrib_quantize_refuses_opset21_attributes():
     model.graph.node[3].attribute.append(helper.make_attribute("block_size", 2))
     with pytest.raises(UnsupportedError, match="block_size.*com.microsoft QuantizeLinear"):
         compiler.compile(model)
+
+
+# --------------------------------------------------------------------------- #
+# QOperator-format ops (quantize_static with QuantFormat.QOperator): DQ -> float op -> Q
+# --------------------------------------------------------------------------- #
+
+
+def _q(v, dt=np.uint8):
+    return np.array(v, dt)
+
+
+def qcheck(op, inputs: dict, consts=(), **attrs):
+    """onnxc against onnxruntime's fixed-point kernel: within one quantization step."""
+    model = _model(op, inputs, consts, **attrs)
+    feeds = {n: a for n, a in inputs.items() if n not in consts}
+    want = _ort(model, feeds)[0]
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info(
+        "y0", helper.np_dtype_to_tensor_dtype(want.dtype), want.shape))
+    got = compiler.compile(model).session().run(None, feeds)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.abs(got.astype(np.int32) - want).max() <= 1
+    assert (got == want).mean() > 0.9
+
+
+def _qx(*shape, dt=np.uint8):
+    info = np.iinfo(dt)
+    return RNG.integers(info.min, info.max, shape).astype(dt)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_qlinear_leaky_relu_sigmoid(dt):
+    z = 128 if dt == np.uint8 else 0
+    common = {"x": _qx(2, 8, 5, 5, dt=dt), "xs": _q(0.05, np.float32), "xz": _q(z - 8, dt),
+              "ys": _q(0.03, np.float32), "yz": _q(z - 20, dt)}
+    qcheck("QLinearLeakyRelu", common, consts=("xs", "xz", "ys", "yz"), alpha=0.1)
+    common["ys"], common["yz"] = _q(1 / 256, np.float32), _q(0 if dt == np.uint8 else -128, dt)
+    qcheck("QLinearSigmoid", common, consts=("xs", "xz", "ys", "yz"))
+
+
+@pytest.mark.parametrize("opset,axis", [(13, -1), (11, 1)])
+def test_qlinear_softmax(opset, axis):
+    d = {"x": _qx(2, 6, 7), "xs": _q(0.1, np.float32), "xz": _q(120),
+         "ys": _q(1 / 256, np.float32), "yz": _q(0)}
+    qcheck("QLinearSoftmax", d, consts=("xs", "xz", "ys", "yz"), opset=opset, axis=axis)
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_average_pool(channels_last):
+    shape = (1, 9, 9, 8) if channels_last else (1, 8, 9, 9)
+    d = {"x": _qx(*shape), "xs": _q(0.02, np.float32), "xz": _q(100),
+         "ys": _q(0.015, np.float32), "yz": _q(90)}
+    qcheck("QLinearAveragePool", d, consts=("xs", "xz", "ys", "yz"), kernel_shape=[3, 3],
+           strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=0,
+           channels_last=channels_last)
+
+
+def test_qlinear_concat_and_where():
+    d = {"ys": _q(0.04, np.float32), "yz": _q(110),
+         "a": _qx(1, 3, 4, 4), "as": _q(0.02, np.float32), "az": _q(100),
+         "b": _qx(1, 5, 4, 4), "bs": _q(0.05, np.float32), "bz": _q(130)}
+    qcheck("QLinearConcat", d, consts=("ys", "yz", "as", "az", "bs", "bz"), axis=1)
+    w = {"c": RNG.integers(0, 2, (3, 1, 4)).astype(bool),
+         "x": _qx(3, 5, 4), "xs": _q(0.02, np.float32), "xz": _q(100),
+         "y": _qx(1, 5, 4), "ys": _q(0.05, np.float32), "yz": _q(130),
+         "zs": _q(0.04, np.float32), "zz": _q(110)}
+    qcheck("QLinearWhere", w, consts=("xs", "xz", "ys", "yz", "zs", "zz"))
+
+
+def test_qlinear_softmax_without_opset_refused():
+    d = {"x": _qx(2, 6), "xs": _q(0.1, np.float32), "xz": _q(120),
+         "ys": _q(1 / 256, np.float32), "yz": _q(0)}
+    refused("QLinearSoftmax", d, consts=("xs", "xz", "ys", "yz"),
+            match="qlinearsoftmax_node.*'opset'")
