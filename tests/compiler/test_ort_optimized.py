@@ -125,3 +125,24 @@ def test_onnxruntime_graph_optimizer_rms_norm(tmp_path):
     cm = compiler.compile(str(out))
     np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], want[0], rtol=1e-4,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_ort_optimized_then_dynamic_int8_bert(per_channel, tmp_path):
+    """onnxruntime's BERT deployment recipe: its transformer optimizer, then quantize_dynamic
+    (QAttention, QEmbedLayerNormalization, DynamicQuantizeLinear + MatMulInteger)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    path, _ = _optimized("hf_bert_tiny", "bert", tmp_path)
+    qpath = str(tmp_path / "bert_dyn.onnx")
+    quantize_dynamic(path, qpath, weight_type=QuantType.QInt8, per_channel=per_channel,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    ops = {n.op_type for n in onnx.load(qpath).graph.node if n.domain == "com.microsoft"}
+    assert {"QAttention", "QEmbedLayerNormalization"} <= ops, ops
+    sess = ort.InferenceSession(qpath, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    feeds = _feeds(names)
+    cm = compiler.compile(qpath, input_shapes={n: [B, S] for n in names})
+    for g, w in zip(cm.session().run(None, feeds), sess.run(None, feeds)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3 * float(np.abs(w).max()))

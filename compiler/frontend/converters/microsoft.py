@@ -166,6 +166,28 @@ register_op("", "SimplifiedLayerNormalization", since=1, implementation="onnxc")
     simplified_layer_normalization)
 
 
+@_register("QEmbedLayerNormalization")
+def q_embed_layer_normalization(bb, inputs, attrs, ctx):
+    """EmbedLayerNormalization of 8-bit tables (quantize_dynamic / quantize_static of an
+    EmbedLayerNormalization model): input_ids, segment_ids, the word / position / segment
+    embeddings, gamma and beta quantized, mask, then their five scales and five zero
+    points (per tensor); the float op on the dequantized tables."""
+    from .quantization import dequantized, eight_bit, per_tensor
+
+    ins = _pad(inputs, 18)
+    tables = []
+    names = ("word_embedding", "position_embedding", "segment_embedding", "gamma", "beta")
+    for k, what in enumerate(names):
+        q, scale, zero = ins[2 + k], ins[8 + k], ins[13 + k]
+        if q is None:
+            tables.append(None)
+            continue
+        eight_bit(ctx, (q, what))
+        per_tensor(ctx, (scale, f"{what}_scale"), (zero, f"{what}_zero_point"))
+        tables.append(dequantized(bb, q, scale, zero, axis=0))
+    return embed_layer_normalization(bb, ins[:2] + tables + [ins[7]], attrs, ctx)
+
+
 @_register("EmbedLayerNormalization")
 def embed_layer_normalization(bb, inputs, attrs, ctx):
     """layer_norm(word[input_ids] + position[position_ids or 0..S-1] [+ segment[segment_ids]]);
@@ -532,6 +554,26 @@ def attention(bb, inputs, attrs, ctx):
     if _wants(ctx, 1):
         return _outputs(o, _stack2(k, v))
     return o
+
+
+@_register("QAttention")
+def q_attention(bb, inputs, attrs, ctx):
+    """Attention on 8-bit input and weights (quantize_dynamic of an Attention model):
+    input, weight, bias, input_scale, weight_scale (per tensor or per column),
+    mask_index, input_zero_point, weight_zero_point, past; the float Attention of
+    DQ(input) and DQ(weight) (a constant weight dequantizes at compile time)."""
+    from .quantization import dequantized, eight_bit, per_tensor
+
+    x, w, bias, x_s, w_s, mask, x_z, w_z, past = _pad(inputs, 9)[:9]
+    eight_bit(ctx, (x, "input"), (w, "weight"))
+    per_tensor(ctx, (x_s, "input_scale"), (x_z, "input_zero_point"))
+    cols = _dims(ctx, w, "weight")[-1]
+    for v, what in ((w_s, "weight_scale"), (w_z, "weight_zero_point")):
+        if v is not None and int(np.prod(_dims(ctx, v, what))) not in (1, cols):
+            refuse(ctx, f"{what} of shape {_dims(ctx, v, what)} (per tensor or per column)")
+    return attention(bb, [dequantized(bb, x, x_s, x_z),
+                          dequantized(bb, w, w_s, w_z, axis=1), bias, mask, past],
+                     attrs, ctx)
 
 
 @_register("MultiHeadAttention")

@@ -971,3 +971,16 @@ def test_qlinear_softmax_without_opset_refused():
          "ys": _q(1 / 256, np.float32), "yz": _q(0)}
     refused("QLinearSoftmax", d, consts=("xs", "xz", "ys", "yz"),
             match="qlinearsoftmax_node.*'opset'")
+
+
+def test_q_attention_per_column_weights_and_refusal():
+    """QAttention (quantize_dynamic of Attention) with a per-column weight scale and zero
+    point, against onnxruntime; a weight scale of another length is refused."""
+    d = {"x": _qx(2, 3, 8), "w": _qx(8, 24, dt=np.int8), "bias": randn(24),
+         "xs": _q(0.02, np.float32), "ws": (RNG.random(24) * 0.01 + 0.01).astype(np.float32),
+         "-mask": np.zeros(1, np.int32), "xz": _q(120), "wz": _qx(24, dt=np.int8)}
+    consts = ("w", "bias", "ws", "wz")
+    check("QAttention", d, consts=consts, rtol=1e-4, atol=1e-4, num_heads=2)
+    d["ws"] = d["ws"][:5]
+    refused("QAttention", d, consts=consts, num_heads=2,
+            match="qattention_node.*weight_scale of shape \\[5\\]")
