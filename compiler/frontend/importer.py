@@ -103,10 +103,21 @@ def refuse_unsupported(model, where: str, target_arch: str | None = None) -> Non
     lines = "\n".join(
         f"  node {b['node']!r}: {b['op']} (domain {b['domain']}, model opset {b['opset']}, "
         f"supported opsets: {', '.join(b['supported']) or 'none'}): {b['why']}" for b in bad)
+    hint = next((DOMAIN_HINTS[b["domain"]] for b in bad if b["domain"] in DOMAIN_HINTS), "")
     raise UnsupportedError(
-        f"{where}: {len(bad)} node(s) cannot be converted:\n{lines}\n"
+        f"{where}: {len(bad)} node(s) cannot be converted:\n{lines}\n{hint}"
         "run `onnxc ops` for the supported operators; register a converter for a custom "
         "operator with compiler.registry.register_op(domain, op_type)")
+
+
+# Domains whose ops onnxc refuses by design, with what to do instead.
+DOMAIN_HINTS = {
+    "com.microsoft.nchwc": (
+        "com.microsoft.nchwc ops are what onnxruntime's ORT_ENABLE_ALL optimizer saves: "
+        "weights reordered for the block size of the CPU that saved the model, which the "
+        "file does not record (onnxruntime documents such files as tied to that machine). "
+        "Give onnxc the original model, or one saved at ORT_ENABLE_EXTENDED.\n"),
+}
 
 
 def import_onnx(model: onnx.ModelProto, where: str = "model", target_arch: str | None = None,

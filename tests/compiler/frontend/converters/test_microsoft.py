@@ -317,6 +317,25 @@ def test_onnxruntime_extended_optimized_cnn_compiles(tmp_path):
         np.testing.assert_allclose(g_, w, rtol=1e-4, atol=1e-4)
 
 
+def test_onnxruntime_all_level_layout_ops_refused_with_advice(tmp_path):
+    """ORT_ENABLE_ALL saves com.microsoft.nchwc ops with weights reordered for the saving
+    CPU's block size: refused, saying so and what to give onnxc instead."""
+    from tests.conftest import zoo_model
+
+    src = tmp_path / "cnn.onnx"
+    onnx.save(zoo_model("cnn"), str(src))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "cnn_all.onnx")
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    opt = onnx.load(so.optimized_model_filepath)
+    if not any(n.domain == "com.microsoft.nchwc" for n in opt.graph.node):
+        pytest.skip("onnxruntime applies no NCHWc layout on this CPU")
+    with pytest.raises(UnsupportedError, match="(?s)ReorderOutput.*ORT_ENABLE_ALL.*"
+                                               "ORT_ENABLE_EXTENDED"):
+        compiler.compile(opt)
+
+
 # --------------------------------------------------------------------------- #
 # Attention
 # --------------------------------------------------------------------------- #
