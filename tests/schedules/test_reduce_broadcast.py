@@ -37,6 +37,23 @@ def test_structure_excitation_once_then_parallel_vectorised_multiply():
     assert "T.parallel" in after and "T.vectorized(T.int64(56))" in after
 
 
+def test_large_stages_inlined_into_one_pass_over_the_map():
+    """A requantised excitation (QDQ EfficientNet: x * s, then scale, round, clip, cast
+    to uint8): the map-sized stages before the output are inlined, so no map-sized
+    intermediate buffer is left (each was a pass over the map of its own)."""
+    def build(bb, x, pooled, w, b):
+        s = bb.emit(relax.op.nn.conv2d(pooled, w))
+        s = bb.emit(relax.op.sigmoid(relax.op.add(s, b)))
+        y = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(x, s)), relax.const(7.5)))
+        y = bb.emit(relax.op.clip(bb.emit(relax.op.round(y)), 0, 255))
+        return bb.emit(relax.op.astype(y, "uint8"))
+    func = fused_primfunc(build, [(1, 32, 56, 56), (1, 8, 1, 1), (32, 8, 1, 1),
+                                  (1, 32, 1, 1)], "conv2d")
+    text = ReduceBroadcast().apply(func, TARGET).mod["main"].script()
+    allocs = [ln for ln in text.splitlines() if "alloc_buffer" in ln]
+    assert allocs and not any("T.int64(56)" in ln for ln in allocs), allocs
+
+
 def test_rejects_reductions_that_are_not_broadcast():
     plain = fused_primfunc(lambda bb, x: bb.emit(relax.op.sum(x, axis=[2, 3], keepdims=True)),
                            [(1, 32, 14, 14)], "sum")
