@@ -282,6 +282,8 @@ def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
     qdq.setdefault("layout", opts["layout"] if "convert_layout" not in set(disabled)
                    else "NCHW")
     qdq.setdefault("block", opts["block"])
+    # and conv activations take no lookup tables where convert_layout blocks them
+    config.setdefault("qdq_lookup_table", {}).setdefault("layout", qdq["layout"])
     if "convert_layout" in set(disabled):
         why = "convert_layout disabled: the model's NCHW"
     entry = {"requested": layout, "chosen": opts["layout"] if "convert_layout" not in

@@ -24,6 +24,9 @@ FUSE = relax.transform.FuseOps()
 def graph_passes() -> list:
     """Our Relax graph passes, in order (fresh instances per compile)."""
     return [
+        # Q(f(DQ(x))) of one 8-bit tensor x (swish, sigmoid, GELU between a QDQ model's
+        # layers) => a 256-entry table of x; first, while the Q / DQ ops are still ops
+        passes.QdqLookupTable(),
         # QDQ matmuls (DQ(x) @ DQ(W), W a constant 8-bit weight) => int32 matmul * scales,
         # the MatMulInteger form pack_int_matmul packs; first: fold_constants would fold
         # DQ(W) into a float weight
