@@ -7,9 +7,10 @@ what they share.  :func:`register_all` imports them all (``import compiler`` cal
 
 import importlib
 
-# One module per category (microsoft: onnxruntime's com.microsoft contrib ops); control flow (If, Loop, Scan) is compiler/frontend/control_flow.py.
+# One module per category (microsoft: onnxruntime's com.microsoft contrib ops; experimental:
+# ONNX 1.0-1.4's experimental ops, dropped from the spec, that onnxruntime still runs); control flow (If, Loop, Scan) is compiler/frontend/control_flow.py.
 CATEGORIES = ("tensor", "math", "nn", "reduction", "rnn", "quantization", "narrow",
-              "shape_values", "signal", "ml", "resize", "contrib", "microsoft")
+              "shape_values", "signal", "ml", "resize", "contrib", "microsoft", "experimental")
 
 
 def register_all() -> None:

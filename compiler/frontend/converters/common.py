@@ -14,10 +14,12 @@ from ...errors import UnsupportedError
 from ..registry import register_op, tvm_converter
 
 
-def register(op, since=1, override=False):
-    """Decorator: register an onnxc converter for default-domain ``op`` from opset ``since``;
+def register(op, since=1, override=False, until=None):
+    """Decorator: register an onnxc converter for default-domain ``op`` from opset ``since``
+    (to ``until``, if given: an op version older ONNX defined differently);
     ``override=True`` where it replaces a registered one (TVM's), see ``registry.previous``."""
-    return register_op("", op, since=since, implementation="onnxc", override=override)
+    return register_op("", op, since=since, until=until, implementation="onnxc",
+                       override=override)
 
 
 def refuse(ctx, what: str):

@@ -558,15 +558,24 @@ def dropout(bb, inputs, attrs, ctx):
                                    "compiles inference)")
     x = inputs[0]
     if len(node.output) > 1 and node.output[1]:
+        if ctx.opset < 12:
+            # onnxruntime's Dropout 7-11 (an IdentityOp) fills the mask with zeros in
+            # inference: 0 of x's type at 7-9 (the mask is typed T there), false at 10-11
+            # (onnx.reference gives true); from 12 both give true
+            return relax.Tuple([x, relax.op.zeros_like(
+                x, dtype=str(x.ty.dtype) if ctx.opset < 10 else "bool")])
         return relax.Tuple([x, relax.op.ones_like(x, dtype="bool")])
     return x
 
 
 @register("BatchNormalization", override=True)
 def batch_norm(bb, inputs, attrs, ctx):
-    """BatchNormalization: inference is TVM's; training_mode=1 (opset 14+) normalizes with
+    """BatchNormalization: inference is TVM's (opsets 7-8's ``spatial=0``, per element, is
+    ours); training_mode=1 (opset 14+) normalizes with
     the batch statistics and returns the running mean and variance updated with
     ``momentum``, as the reference computes them (population variance)."""
+    if ctx.opset < 9 and attrs.get("spatial", 1) == 0:
+        return _batch_norm_per_element(bb, inputs, attrs, ctx)
     if not attrs.get("training_mode", 0):
         return tvm_converter("BatchNormalization")(bb, inputs, attrs, ctx)
     x, scale, bias, mean, var = inputs[:5]
@@ -591,6 +600,30 @@ def batch_norm(bb, inputs, attrs, ctx):
     running_var = relax.op.add(relax.op.multiply(var, m), relax.op.multiply(batch_var, m1))
     outs = [y, bb.emit(running_mean), bb.emit(running_var)][:max(len(ctx.node.output), 1)]
     return outs[0] if len(outs) == 1 else relax.Tuple(outs)
+
+
+def _batch_norm_per_element(bb, inputs, attrs, ctx):
+    """BatchNormalization 7-8 with ``spatial=0`` (inference): statistics per element of
+    (C, D1, ..., Dn), not per channel; scale, B, mean and var hold one value per element.
+    TVM's converter knows only the per-channel form (relax.nn.batch_norm refuses the
+    shapes)."""
+    x = inputs[0]
+    dims = static_dims(x, ctx)
+    dtype = str(x.ty.dtype)
+    params = []
+    for name, t in zip(("scale", "B", "mean", "var"), inputs[1:5]):
+        shape = static_dims(t, ctx)
+        if shape != dims[1:]:  # onnxruntime refuses other shapes too
+            refuse(ctx, f"spatial=0 with {name} of shape {shape} for an input of shape "
+                   f"{dims} (shape {dims[1:]} expected)")
+        params.append(t)
+    scale, bias, mean, var = params
+    eps = relax.const(np.array(attrs.get("epsilon", 1e-5), dtype), dtype)
+    y = relax.op.divide(relax.op.multiply(relax.op.subtract(x, mean), scale),
+                        relax.op.sqrt(relax.op.add(var, eps)))
+    if any(ctx.node.output[1:]):
+        refuse(ctx, "spatial=0 with the training outputs (mean, var, saved_mean, saved_var)")
+    return relax.op.add(y, bias)
 
 
 @register("LayerNormalization", since=17, override=True)

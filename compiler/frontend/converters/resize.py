@@ -1,4 +1,5 @@
-"""Resize (11+) and Upsample (7-9) computed as ONNX's reference does, by gathers.
+"""Resize (11+) and Upsample (7-9) computed as ONNX's reference does, by gathers
+(Resize-10, which the reference lacks, as onnxruntime does).
 
 Resize is separable: each resized axis maps every output index to a few input indices
 with weights (``onnx/reference/ops/op_resize.py``: the coordinate transform, the nearest
@@ -200,17 +201,7 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
         one_hot = bool(np.all((weight == 0) | (weight == 1)) and
                        np.all(weight.sum(axis=1) == 1))
         if one_hot:
-            picked = index[np.arange(n_out), weight.argmax(axis=1)]
-            rep = n_out // n_in
-            if rep >= 2 and n_out == rep * n_in and np.array_equal(
-                    picked, np.arange(n_out) // rep):
-                # an integer nearest upsampling (FPN / U-Net x2): each input repeated
-                # ``rep`` times, an affine index (i // rep) that cpu.upsample_nearest
-                # schedules, not a gather through an index table
-                y = bb.emit(relax.op.repeat(y, rep, axis=a))
-            else:
-                y = bb.emit(relax.op.take(y, relax.const(picked.astype(np.int64), "int64"),
-                                          axis=a))
+            y = _pick(bb, y, index[np.arange(n_out), weight.argmax(axis=1)], n_in, a)
         else:
             if not is_float:
                 refuse(ctx, f"mode={mode} on a {dtype} input (the reference rounds the "
@@ -234,6 +225,19 @@ def resize_exact(bb, ctx, x, axes, out_sizes, factors, *, mode, coord, nearest_m
     if cast_back:
         y = relax.op.astype(y, dtype)
     return y
+
+
+def _pick(bb, y, picked, n_in: int, axis: int):
+    """``y`` gathered along ``axis`` at the input indices ``picked`` (one per output)."""
+    n_out = len(picked)
+    rep = n_out // n_in
+    if rep >= 2 and n_out == rep * n_in and np.array_equal(picked, np.arange(n_out) // rep):
+        # an integer nearest upsampling (FPN / U-Net x2): each input repeated ``rep``
+        # times, an affine index (i // rep) that cpu.upsample_nearest schedules, not a
+        # gather through an index table
+        return bb.emit(relax.op.repeat(y, rep, axis=axis))
+    return bb.emit(relax.op.take(y, relax.const(np.asarray(picked, np.int64), "int64"),
+                                 axis=axis))
 
 
 def _axis_order(axes, in_shape, out_sizes) -> list:
@@ -394,6 +398,48 @@ def _tvm_nearest_agrees(n: int, m: int, coord: str, nearest: str) -> bool:
             if got != want:
                 return False
     return True
+
+
+# Resize 10: Upsample under a new name (scales only, asymmetric), as onnxruntime runs it
+@register("Resize", since=10, until=10, override=True)
+def resize_v10(bb, inputs, attrs, ctx):
+    """Resize-10 (PyTorch's opset-10 exports): input 1 is ``scales`` and the coordinates are
+    asymmetric (``x_in = x_out / scale``), as Upsample's.  TVM has only Resize-18's
+    converter, which reads input 1 as roi and fails.  Linear is Resize-11's asymmetric
+    linear; nearest is onnxruntime's rule for opsets below 11 (onnx.reference has no
+    Resize-10): ``floor(x_out / scale)`` on an upsampled axis, ``ceil`` on a downsampled one,
+    clamped to the input, and output sizes ``floor(scale * n)``, all in float32 as
+    onnxruntime computes them.  Scales must be constants (the session binds them as
+    values when they are computed)."""
+    x = inputs[0]
+    in_shape = _static_shape(x)
+    scales = _constant(inputs[1] if len(inputs) > 1 else None)
+    if in_shape is None or scales is None or scales is False:
+        refuse(ctx, "scales or an input shape not known at compile time")
+    mode = attr_text(attrs.get("mode"), "nearest")
+    if mode not in ("nearest", "linear"):
+        refuse(ctx, f"attribute mode={mode!r}")
+    scales = scales.astype(np.float32).reshape(-1)
+    if scales.size != len(in_shape) or np.any(scales <= 0):
+        refuse(ctx, f"scales={scales.tolist()} for an input of rank {len(in_shape)} "
+                "(one scale > 0 per axis)")
+    out_sizes = [int(s * np.float32(n)) for s, n in zip(scales, in_shape)]
+    if min(out_sizes) <= 0:
+        refuse(ctx, f"scales={scales.tolist()}: an output size of 0 from {in_shape}")
+    axes = list(range(len(in_shape)))
+    if mode == "linear":
+        return resize_exact(bb, ctx, x, axes, out_sizes, [float(s) for s in scales],
+                            mode=mode, coord="asymmetric", nearest_mode="floor",
+                            cubic_a=-0.75, antialias=False, exclude_outside=False, roi=None,
+                            extrapolation=0.0)
+    y = x
+    for a, (n_in, n_out, s) in enumerate(zip(in_shape, out_sizes, scales)):
+        if n_in == n_out and s == 1:
+            continue
+        coord = np.arange(n_out, dtype=np.float32) / s
+        picked = np.ceil(coord) if s < 1 else np.floor(coord)
+        y = _pick(bb, y, np.minimum(picked.astype(np.int64), n_in - 1), n_in, a)
+    return y
 
 
 # Resize 11+: exact where scales, sizes and roi are constants, else the guarded TVM one above

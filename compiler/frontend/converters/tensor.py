@@ -91,6 +91,19 @@ def split(bb, inputs, attrs, ctx):
     return relax.Tuple(parts)
 
 
+@register("Slice", since=1, until=9, override=True)
+def slice_v1(bb, inputs, attrs, ctx):
+    """Slice-1 (opsets 1-9, PyTorch's opset-9 exports): starts, ends and axes are
+    attributes.  TVM has only Slice-13's converter, which reads them as inputs 1-3 and
+    fails on their absence; they are handed to it as constant inputs (the clamping rules
+    of the two versions are the same, and Slice-1 has no steps)."""
+    if "starts" not in attrs or "ends" not in attrs:
+        refuse(ctx, "Slice without its starts and ends attributes")
+    bounds = [tensor_const(np.asarray(attrs[k], np.int64)) if k in attrs else None
+              for k in ("starts", "ends", "axes")]
+    return tvm_converter("Slice")(bb, [inputs[0], *bounds, None], {}, ctx)
+
+
 # --- Real exports: shape arithmetic of PyTorch's TorchScript exporter (HuggingFace models) --
 #
 # Exported attention masks and position ids are computed from Shape/Gather/Unsqueeze/Concat/

@@ -402,3 +402,39 @@ def test_deform_conv_special_values_match_onnxruntime(corner):
     feeds["offset"][0, :, 1, 1] = 0.0  # integer positions: zero weights on the +1 neighbours
     check_against_ort(node_model("DeformConv", feeds, opset=19, kernel_shape=[2, 2]), feeds,
                       rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset, mask_type", [(7, F), (10, B), (12, B)])
+def test_dropout_mask_in_inference_matches_onnxruntime(opset, mask_type):
+    # onnxruntime's Dropout 7-11 returns a mask of zeros (typed T at 7-9, false at 10-11;
+    # onnx.reference gives true), from 12 true
+    from tests.conftest import assert_close, ort_run
+
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    node = helper.make_node("Dropout", ["x"], ["y", "mask"],
+                            **({"ratio": 0.3} if opset < 12 else {}))
+    model = onnx_model(node, [value_info("x", F, [3, 4])],
+                       [value_info("y", F, [3, 4]), value_info("mask", mask_type, [3, 4])], opset)
+    assert_close(compiler.compile(model).session().run(None, {"x": x}), ort_run(model, {"x": x}))
+
+
+def _batch_norm_spatial0(param_shape):
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], spatial=0,
+                            epsilon=1e-3)
+    inits = [initializer(n, RNG.uniform(0.5, 1.5, param_shape).astype(np.float32))
+             for n in "sbmv"]
+    return onnx_model(node, [value_info("x", F, [2, 3, 4, 5])],
+                      [value_info("y", F, [2, 3, 4, 5])], 7, inits)
+
+
+def test_batch_norm_opset7_spatial0_matches_onnxruntime():
+    # spatial=0 (opsets 7-8): one mean/var/scale/bias per element of (C, H, W); TVM's
+    # converter handed them to relax.nn.batch_norm, which refused the shapes
+    from tests.conftest import assert_close, ort_run
+
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    model = _batch_norm_spatial0([3, 4, 5])
+    assert_close(compiler.compile(model).session().run(None, {"x": x}), ort_run(model, {"x": x}))
+    # parameters of another shape: refused, as onnxruntime refuses them
+    with pytest.raises(UnsupportedError, match=r"spatial=0 with scale of shape \[60\]"):
+        compiler.compile(_batch_norm_spatial0([60]))

@@ -242,3 +242,31 @@ def test_resize_gathers_along_the_last_axis_over_the_smaller_tensor(scales, firs
               if "resize_taps" in str(b.value)]
     assert shapes[0] == first, shapes
     check_against_reference(m, {"x": x})
+
+
+_RESIZE10_CASES = {
+    "nearest_x2": ([1, 2, 4, 4], [1, 1, 2, 2], "nearest"),
+    "nearest_fractional_up": ([1, 1, 4, 4], [1, 1, 1.5, 2.5], "nearest"),
+    # downsampled axes take ceil(x / scale) in onnxruntime, upsampled ones floor
+    "nearest_down_and_up": ([1, 2, 7, 5], [1, 1, 0.7, 1.3], "nearest"),
+    "nearest_down": ([1, 1, 9, 9], [1, 1, 0.34, 0.75], "nearest"),
+    "linear_x2": ([1, 2, 3, 4], [1, 1, 2, 2], "linear"),
+    "linear_down": ([1, 2, 8, 9], [1, 1, 0.5, 0.6], "linear"),
+    "linear_fractional_up": ([1, 1, 4, 4], [1, 1, 1.5, 2.5], "linear"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_RESIZE10_CASES))
+def test_resize_opset10_matches_onnxruntime(case):
+    # Resize-10's input 1 is scales (no roi) and its coordinates are asymmetric: TVM's
+    # (Resize-18's) converter read scales as roi and failed; onnx.reference has no Resize-10
+    from tests.conftest import assert_close, ort_run
+
+    shape, scales, mode = _RESIZE10_CASES[case]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "scales"], ["y"], mode=mode)
+    model = onnx_model(node, [value_info("x", F, shape)], [untyped_output("y")], 10,
+                       [initializer("scales", np.array(scales, np.float32))])
+    want = ort_run(model, {"x": x})
+    model.graph.output[0].CopyFrom(value_info("y", F, list(want[0].shape)))
+    assert_close(compiler.compile(model).session().run(None, {"x": x}), want)

@@ -1,5 +1,6 @@
 """onnxc's tensor converters (compiler/frontend/converters/tensor.py): Split with empty
-parts, CenterCropPad, ReverseSequence, TensorScatter, against onnx.reference."""
+parts, CenterCropPad, ReverseSequence, TensorScatter, against onnx.reference; Slice-1
+(attributes) against onnxruntime."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+import compiler
 from tests.compiler.frontend.converters.reference import (F, check_against_reference, initializer,
                                                           onnx_model, randn, untyped_output,
                                                           value_info)
@@ -96,3 +98,20 @@ def test_range_with_a_non_finite_length_is_refused_naming_the_node(start):
     np.testing.assert_array_equal(sess.run(None, {"s": np.array(2, np.float32)})[0], [2, 3, 4])
     with pytest.raises(compiler.UnsupportedError, match=r"'rng' \(Range\).*not finite"):
         sess.run(None, {"s": np.array(start, np.float32)})
+
+
+@pytest.mark.parametrize("attrs, out_shape", [
+    (dict(starts=[1, 0], ends=[3, 100], axes=[1, 2]), [2, 2, 5]),
+    # no axes; negative starts/ends and INT64_MAX, as PyTorch's opset-9 exports write them
+    (dict(starts=[0, -3, 1], ends=[1, -1, 2 ** 63 - 1]), [1, 2, 4]),
+])
+def test_slice_opset9_attributes_match_onnxruntime(attrs, out_shape):
+    # Slice-1 (opsets 1-9) takes starts/ends/axes as attributes: TVM's (Slice-13's)
+    # converter failed on them ("Cannot cast NoneType to list of Expr")
+    from tests.conftest import assert_close, ort_run
+
+    x = np.arange(40, dtype=np.float32).reshape(2, 4, 5)
+    node = helper.make_node("Slice", ["x"], ["y"], **attrs)
+    model = onnx_model(node, [value_info("x", F, [2, 4, 5])], [value_info("y", F, out_shape)], 9)
+    assert_close(compiler.compile(model).session().run(None, {"x": x}),
+                 ort_run(model, {"x": x}), rtol=0, atol=0)
