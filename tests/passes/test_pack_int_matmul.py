@@ -254,3 +254,28 @@ def test_s8_activations_and_wide_weights_stay_on_pairs():
     cm = compiler.compile(integer_model(4, 32, 16, "uint8", wu, np.array(3, np.uint8)),
                           target="host")
     assert _pass(cm)["rewrites"] == {RULE: 1}
+
+
+def test_panel_set_from_the_targets_registers():
+    """Integer panels four int32 vectors wide where 32 registers hold a 6 x 4 tile
+    (AVX-512: 64 columns), two where 16 do (AVX2: 16); the kernel reads the panels; the
+    user's panel wins."""
+    from compiler.driver import _front_only, _int8_dot
+
+    panels = {name: _int8_dot(targets.resolve(name), None)["pack_int_matmul"]["panel"]
+              for name in ("x86-avx2", "x86-avx512")}
+    assert panels == {"x86-avx2": 16, "x86-avx512": 64}
+    mine = _int8_dot(targets.resolve("x86-avx512"), {"pack_int_matmul": {"panel": 32}})
+    assert mine["pack_int_matmul"]["panel"] == 32
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.integers(-60, 60, (96, 128)).astype(np.int8), "w")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TP.UINT8, [20, 96])],
+        [helper.make_tensor_value_info("y", TP.INT32, [20, 128])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    for name, shape in (("x86-avx512", (2, 24, 64, 4)), ("x86-avx2", (8, 24, 16, 4))):
+        _, _, graph = _front_only(model, name)
+        weights = [tuple(int(d) for d in p.shape) for f in graph.prim_funcs.values()
+                   for p in f.params if str(p.dtype) == "int8"]
+        assert shape in weights, (name, weights)
