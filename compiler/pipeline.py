@@ -24,6 +24,10 @@ FUSE = relax.transform.FuseOps()
 def graph_passes() -> list:
     """Our Relax graph passes, in order (fresh instances per compile)."""
     return [
+        # Q(op(DQ(q))) of data movement (reshape, transpose, slice, concat) or max pooling
+        # with the same scale and zero point => op(q): bytes move, not floats; first, while
+        # the Q / DQ ops are still ops
+        passes.QdqDataMovement(),
         # Q(f(DQ(x))) of one 8-bit tensor x (swish, sigmoid, GELU between a QDQ model's
         # layers) => a 256-entry table of x; first, while the Q / DQ ops are still ops
         passes.QdqLookupTable(),

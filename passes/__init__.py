@@ -12,6 +12,7 @@ from .pack_matmul_weights import PackMatmulWeights
 from .pack_bf16_matmul import PackBf16Matmul
 from .pack_int_matmul import PackIntMatmul
 from .pack_int_conv import PackIntConv
+from .qdq_data_movement import QdqDataMovement
 from .qdq_lookup_table import QdqLookupTable
 from .qdq_matmul_integer import QdqMatmulInteger
 from .qdq_conv_integer import QdqConvInteger
@@ -35,7 +36,7 @@ from .stable_softplus import StableSoftplus
 from .stable_variance import StableVariance
 from .accumulate_fp32 import AccumulateFp32
 
-__all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqLookupTable", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
+__all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqDataMovement", "QdqLookupTable", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
