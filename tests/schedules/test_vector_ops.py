@@ -19,6 +19,13 @@ def requantize(x: T.Buffer((2, 16), "float32"), y: T.Buffer((2, 16), "uint8")):
                 x[i, j] * T.float32(98.1))), 0), 255))
 
 
+@T.prim_func
+def nan_to_zero(x: T.Buffer((64,), "float32"), y: T.Buffer((64,), "float32")):
+    T.func_attr({"global_symbol": "nan_to_zero", "tirx.noalias": True})
+    for i in T.vectorized(64):
+        y[i] = T.Select(T.isnan(x[i]), T.float32(0.0), x[i])
+
+
 def _vectorized(func) -> str:
     passes = [s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
               tirx.transform.VectorizeLoop(True)]
@@ -34,3 +41,16 @@ def test_requantisation_vectorises_whole():
 def test_ops_marked():
     for name in VECTORIZABLE:
         assert tvm.ir.Op.get(name).get_attr("TVectorizable")
+
+
+def test_isnan_vectorises_whole_and_computes_right():
+    import numpy as np
+
+    text = _vectorized(nan_to_zero)
+    assert "T.isnan(x_1[T.Ramp(" in text and "i_s" not in text, text
+    lib = tvm.compile(tvm.IRModule({"nan_to_zero": nan_to_zero}), target="llvm")
+    x = np.arange(64, dtype=np.float32)
+    x[[3, 40]] = np.nan
+    y = tvm.runtime.tensor(np.ones(64, np.float32))
+    lib["nan_to_zero"](tvm.runtime.tensor(x), y)
+    np.testing.assert_array_equal(y.numpy(), np.where(np.isnan(x), 0, x))
