@@ -73,9 +73,19 @@ def _scalarize(x, ctx, what):
 
 @register("QLinearMatMul", since=10)
 def qlinear_matmul(bb, inputs, attrs, ctx):
-    """QLinearMatMul with per-tensor scales and zero points (int8 / uint8)."""
+    """QLinearMatMul with per-tensor scales and zero points (int8 / uint8), exact; or a
+    constant 2-D ``b`` with its scale and zero point per column (what onnxruntime's graph
+    optimizer makes of a per-channel QDQ MatMul): ``Q(DQ(a) @ DQ(b))``, the QDQ form that
+    ``qdq_matmul_integer`` puts on the integer kernel (within one output step of the exact
+    requantisation: rounding ties)."""
     a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (list(inputs) + [None] * 8)[:8]
     eight_bit(ctx, (a, "a"), (b, "b"))
+    if _per_column(b, b_s, b_zp):
+        per_tensor(ctx, (a_s, "a_scale"), (a_zp, "a_zero_point"), (y_s, "y_scale"),
+                   (y_zp, "y_zero_point"))
+        y = bb.emit(relax.op.matmul(dequantized(bb, a, a_s, a_zp),
+                                    dequantized(bb, b, b_s, b_zp, axis=1)))
+        return quantized(bb, y, y_s, y_zp, a)
     out_dtype = dtype_of(y_zp) if y_zp is not None else dtype_of(a)
     acc = bb.emit(relax.op.matmul(_minus_zero_point(bb, a, a_zp, ctx, "a_zero_point"),
                                   _minus_zero_point(bb, b, b_zp, ctx, "b_zero_point"),
@@ -85,6 +95,15 @@ def qlinear_matmul(bb, inputs, attrs, ctx):
                             _scalarize(y_s, ctx, "y_scale"))
     zp = _scalarize(y_zp, ctx, "y_zero_point") if y_zp is not None else None
     return _requantize(bb, acc, bb.emit(scale), zp, out_dtype)
+
+
+def _per_column(b, b_s, b_zp) -> bool:
+    """True for a constant 2-D ``b`` [K, N] whose scale (and zero point) hold N > 1 values."""
+    if constant_value(b) is None or b.ty.ndim != 2:
+        return False
+    n = static_shape(b)[1]
+    sizes = [int(np.prod(static_shape(v))) for v in (b_s, b_zp) if v is not None]
+    return n > 1 and any(k == n for k in sizes) and all(k in (1, n) for k in sizes)
 
 
 def _conv_int32(bb, x32, w32, attrs, ctx):
@@ -113,6 +132,8 @@ def dequantized(bb, x, scale, zero, axis: int = 1):
     """``relax.op.dequantize`` of an 8-bit ``x`` (scale and zero point scalars, or 1-D
     along ``axis``; no zero point: 0), the op the QDQ passes read."""
     zero = zero if zero is not None else relax.const(np.zeros((), dtype_of(x)))
+    if int(np.prod(static_shape(scale))) == 1 and int(np.prod(static_shape(zero))) == 1:
+        axis = max(x.ty.ndim - 1, 0)  # per tensor: any axis the op accepts (a 1-D bias)
     return bb.emit(relax.op.dequantize(x, _scalar_or_axis(bb, scale),
                                        _scalar_or_axis(bb, zero), axis=axis,
                                        out_dtype="float32"))

@@ -82,3 +82,36 @@ def test_dynamic_quantize_linear_reductions_are_not_on_the_fallback():
                       h.make_tensor_value_info("z", TensorProto.UINT8, [])])
     cm = compiler.compile(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
     assert "fallback" not in cm.report["schedules"], cm.report["schedules"]
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_qlinear_matmul_per_column_constant_b(dt):
+    """QLinearMatMul with b's scale and zero point per column (onnxruntime's graph optimizer
+    output of a per-channel QDQ MatMul) against onnxruntime: within one output step, and
+    on the integer matmul kernel."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    info = np.iinfo(dt)
+    k, n = 48, 40
+    a = RNG.integers(info.min, info.max, (2, 5, k)).astype(dt)
+    consts = {"as": np.array(0.02, np.float32), "az": np.array(3, dt),
+              "b": RNG.integers(-127, 127, (k, n)).astype(np.int8),
+              "bs": (RNG.random(n) * 0.01 + 0.002).astype(np.float32),
+              "bz": np.zeros(n, np.int8), "ys": np.array(0.3, np.float32),
+              "yz": np.array(5, dt)}
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"],
+                            ["y"])
+    g = helper.make_graph([node], "g", [value_info("a", TensorProto.UINT8 if dt == np.uint8
+                                                   else TensorProto.INT8, [2, 5, k])],
+                          [value_info("y", TensorProto.UINT8 if dt == np.uint8
+                                      else TensorProto.INT8, [2, 5, n])],
+                          [numpy_helper.from_array(v, name) for name, v in consts.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    cm = compiler.compile(model)
+    got = cm.session().run(None, {"a": a})[0]
+    assert np.abs(got.astype(np.int32) - want).max() <= 1
+    assert (got == want).mean() > 0.95
+    assert any(k["rule"] == "cpu.matmul_int8" for k in cm.report["kernel_table"])
