@@ -1003,3 +1003,12 @@ def test_q_attention_per_column_weights_and_refusal():
     d["ws"] = d["ws"][:5]
     refused("QAttention", d, consts=consts, num_heads=2,
             match="qattention_node.*weight_scale of shape \\[5\\]")
+
+
+def test_qlinear_add_of_a_1d_bias():
+    """QLinearAdd of a [B, S, H] activation and a 1-D constant (a transformer's bias after
+    onnxruntime's graph optimizer fused a QDQ Add): the 1-D operand dequantizes per tensor."""
+    d = {"a": _qx(2, 3, 16), "as": _q(0.02, np.float32), "az": _q(100),
+         "b": _qx(16), "bs": _q(0.01, np.float32), "bz": _q(128),
+         "ys": _q(0.03, np.float32), "yz": _q(110)}
+    qcheck("QLinearAdd", d, consts=("as", "az", "b", "bs", "bz", "ys", "yz"))
