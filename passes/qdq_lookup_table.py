@@ -6,9 +6,11 @@ MobileNetV3's hard-swish, a transformer's GELU after its first FC.  With per-ten
 constant scales and zero points, and every other operand a scalar constant, the result
 depends on the 8-bit value of ``x`` alone: 256 possible inputs.  The chain is evaluated
 here on all of them (numpy, float32 as the kernels compute: ``round`` half to even,
-saturating ``quantize``) and replaced by ``take(table, x)``, which FuseOps takes into the
-producer's epilogue.  onnxruntime computes QLinearSigmoid / QLinearLeakyRelu the same way
-(a table per node).
+saturating ``quantize``) and replaced by ``take(table, x)``: a kernel of its own (FuseOps
+fuses no injective op into a matmul's or conv's epilogue) that reads and writes a byte per
+element, where the chain cost an erf / exp polynomial and two requantisations per element
+in the producer's epilogue.  onnxruntime computes QLinearSigmoid / QLinearLeakyRelu the
+same way (a table per node).
 
 Only chains with an op that costs more than a few vector instructions per element
 (``_COSTLY``: exp, erf, tanh, sigmoid, division...) are replaced: a plain requantisation
