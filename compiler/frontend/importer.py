@@ -200,6 +200,17 @@ def _importer_base():
     return ONNXGraphImporter
 
 
+def _read_names(graph) -> set:
+    """Names read by ``graph``'s nodes, its subgraphs' nodes, or returned by ``graph``."""
+    read = {o.name for o in graph.output}
+    for node in graph.node:
+        read.update(node.input)
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                read |= _read_names(g)
+    return read
+
+
 class _Importer(_importer_base()):
     """TVM's graph importer with the node loop replaced: registry dispatch, per-node
     error context and per-node binding tags."""
@@ -226,6 +237,13 @@ class _Importer(_importer_base()):
         finally:
             self._nodes = outer
 
+    def is_read(self, name: str) -> bool:
+        """Whether tensor ``name`` is read by a node (in any subgraph too) or is a graph
+        output: exporters name optional outputs that nothing reads (onnxscript's fusions
+        name SkipSimplifiedLayerNormalization's ``mean``)."""
+        read = getattr(self, "_read", None)
+        return read is None or name in read
+
     def declared_dims(self, name: str) -> list | None:
         """The model's declared shape of tensor ``name`` (ints and dim_param names, None
         for an unnamed unknown dim), or None when it declares none."""
@@ -245,6 +263,7 @@ class _Importer(_importer_base()):
         if scope is None:  # the main graph's declared tensors, for declared_dims()
             self._declared_vis = {vi.name: vi for vi in list(graph.value_info)
                                   + list(graph.output)}
+            self._read = _read_names(graph)
         for idx, node in enumerate(graph.node):
             self._tag = "sub" if scope else f"n{idx}"
             attr = self._parse_attr(node.attribute)

@@ -22,7 +22,11 @@ Four things exporters write that onnxruntime 1.32 accepts (checked on tiny model
   rewritten (they stay refused by the checker);
 * an op onnxruntime registers in the default domain that onnx does not define
   (``SimplifiedLayerNormalization``: onnxruntime's transformer optimizer writes it for
-  RMSNorms): read as onnxruntime's op (``ORT_DEFAULT_DOMAIN_OPS``), the same way.
+  RMSNorms): read as onnxruntime's op (``ORT_DEFAULT_DOMAIN_OPS``), the same way;
+* a ``value_info`` whose shape contradicts the initializer of the same name (transformers'
+  ``OnnxExporter`` with ``ort_fusions="cpu"`` declares its attention scale, a ``[1]``
+  initializer, as a scalar; strict inference: "Inferred shape and existing shape differ
+  in rank"): onnxruntime takes the initializer's shape, the declaration is dropped.
 """
 
 from __future__ import annotations
@@ -92,12 +96,43 @@ def read_declarations(model: onnx.ModelProto, leniency: Leniency | None = None
     return fixed
 
 
+def _initializer_shapes(model: onnx.ModelProto, leniency: Leniency) -> onnx.ModelProto:
+    """``model``, or a copy without the ``value_info`` entries whose declared shape
+    contradicts their initializer's dims (onnxruntime reads the initializer's)."""
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+
+    def contradicts(vi):
+        if vi.name not in dims or not vi.type.HasField("tensor_type") \
+                or not vi.type.tensor_type.HasField("shape"):
+            return False
+        declared = vi.type.tensor_type.shape.dim
+        return len(declared) != len(dims[vi.name]) or any(
+            d.HasField("dim_value") and d.dim_value != n
+            for d, n in zip(declared, dims[vi.name]))
+
+    bad = [vi for vi in model.graph.value_info if contradicts(vi)]
+    if not bad:
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    keep = [vi for vi in fixed.graph.value_info if not contradicts(vi)]
+    del fixed.graph.value_info[:]
+    fixed.graph.value_info.extend(keep)
+    for vi in bad:
+        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                 for d in vi.type.tensor_type.shape.dim]
+        leniency.notes.append(f"value_info {vi.name!r} declares shape {shape}, its "
+                              f"initializer has {dims[vi.name]} (read as the initializer's)")
+    return fixed
+
+
 def prepare(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, Leniency]:
     """(a copy of ``model`` that the checker and strict shape inference accept, what was
     read leniently).  The copy's late ops are local-function calls: pass the inferred
     model to :func:`restore`.  ``model`` itself is returned when nothing is lenient."""
     leniency = Leniency()
     model = read_declarations(model, leniency)
+    model = _initializer_shapes(model, leniency)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     late = [] if opset is None else [
         (k, n, since) for k, n in enumerate(model.graph.node)

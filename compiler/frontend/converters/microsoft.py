@@ -49,6 +49,13 @@ def _wants(ctx, k: int) -> bool:
     return len(ctx.node.output) > k and bool(ctx.node.output[k])
 
 
+def _read(ctx, k: int) -> bool:
+    """Whether the node's output ``k`` is named and also read by a node or returned (an
+    exporter may name an optional output that nothing reads)."""
+    return _wants(ctx, k) and (ctx.importer is None
+                               or ctx.importer.is_read(ctx.node.output[k]))
+
+
 def _float(ctx, x, what="input"):
     if not is_float(dtype_of(x)):
         refuse(ctx, f"{what} of type {dtype_of(x)}")
@@ -122,7 +129,7 @@ def skip_simplified_layer_normalization(bb, inputs, attrs, ctx):
     input_skip_bias_sum (onnxruntime does not compute ``mean``: refused)."""
     x, skip, gamma, bias = _pad(inputs, 4)[:4]
     eps = float(attrs.get("epsilon", 1e-12))
-    if _wants(ctx, 1):
+    if _read(ctx, 1):  # onnxscript's ORT fusions name it, unread
         refuse(ctx, "output 'mean' (onnxruntime leaves it uncomputed for the simplified norm)")
     s = _skip_sum(bb, ctx, x, skip, bias)
     y = relax.op.nn.rms_norm(s, gamma, axes=[-1], epsilon=eps)
@@ -130,7 +137,7 @@ def skip_simplified_layer_normalization(bb, inputs, attrs, ctx):
     if _wants(ctx, 2):
         ms = relax.op.mean(relax.op.multiply(s, s), axis=[-1], keepdims=True)
         inv = relax.op.rsqrt(relax.op.add(ms, scalar(eps, dtype_of(x))))
-    # outputs as SkipLayerNormalization's; ``mean`` (refused above) has the sum in its place
+    # outputs as SkipLayerNormalization's; ``mean`` (refused above when read) has the sum in its place
     return _outputs(y, s, inv, s) if len(ctx.node.output) > 1 else y
 
 

@@ -339,6 +339,33 @@ def tensor_scatter(bb, inputs, attrs, ctx):
     return relax.op.where(relax.op.broadcast_to(valid, gshape), gathered, past)
 
 
+def _has_zero_dim(x) -> bool:
+    """Whether ``x``'s shape is known to hold a 0 (an empty tensor)."""
+    from tvm import tirx
+
+    values = getattr(getattr(x.ty, "shape", None), "values", None) or []
+    return any(isinstance(v, tirx.IntImm) and int(v.value) == 0 for v in values)
+
+
+@register("ScatterND", since=11, override=True)
+def scatter_nd(bb, inputs, attrs, ctx):
+    """ScatterND with no updates (an empty ``indices``: Longformer's scatter of the local
+    positions that have no global attention, when every row has as many global tokens)
+    is ``data`` unchanged, as onnxruntime returns it; TVM's TOPI kernel divides by the
+    zero extent while lowering ("Divide by zero").  Otherwise TVM's converter."""
+    if _has_zero_dim(inputs[1]):
+        return inputs[0]
+    return tvm_converter("ScatterND")(bb, inputs, attrs, ctx)
+
+
+@register("ScatterElements", since=11, override=True)
+def scatter_elements(bb, inputs, attrs, ctx):
+    """ScatterElements with an empty ``indices`` is ``data`` unchanged (as ScatterND)."""
+    if _has_zero_dim(inputs[1]):
+        return inputs[0]
+    return tvm_converter("ScatterElements")(bb, inputs, attrs, ctx)
+
+
 @register("EyeLike", since=9, override=True)
 def eye_like(bb, inputs, attrs, ctx):
     """EyeLike with the ``dtype`` attribute (TVM's converter refuses any dtype but the

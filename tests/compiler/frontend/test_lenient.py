@@ -194,3 +194,16 @@ def test_other_negative_dimensions_are_still_refused():
     m = _relu([-2, 3], helper.make_tensor_value_info("y", F, [2, 3]))
     with pytest.raises(ModelError, match="negative dimension -2"):
         compiler.compile(m)
+
+
+def test_value_info_contradicting_its_initializer_reads_the_initializer():
+    # transformers' OnnxExporter(ort_fusions="cpu") declares its [1] attention scale
+    # initializer as a scalar; strict inference refused ("differ in rank: (1) vs (0)")
+    model = _model([helper.make_node("Mul", ["x", "s"], ["y"])],
+                   [helper.make_tensor_value_info("x", F, [2, 3])],
+                   [helper.make_tensor_value_info("y", F, [2, 3])],
+                   [numpy_helper.from_array(np.array([0.25], np.float32), "s")])
+    model.graph.value_info.append(helper.make_tensor_value_info("s", F, []))
+    warnings = _compile_like_ort(model, {"x": RNG.standard_normal((2, 3)).astype(np.float32)})
+    assert any("value_info 's' declares shape [], its initializer has [1]" in w
+               for w in warnings)

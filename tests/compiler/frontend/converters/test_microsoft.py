@@ -129,6 +129,22 @@ def test_skip_simplified_layer_norm_mean_output_refused():
             match="skipsimplifiedlayernormalization_node.*output 'mean'")
 
 
+def test_skip_simplified_layer_norm_named_but_unread_mean():
+    """transformers' OnnxExporter(ort_fusions="cpu") (onnxscript's fusions) names every
+    output of its SkipSimplifiedLayerNormalization nodes; nothing reads mean or
+    inv_std_var.  Only a mean that is read is refused (Mistral, Llama were)."""
+    d = {"x": randn(2, 5, H), "skip": randn(2, 5, H), "gamma": randn(H)}
+    model = _model("SkipSimplifiedLayerNormalization", d, consts=("gamma",),
+                   outputs=["y0", "mean", "inv", "y3"], epsilon=1e-6)
+    del model.graph.output[:]
+    model.graph.output.extend(helper.make_tensor_value_info(o, TensorProto.FLOAT, [2, 5, H])
+                              for o in ("y0", "y3"))
+    feeds = {"x": d["x"], "skip": d["skip"]}
+    got = compiler.compile(model).session().run(None, feeds)
+    for g, w in zip(got, _ort(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("axis,n_out,dtype", [(-1, 1, np.float32), (1, 2, np.float32),
                                               (-2, 2, np.float16)])
 def test_simplified_layer_norm_default_domain(axis, n_out, dtype):

@@ -1,6 +1,6 @@
 """onnxc's tensor converters (compiler/frontend/converters/tensor.py): Split with empty
 parts, CenterCropPad, ReverseSequence, TensorScatter, against onnx.reference; Slice-1
-(attributes) against onnxruntime."""
+(attributes) and ScatterND / ScatterElements with no updates against onnxruntime."""
 
 from __future__ import annotations
 
@@ -115,3 +115,43 @@ def test_slice_opset9_attributes_match_onnxruntime(attrs, out_shape):
     model = onnx_model(node, [value_info("x", F, [2, 4, 5])], [value_info("y", F, out_shape)], 9)
     assert_close(compiler.compile(model).session().run(None, {"x": x}),
                  ort_run(model, {"x": x}), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op, idx_shape, upd_shape, attrs", [
+    ("ScatterND", [0, 2], [0, 4], {}),
+    ("ScatterND", [0, 3], [0], {"reduction": "add"}),
+    ("ScatterElements", [2, 0, 4], [2, 0, 4], {"axis": 1}),
+])
+def test_scatter_with_no_updates_returns_data(op, idx_shape, upd_shape, attrs):
+    # TVM's TOPI scatter divided by the empty extent while lowering ("Divide by zero")
+    data = randn(2, 3, 4)
+    node = helper.make_node(op, ["x", "i", "u"], ["y"], **attrs)
+    inputs = {"x": data, "i": np.zeros(idx_shape, np.int64),
+              "u": np.zeros(upd_shape, np.float32)}
+    (y,) = _single_node_vs_onnxruntime(node, inputs, np.float32, [2, 3, 4], opset=18)
+    np.testing.assert_array_equal(y, data)
+
+
+def test_scatter_nd_at_nonzero_of_an_all_false_mask_matches_onnxruntime():
+    # Longformer with a global_attention_mask: ScatterND at the NonZero positions of the
+    # local tokens without global attention, none when every row has as many global
+    # tokens; the model compiles per value of the mask (DynamicModel)
+    from tests.conftest import assert_close, ort_run
+
+    nodes = [helper.make_node("NonZero", ["m"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("Shape", ["idx"], ["n"], start=0, end=1),
+             helper.make_node("Concat", ["n", "tail"], ["ushape"], axis=0),
+             helper.make_node("ConstantOfShape", ["ushape"], ["upd"],
+                              value=helper.make_tensor("v", F, [1], [-1e4])),
+             helper.make_node("ScatterND", ["x", "idx", "upd"], ["y"])]
+    g = helper.make_graph(nodes, "g", [value_info("x", F, [2, 5, 3]),
+                                       helper.make_tensor_value_info("m", 9, [2, 5])],
+                          [value_info("y", F, [2, 5, 3])],
+                          [initializer("tail", np.array([3], np.int64))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = compiler.compile(m, target="host").session()
+    x = randn(2, 5, 3)
+    for mask in (np.zeros((2, 5), bool), np.eye(2, 5, 1, dtype=bool)):
+        feeds = {"x": x, "m": mask}
+        assert_close(sess.run(None, feeds), ort_run(m, feeds), rtol=0, atol=0)
