@@ -1,7 +1,7 @@
 """What onnxruntime runs but ``onnx.checker`` or strict shape inference refuse: read as
 onnxruntime reads it, with one warning naming everything that was read leniently.
 
-Four things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
+Five things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
 ``tests/compiler/frontend/test_lenient.py``):
 
 * a ``-1`` dimension in a declared shape (onnx's checker reads it literally and strict
