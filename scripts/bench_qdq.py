@@ -69,19 +69,14 @@ def small_net(path: str) -> str:
     return path
 
 
-def quantize(src: str, dst: str, images: int = 4, fmt: str = "qdq") -> str:
-    """``src`` quantized statically to ``dst`` (QDQ, or with ``fmt`` "qoperator" the
-    QLinear* ops; per-channel QInt8 weights, QUInt8 activations), calibrated on ``images``
-    seeded normal inputs; kept when it exists."""
+def calibration(src: str, images: int):
+    """A CalibrationDataReader of ``images`` seeded normal inputs for ``src``'s first input
+    (symbolic dims as 1)."""
     import numpy as np
     import onnx
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import CalibrationDataReader
 
-    if os.path.exists(dst):
-        return dst
-    m = onnx.load(src, load_external_data=False)
-    inp = m.graph.input[0]
+    inp = onnx.load(src, load_external_data=False).graph.input[0]
     shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
 
     class Reader(CalibrationDataReader):
@@ -92,10 +87,21 @@ def quantize(src: str, dst: str, images: int = 4, fmt: str = "qdq") -> str:
 
         def get_next(self):
             return next(self.feeds, None)
+    return Reader()
 
+
+def quantize(src: str, dst: str, images: int = 4, fmt: str = "qdq") -> str:
+    """``src`` quantized statically to ``dst`` (QDQ, or with ``fmt`` "qoperator" the
+    QLinear* ops; per-channel QInt8 weights, QUInt8 activations), calibrated on ``images``
+    seeded normal inputs; kept when it exists."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    if os.path.exists(dst):
+        return dst
     quant_format = QuantFormat.QOperator if fmt == "qoperator" else QuantFormat.QDQ
-    quantize_static(src, dst, Reader(), quant_format=quant_format, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    quantize_static(src, dst, calibration(src, images), quant_format=quant_format,
+                    per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
     return dst
 
 

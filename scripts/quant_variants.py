@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_qdq's calibration
 
 
 def variants() -> dict:
@@ -60,24 +61,15 @@ def main(argv=None) -> int:
 
     import onnx
     import onnxruntime as ort
-    from onnxruntime.quantization import (CalibrationDataReader, QuantType, quantize_dynamic,
-                                          quantize_static)
+    from onnxruntime.quantization import QuantType, quantize_dynamic, quantize_static
 
     import compiler
+    from bench_qdq import calibration
 
     ort.set_default_logger_severity(3)
     m = onnx.load(args.model, load_external_data=False)
     inp = m.graph.input[0]
     shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(0)
-            self.feeds = iter([{inp.name: rng.standard_normal(shape).astype(np.float32)}
-                               for _ in range(2)])
-
-        def get_next(self):
-            return next(self.feeds, None)
 
     table = variants()
     os.makedirs(args.out, exist_ok=True)
@@ -91,7 +83,7 @@ def main(argv=None) -> int:
                     quantize_dynamic(args.model, dst, weight_type=QuantType.QInt8,
                                      per_channel=True)
                 else:
-                    quantize_static(args.model, dst, Reader(), **table[name])
+                    quantize_static(args.model, dst, calibration(args.model, 2), **table[name])
             ref = ort.InferenceSession(dst, providers=["CPUExecutionProvider"]).run(
                 None, feeds)[0]
         except Exception as e:  # the quantizer or onnxruntime itself

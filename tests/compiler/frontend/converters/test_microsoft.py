@@ -311,18 +311,23 @@ def test_fused_gemm_unused_parameter_refused():
             match="fusedgemm_node.*activation_gamma for activation 'Relu'")
 
 
-def test_onnxruntime_extended_optimized_cnn_compiles(tmp_path):
-    """A model onnxruntime saved at ORT_ENABLE_EXTENDED (Conv + ReLU, Conv + Add + ReLU as
-    FusedConv) compiles and matches onnxruntime on the original."""
+def _ort_saved_cnn(tmp_path, level):
+    """(the zoo CNN's path, the model onnxruntime saves of it at optimization ``level``)."""
     from tests.conftest import zoo_model
 
     src = tmp_path / "cnn.onnx"
     onnx.save(zoo_model("cnn"), str(src))
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    so.optimized_model_filepath = str(tmp_path / "cnn_ext.onnx")
+    so.graph_optimization_level = level
+    so.optimized_model_filepath = str(tmp_path / "cnn_saved.onnx")
     ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
-    opt = onnx.load(so.optimized_model_filepath)
+    return src, onnx.load(so.optimized_model_filepath)
+
+
+def test_onnxruntime_extended_optimized_cnn_compiles(tmp_path):
+    """A model onnxruntime saved at ORT_ENABLE_EXTENDED (Conv + ReLU, Conv + Add + ReLU as
+    FusedConv) compiles and matches onnxruntime on the original."""
+    src, opt = _ort_saved_cnn(tmp_path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
     assert any(n.op_type == "FusedConv" for n in opt.graph.node)
     cm = compiler.compile(opt)
     sess = cm.session()
@@ -336,15 +341,7 @@ def test_onnxruntime_extended_optimized_cnn_compiles(tmp_path):
 def test_onnxruntime_all_level_layout_ops_refused_with_advice(tmp_path):
     """ORT_ENABLE_ALL saves com.microsoft.nchwc ops with weights reordered for the saving
     CPU's block size: refused, saying so and what to give onnxc instead."""
-    from tests.conftest import zoo_model
-
-    src = tmp_path / "cnn.onnx"
-    onnx.save(zoo_model("cnn"), str(src))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.optimized_model_filepath = str(tmp_path / "cnn_all.onnx")
-    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
-    opt = onnx.load(so.optimized_model_filepath)
+    _, opt = _ort_saved_cnn(tmp_path, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     if not any(n.domain == "com.microsoft.nchwc" for n in opt.graph.node):
         pytest.skip("onnxruntime applies no NCHWc layout on this CPU")
     with pytest.raises(UnsupportedError, match="(?s)ReorderOutput.*ORT_ENABLE_ALL.*"
