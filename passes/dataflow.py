@@ -156,6 +156,13 @@ def _free_vars(expr) -> list:
     return list(relax.analysis.free_vars(expr))
 
 
+def qdq_params(df: "Dataflow", call) -> tuple | None:
+    """(scale, zero point) of a quantize / dequantize ``call`` whose scale and zero point
+    are one-element constants (per tensor), else None."""
+    s, z = df.scalar(call.args[1]), df.scalar(call.args[2])
+    return None if s is None or z is None else (s, int(z))
+
+
 def shape_of(expr) -> list | None:
     """Static shape of a tensor expression, or None."""
     ty = expr.ty

@@ -15,11 +15,10 @@ become one split of the bytes.  Runs first, while the Q / DQ ops are still ops.
 
 from __future__ import annotations
 
-import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import Match, rewrite_matches
+from .dataflow import Match, qdq_params, rewrite_matches
 
 RULE = "Q(op(DQ(q))) => op(q) (data movement / max pool, same scale and zero point)"
 _BYTE = ("uint8", "int8")
@@ -43,17 +42,10 @@ class QdqDataMovement(GraphPass):
             _SPLITS.clear()
 
 
-def _params(df, call) -> tuple | None:
-    s, z = df.const(call.args[1]), df.const(call.args[2])
-    if s is None or z is None or s.size != 1 or z.size != 1:
-        return None
-    return float(np.float32(s.reshape(()))), int(z.reshape(()))
-
-
 def _source(df, expr, params, dtype):
     """``q`` when ``expr`` is DQ(q) of a ``dtype`` tensor with ``params``, else None."""
     dq = df.call(expr, "dequantize")
-    if dq is None or _params(df, dq) != params:
+    if dq is None or qdq_params(df, dq) != params:
         return None
     q = dq.args[0]
     return q if str(q.ty.dtype) == dtype else None
@@ -63,7 +55,7 @@ def _match(df, var):
     quant = df.call(var, "quantize")
     if quant is None or str(quant.attrs.out_dtype) not in _BYTE:
         return None
-    params = _params(df, quant)
+    params = qdq_params(df, quant)
     if params is None or params[0] <= 0:
         return None
     dtype = str(quant.attrs.out_dtype)

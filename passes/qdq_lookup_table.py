@@ -29,7 +29,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
-from .dataflow import Match, rewrite_matches
+from .dataflow import Match, qdq_params, rewrite_matches
 
 RULE = "Q(f(DQ(x))) => table[x] (256 entries)"
 _BYTE = ("uint8", "int8")
@@ -74,19 +74,11 @@ class QdqLookupTable(GraphPass):
         return rewrite_matches(mod, report, match, _plan)
 
 
-def _scalar_params(df, call) -> tuple | None:
-    """(scale, zero point) of a per-tensor quantize / dequantize with constant ones."""
-    s, z = df.const(call.args[1]), df.const(call.args[2])
-    if s is None or z is None or s.size != 1 or z.size != 1:
-        return None
-    return float(s.reshape(())), int(z.reshape(()))
-
-
 def _match(df, var):
     q = df.call(var, "quantize")
     if q is None or str(q.attrs.out_dtype) not in _BYTE:
         return None
-    params = _scalar_params(df, q)
+    params = qdq_params(df, q)
     if params is None:
         return None
     state = {"x": None, "ops": set(), "nodes": 0}
@@ -117,12 +109,12 @@ def _walk(df, expr, state) -> bool:
     dq = df.call(expr, "dequantize")
     if dq is not None:
         src = df.source(dq.args[0])
-        if str(src.ty.dtype) not in _BYTE or _scalar_params(df, dq) is None:
+        if str(src.ty.dtype) not in _BYTE or qdq_params(df, dq) is None:
             return False
         if state["x"] is not None and state["x"].same_as(src):
             return True
         q = df.call(src, "quantize")
-        if q is not None and _scalar_params(df, q) is not None:
+        if q is not None and qdq_params(df, q) is not None:
             trial = dict(state, ops=set(state["ops"]))
             if _walk(df, q.args[0], trial) and trial["x"] is not None:
                 state.update(trial)
@@ -171,12 +163,12 @@ def _evaluate(df, expr, x, codes, cache) -> np.ndarray:
     if c is not None:
         out = np.float32(c.reshape(()))
     elif (dq := df.call(expr, "dequantize")) is not None:
-        s, z = _scalar_params(df, dq)
+        s, z = qdq_params(df, dq)
         if df.source(dq.args[0]).same_as(x):     # DQ(x)
             out = _dequantize(codes, s, z)
         else:                                    # DQ(Q(inner)), inner a chain of x
             q = df.call(dq.args[0], "quantize")
-            qs, qz = _scalar_params(df, q)
+            qs, qz = qdq_params(df, q)
             inner = _quantize(_evaluate(df, q.args[0], x, codes, cache), qs, qz,
                               str(q.attrs.out_dtype))
             out = _dequantize(inner, s, z)

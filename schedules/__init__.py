@@ -16,7 +16,7 @@ import tvm
 from .base import MatchingCPURule, ScheduleRule, SharedSchedule
 from .cpu import RULES
 from .lets import vectorizable
-from . import vector_ops  # noqa: F401  (marks tirx.nearbyint vectorisable)
+from . import vector_ops  # noqa: F401  (marks tirx.nearbyint / isnan vectorisable)
 
 __all__ = ["apply_schedules", "default_schedule", "ScheduleRule", "RULES"]
 

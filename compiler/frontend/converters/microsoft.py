@@ -27,6 +27,7 @@ from tvm import relax
 
 from .common import (attr_text, constant_value, dtype_of, is_float, refuse, scalar,
                      static_shape)
+from .quantization import dequantized, eight_bit, per_tensor, quantized
 from .rnn import rotary_embedding
 from ..registry import register_op
 
@@ -179,8 +180,6 @@ def q_embed_layer_normalization(bb, inputs, attrs, ctx):
     EmbedLayerNormalization model): input_ids, segment_ids, the word / position / segment
     embeddings, gamma and beta quantized, mask, then their five scales and five zero
     points (per tensor); the float op on the dequantized tables."""
-    from .quantization import dequantized, eight_bit, per_tensor
-
     ins = _pad(inputs, 18)
     tables = []
     names = ("word_embedding", "position_embedding", "segment_embedding", "gamma", "beta")
@@ -569,8 +568,6 @@ def q_attention(bb, inputs, attrs, ctx):
     input, weight, bias, input_scale, weight_scale (per tensor or per column),
     mask_index, input_zero_point, weight_zero_point, past; the float Attention of
     DQ(input) and DQ(weight) (a constant weight dequantizes at compile time)."""
-    from .quantization import dequantized, eight_bit, per_tensor
-
     x, w, bias, x_s, w_s, mask, x_z, w_z, past = _pad(inputs, 9)[:9]
     eight_bit(ctx, (x, "input"), (w, "weight"))
     per_tensor(ctx, (x_s, "input_scale"), (x_z, "input_zero_point"))
@@ -840,8 +837,6 @@ def _integer_matmul(bb, a, b, a_zp, b_zp, ctx):
     """int32 (a - a_zp) @ (b - b_zp) as the default-domain MatMulInteger converts it."""
     from ..registry import tvm_converter
 
-    from .quantization import eight_bit
-
     eight_bit(ctx, (a, "A"), (b, "B"))
     return bb.normalize(tvm_converter("MatMulInteger")(bb, [a, b, a_zp, b_zp], {}, ctx))
 
@@ -977,8 +972,6 @@ def qlinear_mul(bb, inputs, attrs, ctx):
 
 
 def _qlinear_binary(bb, inputs, ctx, op):
-    from .quantization import dequantized, eight_bit, per_tensor, quantized
-
     a, a_s, a_z, b, b_s, b_z, c_s, c_z = _pad(inputs, 8)
     eight_bit(ctx, (a, "A"), (b, "B"))
     per_tensor(ctx, (a_s, "A_scale"), (a_z, "A_zero_point"), (b_s, "B_scale"),
@@ -990,8 +983,6 @@ def _qlinear_binary(bb, inputs, ctx, op):
 @_register("QLinearGlobalAveragePool")
 def qlinear_global_average_pool(bb, inputs, attrs, ctx):
     """Y = Q(mean of DQ(X) over its spatial dims) per tensor; ``channels_last`` 0 or 1."""
-    from .quantization import dequantized, eight_bit, per_tensor, quantized
-
     x, x_s, x_z, y_s, y_z = _pad(inputs, 5)
     eight_bit(ctx, (x, "X"))
     per_tensor(ctx, (x_s, "x_scale"), (x_z, "x_zero_point"), (y_s, "y_scale"),
@@ -1017,8 +1008,6 @@ def _default_op(bb, op_type, inputs, attrs, ctx, opset):
 
 def _qlinear_unary(bb, inputs, ctx, fn):
     """Y = Q(fn(DQ(X))) per tensor for (X, X_scale, X_zero_point, Y_scale, Y_zero_point)."""
-    from .quantization import dequantized, eight_bit, per_tensor, quantized
-
     x, x_s, x_z, y_s, y_z = _pad(inputs, 5)
     eight_bit(ctx, (x, "X"))
     per_tensor(ctx, (x_s, "X_scale"), (x_z, "X_zero_point"), (y_s, "Y_scale"),
@@ -1074,8 +1063,6 @@ def qlinear_average_pool(bb, inputs, attrs, ctx):
 def qlinear_concat(bb, inputs, attrs, ctx):
     """Y = Q(Concat(DQ(X_1), DQ(X_2), ...)) per tensor: inputs Y_scale, Y_zero_point, then
     (X, X_scale, X_zero_point) per input; ``axis`` as Concat."""
-    from .quantization import dequantized, eight_bit, per_tensor, quantized
-
     y_s, y_z, rest = inputs[0], inputs[1], list(inputs[2:])
     if not rest or len(rest) % 3:
         refuse(ctx, f"{len(rest)} inputs after Y_scale / Y_zero_point (triples of X, "
@@ -1095,8 +1082,6 @@ def qlinear_concat(bb, inputs, attrs, ctx):
 def qlinear_where(bb, inputs, attrs, ctx):
     """Y = Q(Where(condition, DQ(X), DQ(Y))) per tensor: inputs condition, X, x_scale,
     x_zero_point, Y, y_scale, y_zero_point, z_scale, z_zero_point."""
-    from .quantization import dequantized, eight_bit, per_tensor, quantized
-
     cond, x, x_s, x_z, y, y_s, y_z, z_s, z_z = _pad(inputs, 9)
     eight_bit(ctx, (x, "X"), (y, "Y"))
     per_tensor(ctx, (x_s, "x_scale"), (x_z, "x_zero_point"), (y_s, "y_scale"),
@@ -1112,8 +1097,6 @@ def qgemm(bb, inputs, attrs, ctx):
     quantized by y_scale / y_zero_point when given, else float.  B per tensor or per
     output column; transA / transB as Gemm.  A constant B is transposed here, so the
     matmul reads DQ(B) as qdq_matmul_integer expects."""
-    from .quantization import dequantized, eight_bit, per_tensor, quantized
-
     a, a_s, a_z, b, b_s, b_z, c, y_s, y_z = _pad(inputs, 9)
     eight_bit(ctx, (a, "A"), (b, "B"))
     per_tensor(ctx, (a_s, "a_scale"), (a_z, "a_zero_point"), (y_s, "y_scale"),

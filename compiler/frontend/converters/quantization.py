@@ -106,11 +106,12 @@ def _per_column(b, b_s, b_zp) -> bool:
     return n > 1 and any(k == n for k in sizes) and all(k in (1, n) for k in sizes)
 
 
-def _conv_int32(bb, x32, w32, attrs, ctx):
-    """TVM's Conv converter (auto_pad, pads, strides, dilations, group) over int32 tensors."""
+def _conv(bb, x, w, attrs, ctx):
+    """TVM's Conv converter (auto_pad, pads, strides, dilations, group) over ``x`` and
+    ``w`` as given (int32 operands, or the dequantized float ones)."""
     conv_attrs = {k: v for k, v in attrs.items()
                   if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
-    return bb.normalize(tvm_converter("Conv")(bb, [x32, w32, None], conv_attrs, ctx))
+    return bb.normalize(tvm_converter("Conv")(bb, [x, w, None], conv_attrs, ctx))
 
 
 def _per_channel_shape(w):
@@ -125,7 +126,7 @@ def conv_integer(bb, inputs, attrs, ctx):
     eight_bit(ctx, (x, "x"), (w, "w"))
     x32 = _minus_zero_point(bb, x, x_zp, ctx, "x_zero_point")
     w32 = _minus_zero_point(bb, w, w_zp, ctx, "w_zero_point", _per_channel_shape(w))
-    return _conv_int32(bb, x32, w32, attrs, ctx)
+    return _conv(bb, x32, w32, attrs, ctx)
 
 
 def dequantized(bb, x, scale, zero, axis: int = 1):
@@ -174,7 +175,7 @@ def qlinear_conv(bb, inputs, attrs, ctx):
         return _qlinear_conv_qdq(bb, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias, attrs, ctx)
     x32 = _minus_zero_point(bb, x, x_zp, ctx, "x_zero_point")
     w32 = _minus_zero_point(bb, w, w_zp, ctx, "w_zero_point", _per_channel_shape(w))
-    acc = _conv_int32(bb, x32, w32, attrs, ctx)
+    acc = _conv(bb, x32, w32, attrs, ctx)
     nd = w.ty.ndim
     if bias is not None:
         acc = bb.emit(relax.op.add(acc, relax.op.reshape(
@@ -196,11 +197,8 @@ def qlinear_conv(bb, inputs, attrs, ctx):
 def _qlinear_conv_qdq(bb, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias, attrs, ctx):
     nd = w.ty.ndim
     f = static_shape(w)[0]
-    conv_attrs = {k: v for k, v in attrs.items()
-                  if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
-    y = bb.normalize(tvm_converter("Conv")(
-        bb, [dequantized(bb, x, x_s, x_zp), dequantized(bb, w, w_s, w_zp, axis=0), None],
-        conv_attrs, ctx))
+    y = _conv(bb, dequantized(bb, x, x_s, x_zp), dequantized(bb, w, w_s, w_zp, axis=0),
+              attrs, ctx)
     if bias is not None:
         b = constant_value(bias)
         xs, ws = constant_value(x_s), constant_value(w_s)
