@@ -33,13 +33,14 @@ from .dataflow import Match, qdq_params, rewrite_matches
 
 RULE = "Q(f(DQ(x))) => table[x] (256 entries)"
 _BYTE = ("uint8", "int8")
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
 _UNARY = {
     "negative": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda v: 1.0 / np.sqrt(v), "tanh": np.tanh, "floor": np.floor,
     "ceil": np.ceil, "round": np.rint, "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
-    "erf": np.vectorize(math.erf, otypes=[np.float64]), "nn.relu": lambda v: np.maximum(v, 0),
+    "erf": _ERF, "nn.relu": lambda v: np.maximum(v, 0),
     "nn.silu": lambda v: v / (1.0 + np.exp(-v)),
-    "nn.gelu": lambda v: 0.5 * v * (1.0 + np.vectorize(math.erf)(v / math.sqrt(2.0))),
+    "nn.gelu": lambda v: 0.5 * v * (1.0 + _ERF(v / math.sqrt(2.0))),
     "nn.gelu_tanh": lambda v: 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
                                                      * (v + 0.044715 * v ** 3))),
 }
