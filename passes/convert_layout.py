@@ -22,7 +22,7 @@ goes to the blocked layouts as a dense one (each output block reading its group'
 blocks); any other conv (SqueezeNet's 1000-class 1x1, groups of 4 channels, 20 channels)
 stays NCHW for ``pack_conv_weights``.  Where TVM's ConvertLayout fails with half blocks (a
 concat of an 8- and a 16-channel-block tensor: "Invalid layout axis 8b") the graph is
-converted again with whole blocks only.  Integer convs take whole blocks only.  The
+converted again with whole blocks only.  The
 weight and bias transforms of constants are computed here once (numpy), so no kernel
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
 ``compiler/lowering/legalize_conv_nchwc.py`` does.
@@ -260,8 +260,6 @@ def _desired(call, layout: str, block: int, half: bool = True) -> list:
     if layout == "NHWC":
         return ["NHWC", "HWIO"]  # output channels contiguous: the CPU NHWC kernel's vector
     c, f, g = int(x.ty.shape[1]), int(w.ty.shape[0]), int(a.groups)
-    # (the integer kernel, schedules/cpu/conv2d_int8.py, takes whole blocks only)
-    half = half and not integer
     bi, bo = channel_block(c, block, half), channel_block(f, block, half)
     if g == 1 and not bi and bo:
         # an RGB stem: NCHW in, blocked out, so what follows is blocked without a

@@ -247,7 +247,7 @@ def _packed(m, df, call, options: dict):
     w = df.const(weight)
     if w is None or not np.issubdtype(w.dtype, np.integer) or w.ndim != (6 if blocked else 5):
         return None
-    if blocked and (w.shape[4] != w.shape[5] or w.shape[4] % 2):
+    if blocked and w.shape[4] % 2:  # input channel blocks of whole pairs
         return None
     widened = _widened(df, x)
     if widened is None:

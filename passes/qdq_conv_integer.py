@@ -30,6 +30,7 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
+from .convert_layout import channel_block
 from .dataflow import Match, record, rewrite
 
 RULE = "conv2d(DQ(xq), DQ(Wq)) => float32(conv2d_int32(int16(xq) - zx, Wq - zw)) * sx * sw"
@@ -106,7 +107,7 @@ def _match_conv(df, var, block: int):
         return None
     if int(a.groups) != 1:
         return GROUPED
-    if not block or f % block:
+    if not block or not channel_block(f, block):
         return UNBLOCKED
     w16 = wq.astype(np.int16) - zw.astype(np.int16).reshape(-1, 1, 1, 1)
     scale = (np.float32(sxc) * sw.reshape(-1)).astype(np.float32)

@@ -46,13 +46,8 @@ def dot_lanes(target, width: int):
     """(vpmaddwd width ``kind`` or None, int32 lanes) for an int8 rule whose vector dimension
     is ``width`` wide on ``target``: the target's int16 dot when ``width`` is whole vectors
     of it, else plain fp32-width vectors (None when not even those divide ``width``)."""
-    kind = common.targets.cpu_facts(target)["int16_dot"]
-    lanes = _LLVM[kind][0] if kind else common.lanes_fp32(target)
-    if width % lanes:
-        kind, lanes = None, common.lanes_fp32(target)
-        if width % lanes:
-            return None
-    return kind, lanes
+    return _fitting(common.targets.cpu_facts(target)["int16_dot"], width, _LLVM,
+                    common.lanes_fp32(target))
 
 
 def _dot_desc(lanes: int, depth: int, a_dtype: str, b_dtype: str):
@@ -107,13 +102,28 @@ def quad_lanes(target, width: int):
     """(u8 x s8 dot kind or None, int32 lanes) for a u8 x s8 rule whose vector dimension is
     ``width`` wide on ``target``: the target's ``int8_dot`` when ``width`` is whole vectors
     of it, else plain fp32-width vectors (None when not even those divide ``width``)."""
-    kind = common.targets.cpu_facts(target)["int8_dot"]
-    lanes = _QUAD[kind][0] if kind else common.lanes_fp32(target)
-    if width % lanes:
-        kind, lanes = None, common.lanes_fp32(target)
-        if width % lanes:
-            return None
-    return kind, lanes
+    return _fitting(common.targets.cpu_facts(target)["int8_dot"], width, _QUAD,
+                    common.lanes_fp32(target))
+
+
+# a zmm kind's ymm form, for a vector dimension of half a zmm (the 8-channel blocks of
+# convert_layout's half blocks on AVX-512): every AVX-512 target has AVX2, and its
+# AVX512-VNNI the ymm ``vpdpbusd`` (AVX512-VL)
+_HALF = {"avx512": "avx2", "avx512vnni": "avxvnni"}
+
+
+def _fitting(kind, width: int, table: dict, fp32_lanes: int):
+    """(kind or None, i32 lanes) for a vector dimension ``width`` wide: ``kind`` when
+    ``width`` is whole vectors of it, else its half-width form (AVX-512 -> 256-bit) when
+    that fits, else plain vectors of the fp32 width or half of it; None when none divides
+    ``width``."""
+    for k in (kind, _HALF.get(kind)):
+        if k is not None and width % table[k][0] == 0:
+            return k, table[k][0]
+    for lanes in (fp32_lanes, fp32_lanes // 2):
+        if lanes >= 4 and width % lanes == 0:
+            return None, lanes
+    return None
 
 
 def quad_intrin(kind: str) -> tuple:

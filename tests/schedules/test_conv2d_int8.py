@@ -205,3 +205,44 @@ def test_u8s8_host_result_is_exact_for_saturation_proof_weights(cb, fb, hw, k, s
     out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32))
     lib["k"](*[tvm.runtime.tensor(v) for v in (a, wq, corr, np.array(0.5, np.float32))], out)
     np.testing.assert_array_equal(out.numpy(), ref.astype(np.float32) * 0.5)
+
+
+@pytest.mark.parametrize("cpu,want,absent", [
+    ("sapphirerapids", "vpdpbusd", "zmm"), ("znver5", "vpdpbusd", "zmm"),
+    ("skylake-avx512", "vpmaddubsw", "zmm")])
+def test_u8s8_half_blocks_on_avx512_take_the_ymm_dot(cpu, want, absent):
+    # convert_layout's half blocks (8 channels on 16-lane targets: EfficientNet's 40,
+    # RegNet-X's 408) were refused by the rule (no 16-lane vector in a block) and stayed
+    # float convs; the block is now one ymm of the same dot
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": cpu,
+                                "num-cores": 2})
+    f, *_ = quad_kernel(16, 24, 9, 3, 8, pad=1)
+    sch = Conv2dInt8().apply(f, target)
+    assert sch is not None and "T.parallel" in sch.mod["main"].script()
+    asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
+    assert re.search(rf"{want}\s+[^\n]*ymm", asm) and not re.search(rf"{want}\s+[^\n]*{absent}", asm)
+
+
+def test_int16_pairs_half_blocks_on_avx512_take_the_ymm_pmaddwd():
+    f, _, _ = kernel(16, 24, 7, 3, 8, pad=1)
+    text = Conv2dInt8().apply(f, AVX512).mod["main"].script()
+    assert "llvm.x86.avx2.pmadd.wd" in text and "int16x16" in text
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 assembly")
+def test_u8s8_half_blocks_host_result_is_exact():
+    import targets
+
+    target = tvm.target.Target(targets.resolve("host").tvm)
+    lanes = targets.cpu_facts(target)["lanes"]
+    if targets.cpu_facts(target)["int8_dot"] is None or lanes < 16:
+        pytest.skip("no half blocks on this host (fp32 lanes < 16 or no u8 x s8 dot)")
+    b, za = lanes // 2, 77
+    c, f, hw = 2 * b, 3 * b, 9
+    fn, w, wq, corr = quad_kernel(c, f, hw, 3, b, 1, 1, True, za)
+    lib = tvm.compile(Conv2dInt8().apply(fn, target).mod, target=target)
+    a = np.random.default_rng(1).integers(0, 256, (1, c // b, hw, hw, b)).astype(np.uint8)
+    ref = _reference(a, za, w, 1, 1, True, b)
+    out = tvm.runtime.tensor(np.zeros(ref.shape, np.float32))
+    lib["k"](*[tvm.runtime.tensor(v) for v in (a, wq, corr, np.array(0.5, np.float32))], out)
+    np.testing.assert_array_equal(out.numpy(), ref.astype(np.float32) * 0.5)
