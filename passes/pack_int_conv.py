@@ -8,7 +8,8 @@ i16 operands).  The constant weight is packed here once to ``[F/b, CO, KH, KW, C
 (input-channel pairs innermost; int8 when it fits), and the activation's widening to int16
 minus its zero point becomes the kernel's first stage, which also pads it (with the
 dequantized 0) and lays it out ``[N, CO, H+pads, W+pads, CP, 2]``: the kernel reads the
-8-bit activation as the previous kernel wrote it.  Blocked input: ``CO = C/b, CP = b/2``;
+8-bit activation as the previous kernel wrote it.  Blocked input (block ``bi``, which may
+differ from the output's ``b``: a 16 -> 8 half-block projection): ``CO = C/bi, CP = bi/2``;
 NCHW input: ``CO = 1, CP = ceil(C/2)`` (an odd C gets a zero channel).  Every blocked int
 conv is taken (TVM cannot lower a blocked int conv2d); convs left NCHW become the float
 conv of the same integers (``RULE_FLOAT``).  Runs after convert_layout, before

@@ -15,12 +15,12 @@ Per-tensor activation QuantizeLinear / DequantizeLinear become their arithmetic
 (``clip(round(x / s) + z)``, ``(float(q) - z) * s``), as TVM legalizes them: convert_layout
 carries that through NCHW[b]c, where it stops at relax.quantize, so the 8-bit activations
 between convs stay blocked.  Grouped / depthwise convs stay float (no integer kernel: the
-report counts them), and so do convs whose output channels are not whole channel blocks
-of the target (options ``layout`` and ``block``, set by the driver as convert_layout's):
-convert_layout keeps an integer conv NCHW unless its outputs are whole blocks, and there
-the int32 conv had no kernel but TVM's reduction (MobileNetV3's 24 -> 72 1x1: 2.5 ms
-against onnxruntime's 55 us); left float, it takes half channel blocks with the float
-convs.  Runs before fold_constants, which would fold ``DQ(Wq)`` into a float weight and
+report counts them), and so do convs whose output channels have no channel block
+(``convert_layout.channel_block``: whole blocks of the target, or half blocks of 8 on
+16-lane targets, whose integer dot is the 256-bit instruction; options ``layout`` and
+``block``, set by the driver as convert_layout's): convert_layout keeps such a conv NCHW,
+where an int32 conv had no kernel but TVM's reduction (2.5 ms against onnxruntime's 55 us
+for a 24 -> 72 1x1), so it stays float.  Runs before fold_constants, which would fold ``DQ(Wq)`` into a float weight and
 lose the integers.
 """
 
@@ -37,7 +37,7 @@ RULE = "conv2d(DQ(xq), DQ(Wq)) => float32(conv2d_int32(int16(xq) - zx, Wq - zw))
 RULE_Q = "Q(x) => clip(round(x * (1 / s)) + z)"
 RULE_DQ = "DQ(q) => (float(q) - z) * s"
 GROUPED = "grouped/depthwise QDQ conv left float: no integer grouped kernel"
-UNBLOCKED = "QDQ conv left float: output channels not whole channel blocks"
+UNBLOCKED = "QDQ conv left float: output channels not whole channel blocks"  # nor half ones
 _BYTE = ("uint8", "int8")
 
 

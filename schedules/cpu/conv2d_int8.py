@@ -2,8 +2,10 @@
 (passes/pack_int_conv.py), or by fours [F/b, CO, KH, KW, CQ, b, 4] for a u8 activation by
 s8 weights (``a8`` the u8 activation padded with its zero point, no widening): there the
 step is ``cpu.matmul_int8``'s u8 x s8 intrinsic (``vpdpbusd`` on VNNI, ``vpmaddubsw`` +
-``vpmaddwd`` by ones on AVX2 / AVX-512BW) and the zero point's correction, a constant per
-output channel, is part of the epilogue.  The rest of this docstring describes the pairs.
+``vpmaddwd`` by ones on AVX2 / AVX-512BW; for 8-channel blocks on AVX-512 targets,
+convert_layout's half blocks, the 256-bit form of the same instruction) and the zero
+point's correction, a constant per output channel, is part of the epilogue.  The rest of
+this docstring describes the pairs.
 
 ``out[n, fo, y, x, v] += int32(a16[n, co, y*s + ry, x*s + rx, cp, k]) * int32(wp[fo, co, ry,
 rx, cp, v, k])``, ``a16`` the 8-bit activation widened to int16 minus its zero point and
