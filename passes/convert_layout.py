@@ -249,7 +249,7 @@ def _desired(call, layout: str, block: int, half: bool = True) -> list:
     # float32 convs, and the int16 x int16 -> int32 convs of qdq_conv_integer (groups 1,
     # NCHW[b]c only: pack_int_conv takes them onto the integer kernel)
     integer = (str(x.ty.dtype) == "int16" and str(w.ty.dtype) == "int16"
-               and str(a.out_dtype) == "int32" and int(a.groups) == 1 and layout == "NCHWc")
+               and str(a.out_dtype) == "int32" and layout == "NCHWc")
     if (a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
             or (a.out_layout or "NCHW") != "NCHW" or x.ty.ndim != 4
             or any(not isinstance(d, tirx.IntImm) for d in list(x.ty.shape) + list(w.ty.shape))
@@ -269,7 +269,7 @@ def _desired(call, layout: str, block: int, half: bool = True) -> list:
         return keep
     if g == 1:
         return [f"NCHW{bi}c", f"OIHW{bi}i{bo}o", f"NCHW{bo}c"]
-    if g == c == f:
+    if g == c == f and not integer:
         return [f"NCHW{bi}c", f"OIHW1i{bo}o"]
     if (c // g) % bi == 0 and (f // g) % bo == 0:
         # grouped, whole channel blocks per group (RegNet's 64-wide groups, ResNeXt's

@@ -102,13 +102,15 @@ def _geometry(a, wp, strides, padding, dilation) -> tuple:
             ow, sub)
 
 
-def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
+def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int, groups: int = 1):
     """TE compute.  ``a16[n, co, h, w, cp, k] = int16(a[..]) - za`` at input channel
     ``co * 2 CP + 2 cp + k`` and pixel ``(h - top, w - left)``, 0 in the padding and past
     ``channels`` (``za`` a scalar tensor or None); then ``out[n, fo, y, x, v] = sum_{co, ry,
     rx, cp, k} int32(a16[n, co, y sh + ry dh, x sw + rx dw, cp, k]) * int32(wp[fo, co, ry,
     rx, cp, v, k])``.  ``a`` is NCHW[b]c (5-D) or NCHW (4-D).  An unpadded strided 1x1 conv
-    widens only the pixels it reads (``a16`` on the output grid, read at stride 1)."""
+    widens only the pixels it reads (``a16`` on the output grid, read at stride 1).  With
+    ``groups`` > 1 (blocked, whole blocks per group) output block ``fo`` reads its group's
+    ``CO`` input blocks (see :func:`_group_base`)."""
     (blocked, n, h, w, fo, co_n, kh, kw, cp_n, b, sh, sw, dh, dw, (pt, pl, pb, pr), oh, ow,
      sub) = _geometry(a, wp, strides, padding, dilation)
 
@@ -130,7 +132,7 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
         return te.if_then_else(tvm.tirx.all(*inside), v, tvm.tirx.const(0, "int16"))
 
     grid = (oh, ow) if sub else (h + pt + pb, w + pl + pr)
-    a16 = te.compute((n, co_n, *grid, cp_n, 2), widen, name="conv_int_a16")
+    a16 = te.compute((n, co_n * groups, *grid, cp_n, 2), widen, name="conv_int_a16")
     if sub:
         sh = sw = 1
     rco = te.reduce_axis((0, co_n), "rco")
@@ -138,16 +140,18 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int):
     rx = te.reduce_axis((0, kw), "rx")
     rcp = te.reduce_axis((0, cp_n), "rcp")
     rk = te.reduce_axis((0, 2), "rk")
+    base = _group_base(fo, co_n, groups)
     return te.compute(
         (n, fo, oh, ow, b),
         lambda i, f, y, x, v: te.sum(
-            a16[i, rco, y * sh + ry * dh, x * sw + rx * dw, rcp, rk].astype("int32")
+            a16[i, base(f) + rco, y * sh + ry * dh, x * sw + rx * dw, rcp, rk].astype("int32")
             * wp[f, rco, ry, rx, rcp, v, rk].astype("int32"),
             axis=[rco, ry, rx, rcp, rk]),
         name="conv2d_int")
 
 
-def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channels: int):
+def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channels: int,
+                       groups: int = 1):
     """TE compute.  ``a8[n, co, h, w, cq, k] = a[..]`` (uint8) at input channel ``co * 4 CQ
     + 4 cq + k`` (clamped to the last one past ``channels``: their weights are 0) and pixel
     ``(h - top, w - left)``, the zero point ``za`` in the padding; then ``acc[n, fo, y, x,
@@ -169,8 +173,8 @@ def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channel
         inside = tvm.tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
         return te.if_then_else(inside, v, tvm.tirx.const(za, "uint8"))
 
-    a8 = te.compute((n, co_n, *((oh, ow) if sub else (h + pt + pb, w + pl + pr)), cq_n, 4), copy,
-                    name="conv_int_a8")
+    a8 = te.compute((n, co_n * groups, *((oh, ow) if sub else (h + pt + pb, w + pl + pr)), cq_n,
+                     4), copy, name="conv_int_a8")
     if sub:
         sh = sw = 1
     rco = te.reduce_axis((0, co_n), "rco")
@@ -178,10 +182,11 @@ def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channel
     rx = te.reduce_axis((0, kw), "rx")
     rcq = te.reduce_axis((0, cq_n), "rcq")
     rk = te.reduce_axis((0, 4), "rk")
+    base = _group_base(fo, co_n, groups)
     acc = te.compute(
         (n, fo, oh, ow, b),
         lambda i, f, y, x, v: te.sum(
-            a8[i, rco, y * sh + ry * dh, x * sw + rx * dw, rcq, rk].astype("int32")
+            a8[i, base(f) + rco, y * sh + ry * dh, x * sw + rx * dw, rcq, rk].astype("int32")
             * wq[f, rco, ry, rx, rcq, v, rk].astype("int32"),
             axis=[rco, ry, rx, rcq, rk]),
         name="conv2d_int")
@@ -189,6 +194,15 @@ def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channel
         return acc
     return te.compute(acc.shape, lambda i, f, y, x, v: acc[i, f, y, x, v] - corr[f, v],
                       name="conv2d_int_zp")
+
+
+def _group_base(fo: int, co_n: int, groups: int):
+    """``f -> `` the first input block output block ``f`` reads: 0 for a dense conv; with
+    ``groups`` (each of ``fo / groups`` output and ``co_n`` input blocks), ``(f // (fo /
+    groups)) * co_n`` (RegNet-X's 24-channel groups: three 8-channel blocks each)."""
+    if groups == 1:
+        return lambda f: 0
+    return lambda f: te.indexdiv(f, fo // groups) * co_n
 
 
 def pack_conv_quads(w: np.ndarray, blocked: bool) -> np.ndarray:
@@ -242,9 +256,12 @@ def _packed(m, df, call, options: dict):
     a = call.attrs
     x, weight = call.args
     out = _BLOCKED.match(str(a.out_layout or a.data_layout))
-    if out is None or str(call.ty.dtype) != "int32" or int(a.groups) != 1:
+    groups = int(a.groups)
+    if out is None or str(call.ty.dtype) != "int32":
         return None
     blocked = str(a.data_layout) != "NCHW"
+    if groups != 1 and not blocked:
+        return None
     w = df.const(weight)
     if w is None or not np.issubdtype(w.dtype, np.integer) or w.ndim != (6 if blocked else 5):
         return None
@@ -272,11 +289,11 @@ def _packed(m, df, call, options: dict):
                 act = m.builder_.emit(relax.op.layout_transform(
                     act, moved.attrs.index_map, pad_value=None))
             out = m.builder_.call_te(conv2d_u8s8_packed, act, z, relax.const(wq), corr,
-                                     a.strides, a.padding, a.dilation, channels,
+                                     a.strides, a.padding, a.dilation, channels, groups,
                                      primfunc_name_hint="conv2d_integer")
             return out, True, int8_quads.can_saturate(options, wq)
     wp = pack_conv_int(w, blocked)
     za = relax.const(za) if za is not None else None
     return m.builder_.call_te(conv2d_int_packed, m.visit_expr(src), za, relax.const(wp),
-                              a.strides, a.padding, a.dilation, channels,
+                              a.strides, a.padding, a.dilation, channels, groups,
                               primfunc_name_hint="conv2d_integer"), False, False

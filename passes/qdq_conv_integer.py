@@ -14,8 +14,9 @@ the blocked int conv onto the integer kernel, the widening becoming a stage of i
 Per-tensor activation QuantizeLinear / DequantizeLinear become their arithmetic
 (``clip(round(x / s) + z)``, ``(float(q) - z) * s``), as TVM legalizes them: convert_layout
 carries that through NCHW[b]c, where it stops at relax.quantize, so the 8-bit activations
-between convs stay blocked.  Grouped / depthwise convs stay float (no integer kernel: the
-report counts them), and so do convs whose output channels have no channel block
+between convs stay blocked.  Grouped convs are integer where every group holds whole
+channel blocks, in and out (RegNet-X's 24-channel groups: three blocks of 8); depthwise
+convs and other groups stay float (the report counts them), and so do convs whose output channels have no channel block
 (``convert_layout.channel_block``: whole blocks of the target, or half blocks of 8 on
 16-lane targets, whose integer dot is the 256-bit instruction; options ``layout`` and
 ``block``, set by the driver as convert_layout's): convert_layout keeps such a conv NCHW,
@@ -36,7 +37,7 @@ from .dataflow import Match, record, rewrite
 RULE = "conv2d(DQ(xq), DQ(Wq)) => float32(conv2d_int32(int16(xq) - zx, Wq - zw)) * sx * sw"
 RULE_Q = "Q(x) => clip(round(x * (1 / s)) + z)"
 RULE_DQ = "DQ(q) => (float(q) - z) * s"
-GROUPED = "grouped/depthwise QDQ conv left float: no integer grouped kernel"
+GROUPED = "grouped/depthwise QDQ conv left float: groups of no whole channel blocks"
 UNBLOCKED = "QDQ conv left float: output channels not whole channel blocks"  # nor half ones
 _BYTE = ("uint8", "int8")
 
@@ -105,10 +106,16 @@ def _match_conv(df, var, block: int):
         return None
     if f > 1 and (sw.size == f or zw.size == f) and int(dw.attrs.axis) not in (0, -4):
         return None
-    if int(a.groups) != 1:
-        return GROUPED
+    g = int(a.groups)
     if not block or not channel_block(f, block):
-        return UNBLOCKED
+        return GROUPED if g != 1 else UNBLOCKED
+    if g != 1:
+        # grouped: integer where every group holds whole channel blocks, in and out, as
+        # convert_layout blocks such a conv (RegNet-X's 24-channel groups in blocks of 8)
+        c = int(wq.shape[1]) * g
+        bi, bo = channel_block(c, block), channel_block(f, block)
+        if not bi or (c // g) % bi or (f // g) % bo:
+            return GROUPED
     w16 = wq.astype(np.int16) - zw.astype(np.int16).reshape(-1, 1, 1, 1)
     scale = (np.float32(sxc) * sw.reshape(-1)).astype(np.float32)
     return Match(RULE, var, info={"xq": xq, "zx": int(zxc), "w16": w16, "scale": scale,
@@ -170,7 +177,7 @@ def _plan(m):
                                         relax.const(np.int16(i["zx"]))))
         acc = em.emit(relax.op.nn.conv2d(
             x16, relax.const(i["w16"]), strides=a.strides, padding=a.padding,
-            dilation=a.dilation, groups=1, out_dtype="int32"))
+            dilation=a.dilation, groups=a.groups, out_dtype="int32"))
         sc = i["scale"]
         # per tensor: a scalar (a [1, 1, 1, 1] constant fails TVM's ConvertLayout)
         scale = relax.const(sc.reshape(()) if sc.size == 1 else sc.reshape(1, -1, 1, 1))

@@ -25,6 +25,8 @@ tiles), the chunks as few as give every core four tasks (one unless the rows are
 
 from __future__ import annotations
 
+from tvm import tirx
+
 from ..base import MatchingCPURule
 from . import common
 from .conv2d_nchwc import tile
@@ -53,7 +55,7 @@ def match_int_conv(sch):
     if a16 is None or wp is None or len(ins) != 2:
         return None
     ai, wi = common.region_vars(a16), common.region_vars(wp)
-    if not (common.same_vars([ai[0], ai[1], ai[4], ai[5]], [n, co, cp, k])
+    if not (common.same_vars([ai[0], ai[4], ai[5]], [n, cp, k]) and _block_of(ai[1], co, f)
             and common.same_vars(wi, [f, co, ry, rx, cp, v, k])):
         return None
     group = int(wp.source.shape[6])
@@ -63,6 +65,15 @@ def match_int_conv(sch):
             or str(wp.source.dtype) not in forms[group][1]):
         return None
     return rv, int(out.source.shape[4]), str(a16.source.dtype), str(wp.source.dtype), group
+
+
+def _block_of(e, co, f) -> bool:
+    """The activation's channel-block index is ``co``, or ``base(f) + co`` (a grouped
+    conv: output block ``f`` reads its group's blocks, pack_int_conv's ``_group_base``)."""
+    if e.same_as(co):
+        return True
+    return (isinstance(e, tirx.Add) and e.b.same_as(co)
+            and not common.uses_var(e.a, co) and common.uses_var(e.a, f))
 
 
 class Conv2dInt8(MatchingCPURule):

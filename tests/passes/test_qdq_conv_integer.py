@@ -156,6 +156,36 @@ def test_depthwise_stays_float_and_correct():
     assert np.abs(got - ref).max() <= 0.03 + 1e-6
 
 
+@pytest.mark.parametrize("c,f,group,hw,k,stride,pad,zx", [
+    (72, 72, 3, 9, 3, 1, 1, 131),    # RegNet-X-like: 24-channel groups (three blocks of 8)
+    (64, 128, 4, 11, 3, 2, 1, 7),    # 16 in / 32 out per group, stride 2
+    (64, 64, 2, 7, 1, 1, 0, 200),    # 1x1, 32-channel groups
+])
+def test_grouped_conv_with_whole_blocks_per_group_is_integer(c, f, group, hw, k, stride, pad,
+                                                             zx):
+    # groups holding whole channel blocks (in and out) take the integer kernel, each output
+    # block reading its group's input blocks (was a float conv: 2x onnxruntime's int8)
+    model = qdq_conv_model(c, f, hw, k, stride, pad, relu=True, group=group, zx=zx)
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["rewrites"][RULE] == 1 and GROUPED not in _pass(cm)["rewrites"]
+    rows = [r for r in _conv_rows(cm) if r["rule"] == "cpu.conv2d_int8"]
+    assert len(rows) == 1 and "qy" in rows[0]["nodes"]
+    feeds = _feeds(model)
+    got, ref = cm.session().run(None, feeds)[0], _ort(model, feeds)
+    assert np.abs(got - ref).max() <= 0.03 + 1e-6
+    assert np.mean(got != ref) < 0.02
+
+
+def test_grouped_conv_without_whole_blocks_per_group_stays_float():
+    # ResNeXt's 4 channels per group: no block per group, a float conv
+    model = qdq_conv_model(32, 32, 8, 3, pad=1, group=8)
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["rewrites"] == {GROUPED: 1}
+    feeds = _feeds(model)
+    got, ref = cm.session().run(None, feeds)[0], _ort(model, feeds)
+    assert np.abs(got - ref).max() <= 0.03 + 1e-6
+
+
 def test_float_weight_conv_is_not_matched():
     # the weight is a float initializer (no DQ): the pass must leave the graph alone,
     # Q / DQ included
