@@ -12,17 +12,18 @@ that FuseOps fuses into the conv's epilogue.  ``pack_int_conv`` (after convert_l
 the blocked int conv onto the integer kernel, the widening becoming a stage of it.
 
 Per-tensor activation QuantizeLinear / DequantizeLinear become their arithmetic
-(``clip(round(x / s) + z)``, ``(float(q) - z) * s``), as TVM legalizes them: convert_layout
-carries that through NCHW[b]c, where it stops at relax.quantize, so the 8-bit activations
-between convs stay blocked.  Grouped convs are integer where every group holds whole
-channel blocks, in and out (RegNet-X's 24-channel groups: three blocks of 8); depthwise
-convs and other groups stay float (the report counts them), and so do convs whose output channels have no channel block
-(``convert_layout.channel_block``: whole blocks of the target, or half blocks of 8 on
-16-lane targets, whose integer dot is the 256-bit instruction; options ``layout`` and
-``block``, set by the driver as convert_layout's): convert_layout keeps such a conv NCHW,
-where an int32 conv had no kernel but TVM's reduction (2.5 ms against onnxruntime's 55 us
-for a 24 -> 72 1x1), so it stays float.  Runs before fold_constants, which would fold ``DQ(Wq)`` into a float weight and
-lose the integers.
+(``clip(round(x / s) + z)``, ``(float(q) - z) * s``), as TVM legalizes them:
+convert_layout carries that through NCHW[b]c, where it stops at relax.quantize, so the
+8-bit activations between convs stay blocked. Grouped convs are integer where every group
+holds whole channel blocks, in and out (RegNet-X's 24-channel groups: three blocks of 8);
+depthwise convs and other groups stay float (the report counts them), and so do convs
+whose output channels have no channel block (``convert_layout.channel_block``: whole
+blocks of the target, or half blocks of 8 on 16-lane targets, whose integer dot is the
+256-bit instruction; options ``layout`` and ``block``, set by the driver as
+convert_layout's): convert_layout keeps such a conv NCHW, where an int32 conv had no
+kernel but TVM's reduction (2.5 ms against onnxruntime's 55 us for a 24 -> 72 1x1), so it
+stays float. Runs before fold_constants, which would fold ``DQ(Wq)`` into a float weight
+and lose the integers.
 """
 
 from __future__ import annotations
