@@ -22,8 +22,9 @@ goes to the blocked layouts as a dense one (each output block reading its group'
 blocks); any other conv (SqueezeNet's 1000-class 1x1, groups of 4 channels, 20 channels)
 stays NCHW for ``pack_conv_weights``.  Where TVM's ConvertLayout fails with half blocks (a
 concat of an 8- and a 16-channel-block tensor: "Invalid layout axis 8b") the graph is
-converted again with whole blocks only.  The
-weight and bias transforms of constants are computed here once (numpy), so no kernel
+converted again with whole blocks only.  The int32 convs of QDQ models take the same
+blocks (half ones too: their dot's 256-bit form), depthwise ones excepted.  The weight
+and bias transforms of constants are computed here once (numpy), so no kernel
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
 ``compiler/lowering/legalize_conv_nchwc.py`` does.
 
@@ -246,8 +247,8 @@ def _desired(call, layout: str, block: int, half: bool = True) -> list:
     (``channel_block``)."""
     keep = ["NCHW", "OIHW"]
     a, (x, w) = call.attrs, call.args
-    # float32 convs, and the int16 x int16 -> int32 convs of qdq_conv_integer (groups 1,
-    # NCHW[b]c only: pack_int_conv takes them onto the integer kernel)
+    # float32 convs, and the int16 x int16 -> int32 convs of qdq_conv_integer (NCHW[b]c
+    # only, not depthwise: pack_int_conv takes them onto the integer kernel)
     integer = (str(x.ty.dtype) == "int16" and str(w.ty.dtype) == "int16"
                and str(a.out_dtype) == "int32" and layout == "NCHWc")
     if (a.data_layout != "NCHW" or a.kernel_layout != "OIHW"

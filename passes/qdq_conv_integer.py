@@ -39,7 +39,7 @@ RULE = "conv2d(DQ(xq), DQ(Wq)) => float32(conv2d_int32(int16(xq) - zx, Wq - zw))
 RULE_Q = "Q(x) => clip(round(x * (1 / s)) + z)"
 RULE_DQ = "DQ(q) => (float(q) - z) * s"
 GROUPED = "grouped/depthwise QDQ conv left float: groups of no whole channel blocks"
-UNBLOCKED = "QDQ conv left float: output channels not whole channel blocks"  # nor half ones
+UNBLOCKED = "QDQ conv left float: output channels of no channel block"
 _BYTE = ("uint8", "int8")
 
 

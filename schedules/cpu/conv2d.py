@@ -15,6 +15,8 @@ add) is inlined into the write-back of the register tile.  Parallel over (n, out
 
 from __future__ import annotations
 
+import math
+
 from tvm.sym.analyzer import Analyzer
 
 from ..base import MatchingCPURule
@@ -73,6 +75,37 @@ def _panel(pixels: int, width: int, xt: int, channels: int) -> int:
     return max(fits, default=0)
 
 
+# Widest pixel tile of a 1x1 conv's GEMM, in vectors (the tile takes ``rows`` output
+# channels of as many accumulators each)
+MAX_TILE_VECTORS = 8
+
+
+def _pixel_tile(ny: int, nx: int, lanes: int) -> int:
+    """Output pixels per register tile of a 1x1 stride-1 conv's GEMM over its flattened
+    (y, x) axis, or 0 when none fits: whole vectors that are whole rows or part of one (a
+    tile crossing a row boundary part-way has its write-back computed over its bounding
+    box), else the fewest whole rows that are whole vectors (28-pixel rows under 16 lanes:
+    112 pixels, 7 vectors; ShuffleNetV2's 58-channel 1x1 convs ran 14-lane row tiles of 2
+    channels at a third of onnxruntime's speed)."""
+    xt = common.vector_tile(ny * nx, lanes)
+    if xt % nx == 0 or nx % xt == 0:
+        return xt
+    rows = lanes // math.gcd(nx, lanes)  # lcm(nx, lanes) = rows * nx
+    if rows * nx <= MAX_TILE_VECTORS * lanes and ny % rows == 0:
+        return rows * nx
+    return 0
+
+
+def _vectorize(sch, loop, lanes: int) -> None:
+    """Vectorise a pixel loop: more than two whole vectors as unrolled single vectors (LLVM
+    splits a 112-lane vector badly), else the loop as it is."""
+    n = common.const_extent(sch, loop)
+    if n is not None and n > 2 * lanes and n % lanes == 0:
+        vo, loop = sch.split(loop, [None, lanes])
+        sch.unroll(vo)
+    sch.vectorize(loop)
+
+
 class Conv2dNCHW(MatchingCPURule):
     """conv2d NCHW (any stride, padding, dilation; groups == 1) + elementwise epilogue."""
 
@@ -100,10 +133,8 @@ class Conv2dNCHW(MatchingCPURule):
             for r in data)
         data_read = next(i for i, r in enumerate(block.reads)
                          if r.source.same_as(data[0].source)) if data else None
-        xt = common.vector_tile(ny * nx, lanes)
-        # a tile must be a box of whole rows or part of one row: the write-back of a tile
-        # crossing a row boundary partially would be computed over its bounding box
-        contiguous = contiguous and (xt % nx == 0 or nx % xt == 0)
+        xt = _pixel_tile(ny, nx, lanes) if contiguous else 0
+        contiguous = contiguous and xt > 0
         if contiguous:  # 1x1, stride 1, no padding: (y, x) is one contiguous GEMM axis
             s = sch.fuse(y, x)
             so, xi = sch.split(s, [None, xt])
@@ -135,14 +166,11 @@ class Conv2dNCHW(MatchingCPURule):
             common.vectorize_row(sch, packed, lanes)
         common.parallel(sch, par, ncores)
         sch.unroll(fi)
-        sch.vectorize(xi)
+        _vectorize(sch, xi, lanes)
         sch.unroll(rx)
         init = sch.decompose_reduction(conv, rc)
-        for blk in (wb,):
-            *_, wf, wx = sch.get_loops(blk)
-            sch.vectorize(wx)
-        *_, i_f, i_x = sch.get_loops(init)
-        sch.vectorize(i_x)
+        _vectorize(sch, sch.get_loops(wb)[-1], lanes)
+        _vectorize(sch, sch.get_loops(init)[-1], lanes)
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         return sch

@@ -38,6 +38,22 @@ def test_structure_1x1_is_one_gemm_axis():
     assert "T.vectorized(T.int64(32))" in text  # 8x8 fused, two 16-lane vectors
 
 
+def test_structure_1x1_rows_no_vector_divides_take_whole_vectors_of_rows():
+    # 28-pixel rows under 16 lanes: neither 16 nor 32 pixels are whole rows or part of
+    # one, so the tile takes 112 pixels (4 rows, 7 vectors) of the flattened GEMM axis,
+    # not 14-lane row vectors (ShuffleNetV2's 58-channel 1x1 convs: a third of
+    # onnxruntime's speed)
+    from schedules.cpu.conv2d import _pixel_tile
+
+    assert _pixel_tile(28, 28, 16) == 112 and _pixel_tile(56, 56, 16) == 112
+    assert _pixel_tile(28, 28, 8) == 56 and _pixel_tile(8, 8, 16) == 32
+    assert _pixel_tile(14, 14, 16) == 14  # no whole vector: a row, one 14-lane vector
+    f = fused_primfunc(_conv(pad=0), [(1, 58, 28, 28), (58, 58, 1, 1), (1, 58, 1, 1)], "conv2d")
+    text = Conv2dNCHW().apply(f, TARGET).mod["main"].script()
+    assert "T.vectorized(T.int64(16))" in text and "T.vectorized(T.int64(14))" not in text
+    assert "T.unroll(T.int64(7))" in text  # the tile's 7 vectors
+
+
 def test_rejects_pool_and_matmul():
     pool = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, (3, 3))),
                           [(1, 16, 8, 8)], "pool")
@@ -52,6 +68,8 @@ def test_rejects_pool_and_matmul():
     (1, 1, 0, (1, 16, 7, 7), 32, 1),    # 1x1 GEMM form, 49 columns
     (1, 1, 0, (1, 8, 12, 12), 16, 1),   # 1x1: a 16-wide tile would cross rows of 12
     (1, 1, 0, (1, 8, 4, 8), 16, 1),     # 1x1: tiles of whole rows
+    (1, 1, 0, (1, 58, 28, 28), 58, 1),  # 1x1: tiles of 4 rows of 28 (ShuffleNetV2's 58 ch)
+    (1, 1, 0, (1, 20, 14, 28), 12, 1),  # 1x1: 4 rows of 28 do not divide 14: row tiles
     (3, 2, 1, (1, 4, 15, 15), 16, 1),   # strided
     (7, 2, 3, (1, 3, 20, 20), 8, 1),    # ResNet stem shape, small
     (3, 1, 1, (1, 16, 9, 9), 16, 16),   # depthwise (legalized with a unit channel reduction)
