@@ -200,10 +200,16 @@ class Profiler:
         self.events: list = []
         self._t0 = time.perf_counter_ns()
 
-    def record(self, call: dict, start_ns: int, end_ns: int, tensors: list, run_index: int):
+    def record(self, call: dict, start_ns: int, end_ns: int, tensors: list, run_index: int,
+               binding: dict | None = None):
+        """One kernel call.  ``binding``: the run's symbolic dims; a call counted at other
+        values (``flops_at``, the compile's opt) has unknown FLOPs (None), not that count."""
         dur_us = (end_ns - start_ns) / 1e3
         nin = len(call["args"]) - call["num_outputs"]
         flops = call.get("flops", 0)
+        at = call.get("flops_at")
+        if at and any((binding or {}).get(d) != v for d, v in at.items()):
+            flops = None
         self.events.append({
             "name": call["kernel"], "cat": "kernel", "ph": "X", "pid": os.getpid(), "tid": 0,
             "ts": (start_ns - self._t0) / 1e3, "dur": dur_us,
@@ -211,7 +217,8 @@ class Profiler:
                      "inputs": [tensors[i]["shape"] for i in call["args"][:nin]],
                      "outputs": [tensors[o]["shape"] for o in call["args"][nin:]],
                      "flops": flops,
-                     "gflops_per_s": round(flops / (dur_us * 1e3), 3) if dur_us > 0 else 0.0,
+                     "gflops_per_s": None if flops is None else (
+                         round(flops / (dur_us * 1e3), 3) if dur_us > 0 else 0.0),
                      "run": run_index},
         })
 
@@ -223,30 +230,45 @@ class Profiler:
 
     def summary(self, top: int = 10) -> str:
         """Top kernels by total time, with share, GFLOP/s and the share of the nominal peak
-        (``cpu_features.nominal_peak_gflops``) they reach; then the whole run's."""
-        by_kernel: dict = {}
+        (``cpu_features.nominal_peak_gflops``) they reach; then the whole run's.  Calls whose
+        FLOPs are unknown (symbolic dims at other values than the compile's opt) show "-",
+        and the run's rate covers the other calls only, saying so."""
+        by_kernel: dict = {}  # name -> [us, calls, us of known FLOPs, FLOPs]
         for e in self.events:
-            k = by_kernel.setdefault(e["name"], [0.0, 0, e["args"]["flops"]])
+            k = by_kernel.setdefault(e["name"], [0.0, 0, 0.0, 0])
             k[0] += e["dur"]
             k[1] += 1
+            if e["args"]["flops"] is not None:
+                k[2] += e["dur"]
+                k[3] += e["args"]["flops"]
         total = sum(v[0] for v in by_kernel.values()) or 1.0
         peak = self.peak_gflops
 
-        def of_peak(gfs):
-            return f"{gfs / peak:>7.1%}" if peak else f"{'-':>7}"
+        def rate(flops, us):
+            if not us:
+                return f"{'-':>9} {'-':>7}"
+            gfs = flops / (us * 1e3)
+            return f"{gfs:>9.2f} " + (f"{gfs / peak:>7.1%}" if peak else f"{'-':>7}")
 
         lines = [f"{'kernel':<40} {'calls':>6} {'total ms':>10} {'share':>7} {'GFLOP/s':>9} "
                  f"{'% peak':>7}"]
-        for name, (dur, n, flops) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:top]:
-            gfs = flops * n / (dur * 1e3) if dur else 0.0
+        for name, (dur, n, known_us, flops) in sorted(by_kernel.items(),
+                                                       key=lambda kv: -kv[1][0])[:top]:
             lines.append(f"{name[:40]:<40} {n:>6} {dur / 1e3:>10.3f} {dur / total:>7.1%} "
-                         f"{gfs:>9.2f} {of_peak(gfs)}")
-        all_flops = sum(e["args"]["flops"] for e in self.events)
-        gfs = all_flops / (total * 1e3)
-        lines.append(f"{len(self.events)} kernel calls, {total / 1e3:.3f} ms in kernels, "
-                     f"{gfs:.2f} GFLOP/s"
+                         f"{rate(flops, known_us)}")
+        known = [e for e in self.events if e["args"]["flops"] is not None]
+        known_us = sum(e["dur"] for e in known)
+        gfs = sum(e["args"]["flops"] for e in known) / (known_us * 1e3) if known_us else 0.0
+        line = f"{len(self.events)} kernel calls, {total / 1e3:.3f} ms in kernels"
+        if known:
+            line += (f", {gfs:.2f} GFLOP/s"
                      + (f" = {gfs / peak:.1%} of the nominal fp32 peak {peak:.0f} GFLOP/s"
                         if peak else ""))
+        if len(known) < len(self.events):
+            line += (f" ({'over ' + str(len(known)) + ' calls: ' if known else ''}"
+                     f"{len(self.events) - len(known)} ran at symbolic dims other than the "
+                     "compile's opt, where their FLOPs were counted: GFLOP/s unknown)")
+        lines.append(line)
         if self.placed:
             lines.append(f"{len(self.placed)} Concat nodes by placement, no kernel call (their "
                          "inputs are written in place inside the output's buffer): "

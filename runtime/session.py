@@ -757,7 +757,7 @@ class Session:
                 for fn, args in calls:
                     fn(*args)
             else:  # max_arenas is 1: this is the first arena, which the instruments read
-                self._run_instrumented()
+                self._run_instrumented(binding)
             result, given = [], set()
             for n in names:
                 t = self._outputs_tensor[n]
@@ -871,7 +871,7 @@ class Session:
             new[k] = (calls[k][0], tuple(args))
         return new, views
 
-    def _run_instrumented(self) -> None:
+    def _run_instrumented(self, binding: dict | None = None) -> None:
         import time
 
         calls, tensors, prof = self.graph["calls"], self.graph["tensors"], self._profiler
@@ -888,7 +888,7 @@ class Session:
             if prof is not None:
                 prof.record(call if fn is self._fns[k] else  # a row variant: its own name
                             {**call, "kernel": call["rows_variant"]["kernel"]},
-                            start, end, tensors, self._runs)
+                            start, end, tensors, self._runs, binding)
             if check:
                 check_outputs(call, self._np, tensors, self._kernels, saved, self._model_inputs)
         self._runs += 1

@@ -272,11 +272,30 @@ def bind_dims(func, binding: dict):
 
 def flops_at(g: KernelGraph, binding: dict) -> None:
     """Every kernel's FLOPs (and each call's) with the symbolic dims bound: the report's
-    kernel table describes the model at the dims' ``opt`` values."""
+    kernel table describes the model at the dims' ``opt`` values.  A call of a kernel whose
+    extents use dims also records ``flops_at``, {dim: value} of those it was counted at: a
+    profiled run at other values knows its FLOPs are not that count."""
+    uses = {}
     for symbol, func in g.prim_funcs.items():
         g.flops[symbol] = _flops(func, binding)
+        uses[symbol] = {d: binding[d] for d in _dims_of(func) if d in binding}
     for call in g.calls:
         call["flops"] = g.flops[call["kernel"]]
+        if uses[call["kernel"]]:
+            call["flops_at"] = uses[call["kernel"]]
+
+
+def _dims_of(func) -> set:
+    """Names of the symbolic dims ``func``'s parameters' shapes and scalar parameters use."""
+    names = set()
+    for p in func.params:
+        shape = getattr(p.ty, "shape", None)
+        if shape is None:
+            names.add(p.name)
+            continue
+        for d in shape:
+            names.update(v.name for v in tvm.tirx.analysis.undefined_vars(d))
+    return names
 
 
 # -- storage -----------------------------------------------------------------------------

@@ -114,6 +114,33 @@ def test_instruments_and_memplan_on_a_symbolic_artifact(artifact, tmp_path):
     assert f"\nx                 {4 * 77 * 32 * 4}" in r.stdout
 
 
+def test_profile_counts_flops_only_at_the_dims_they_were_counted_at(artifact, tmp_path):
+    """A kernel's FLOPs are counted at the dims' opt (batch 1, seq 16): a profiled run at
+    other dims reports its rate unknown, not that count over its time (a BERT at seq 16
+    compiled with opt 128 read 568 GFLOP/s, 193% of the peak)."""
+    cm, _, path = artifact
+    symbolic = [c for c in cm.meta["graph"]["calls"] if c.get("flops_at")]
+    assert symbolic and all(c["flops_at"] == {d: {"batch": 1, "seq": 16}[d]
+                                              for d in c["flops_at"]} for c in symbolic)
+
+    def profiled(batch, seq):
+        sess = runtime.load(str(path), runtime.SessionOptions(
+            enable_profiling=True, profile_file_prefix=str(tmp_path / f"t{batch}_{seq}")))
+        sess.run(None, _feeds(batch, seq))
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)["traceEvents"]
+        return sess.profile_summary(50), {e["name"]: e["args"] for e in events}
+
+    summary, args = profiled(1, 16)
+    assert "GFLOP/s unknown" not in summary
+    assert all(a["flops"] is not None for a in args.values())
+    summary, args = profiled(3, 40)
+    assert "ran at symbolic dims other than the compile's opt" in summary
+    names = {c["kernel"] for c in symbolic}
+    assert all(args[n]["flops"] is None and args[n]["gflops_per_s"] is None
+               for n in names if n in args)
+
+
 def test_results_are_the_callers_across_bindings(artifact):
     """A symbolic session copies its outputs out (bind_io writes into returned arrays for
     static shapes only): a result is not overwritten by a later run at another binding."""
