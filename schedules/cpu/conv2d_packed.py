@@ -17,7 +17,9 @@ multiple of ``ALIAS_BYTES`` apart (which share L1/L2 sets) are copied contiguous
 (a conv reading more such planes than ``L1_WAYS`` is chunked for it even when its weights
 fit L1).  Padding stays
 its own parallel stage.  Parallel over (n, channel block, row block (and plane)); rows
-outside the channel blocks when the input outweighs the weights.  Tiles are divisors of
+outside the channel blocks when the input outweighs the weights; a conv1d of too few
+channel blocks for the cores also over chunks of output positions, each building its part
+of the padded input (``_position_chunks``).  Tiles are divisors of
 the output height and width, so every shape is exact (pack_conv_weights pads a 1-D width
 whose divisors are thin to whole tiles).
 """
@@ -203,10 +205,10 @@ TASKS_PER_CORE = 2
 def _position_chunks(blocks: int, tiles: int, ncores: int) -> int:
     """Chunks of a conv1d's output positions (a divisor of its ``tiles`` pixel tiles) that
     give ``blocks`` channel blocks ``TASKS_PER_CORE`` to twice that many tasks per core, or
-    0 when the blocks alone do (or one core runs it, or no divisor fits).  With the blocks alone, the parallel padding stage
-    left half the padded input in the other core's cache for every block's task: WaveNet's
-    64 -> 64 dilated conv (2 blocks, 4000 samples) ran 0.44 ms on one thread and 0.58 on
-    two (onnxruntime 0.23)."""
+    0 when the blocks alone do (or one core runs it, or no divisor fits).  With the blocks
+    alone, the parallel padding stage left half the padded input in the other core's cache
+    for every block's task: WaveNet's 64 -> 64 dilated conv (2 blocks, 4000 samples) ran
+    0.44 ms on one thread and 0.58 on two (onnxruntime 0.23; with the chunks 0.22)."""
     want = TASKS_PER_CORE * ncores
     if ncores <= 1 or blocks >= want:
         return 0
