@@ -140,8 +140,10 @@ class Conv2dPacked(MatchingCPURule):
                                  > _read_elements(sch, conv, nd + 3)):
             outer = [n, *planes, *rows, fo]
         # a conv1d of fewer channel blocks than tasks the cores want: chunks of output
-        # positions too, each building its own part of the padded input (see _position_chunks)
-        spans = 0 if chunk or planes or rows else _position_chunks(
+        # positions too, each building its own part of the padded input (see _position_chunks);
+        # also with channel chunks, where each task keeps its own row cache (a TCN's k3
+        # 64 -> 64 conv over 4000 samples, two threads: 0.49 -> 0.34 ms on Emerald Rapids)
+        spans = 0 if planes or rows else _position_chunks(
             common.const_extent(sch, n) * common.const_extent(sch, fo),
             common.const_extent(sch, xo), ncores)
         if spans:
