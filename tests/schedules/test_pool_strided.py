@@ -10,7 +10,7 @@ import tvm
 from onnx import TensorProto, helper
 from tvm import relax
 
-from schedules.cpu.pool_strided import PoolStrided
+from schedules.cpu.pool_strided import PoolStrided, x_tile
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc
 
 ZNVER3 = tvm.target.Target(
@@ -18,19 +18,20 @@ ZNVER3 = tvm.target.Target(
 
 
 @pytest.mark.parametrize("target", [TARGET, ZNVER3])
-def test_structure_3d_avg_per_plane_tasks_taps_unrolled_division_per_task(target):
+def test_structure_3d_avg_per_plane_tasks_phase_split_division_in_write_back(target):
     f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.avg_pool3d(x, 2, strides=2)),
                        [(1, 16, 8, 28, 28)], "pool")
     text = PoolStrided().apply(f, target).mod["main"].script()
     assert "T.parallel(T.int64(64))" in text           # (image, channel, output plane)
-    assert text.count("T.unroll(T.int64(2))") == 3      # the 2x2x2 taps
-    assert "pool_sum_init" in text                      # init out of the tap loops
-    # the x loop stays a plain loop: LLVM vectorises its stride-2 reads as an
-    # interleaved group (TIR-vectorised they become per-lane loads, 3-4x slower)
-    assert "T.vectorized" not in text
-    # the division sits inside the task, after the window sums
-    par = text.index("T.parallel")
-    assert text.index('T.sblock("pool_avg")') > par
+    # the task's input planes copied as 2 phases of 14 columns: [.., w % 2, .., w // 2]
+    assert "T.sblock_alloc_buffer((T.int64(1), T.int64(16), T.int64(2), T.int64(8), " \
+        "T.int64(28), T.int64(14)))" in text
+    assert "T.vectorized(T.int64(14))" in text          # a row of outputs, TIR-vectorised
+    assert text.count("T.unroll(T.int64(2))") >= 4      # z, y taps, x taps' phases, copy
+    assert "pool_sum_init" in text and 'scope="local"' in text   # register accumulators
+    # the division is the write-back's, inside the task
+    assert 'T.sblock("pool_avg")' not in text
+    assert text.index("T.parallel") < text.index("/ T.Cast")
 
 
 @pytest.mark.parametrize("target", [TARGET, ZNVER3])
@@ -38,14 +39,33 @@ def test_structure_1d_and_padded_2d(target):
     f1 = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool1d(x, 3, strides=2)),
                         [(1, 32, 100)], "pool")
     t1 = PoolStrided().apply(f1, target).mod["main"].script()
-    assert "T.parallel(T.int64(32))" in t1 and "T.unroll(T.int64(3))" in t1
+    assert "T.parallel(T.int64(32))" in t1 and "T.vectorized(T.int64(49))" in t1
     f2 = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, 3, strides=2,
                                                                       padding=1)),
                         [(1, 16, 28, 28)], "pool")
     t2 = PoolStrided().apply(f2, target).mod["main"].script()
     assert "T.parallel(T.int64(16))" in t2
-    # the padded plane is built inside the channel's task
+    # the padded plane is built inside the channel's task, split into 2 phases of 15
     assert t2.index("T.parallel") < t2.index('T.sblock("pad_temp")')
+    assert "T.sblock_alloc_buffer((T.int64(1), T.int64(16), T.int64(2), T.int64(30), " \
+        "T.int64(15)))" in t2
+    # taps rx = 2q + r: phase r at x + q (the window's 3 of 2 x 2 under a predicate)
+    assert "T.where(" in t2 and "T.vectorized(T.int64(14))" in t2
+
+
+def test_rows_of_no_vector_tile_keep_the_plain_loop():
+    # 199 outputs per row (a prime above 4 vectors): no tile of whole vectors, the x loop
+    # is left to LLVM's loop vectoriser as before
+    f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool1d(x, 3, strides=2)),
+                       [(1, 8, 400)], "pool")
+    text = PoolStrided().apply(f, TARGET).mod["main"].script()
+    assert "T.vectorized" not in text and "T.unroll(T.int64(3))" in text
+
+
+def test_x_tile():
+    assert x_tile(56, 16) == 56 and x_tile(49, 8) == 49       # whole rows up to 64
+    assert x_tile(2000, 16) == 16 and x_tile(2000, 8) == 40   # divisors of whole vectors
+    assert x_tile(199, 16) == 0 and x_tile(66, 16) == 0       # none: LLVM's path
 
 
 def test_rejects_stride_1_global_and_depthwise():
