@@ -8,9 +8,9 @@ unrolled; average pooling's division (by a count that depends on the position) i
 applied in the write-back.  Global pooling (a whole-plane reduction) is not matched.
 
 NCHW[b]c (``out[n, C, y, x, c]``, the layout convert_layout gives ResNet's stem pool): the
-channel block ``c`` is the vector; parallel over (n, C, output row), a row of ``xt`` output
-pixels per register tile, each pixel's taps unrolled inside it, the padded input rows a
-task needs built inside it.  Before this rule the fallback fused every spatial loop (block
+channel block ``c`` is the vector; parallel over (n, C, a few output rows: ``task_rows``),
+a row of ``xt`` output pixels per register tile, each pixel's taps unrolled inside it, the
+padded input rows a task needs built inside it.  Before this rule the fallback fused every spatial loop (block
 lane included) and left the kernel scalar: ResNet-50's 3x3/2 stem pool took 630 us alone,
 cold.  Taps innermost per pixel, not pixels innermost per tap: the NaN-skipping max
 (``legalize_pool``) starts from a NaN that LLVM folds into the first tap (a copy), and with
@@ -86,8 +86,17 @@ def schedule_window_nchwc(sch, pool, pad, target):
     xt = max(d for d in common.divisors(ext[3]) if d * nv <= 8)
     xo, xi = sch.split(x, [None, xt])
     sch.reorder(n, cb, y, xo, xi, ry, rx, c)    # a pixel's taps inside it (module docstring)
-    wb, pads = common.write_back_at(sch, pool, xo, tail, pads, after)
-    row = sch.fuse(n, cb, y)
+    # the tile's accumulators in a "global" (per-task stack) buffer, not "local": TVM
+    # serves a local buffer by a workspace call per task, an opaque pointer LLVM cannot
+    # keep in registers (GoogLeNet's 3x3/1 pool on [192, 28, 28], znver4: 105 -> 97 us)
+    wb, pads = common.write_back_at(sch, pool, xo, tail, pads, after, scope="global")
+    # tasks of several output rows, whose padded input rows are built once for the task
+    # (one row per task copied each input row `kernel / stride` times): 97 -> 79 us
+    stride = _window_stride(sch, pool)
+    rows = task_rows(ext[0] * ext[1], ext[2], ext[3] * stride + ext[6], ext[5], ext[4],
+                     stride, ncores)
+    yo, _ = sch.split(y, [None, rows])
+    row = sch.fuse(n, cb, yo)
     if ncores > 1:
         sch.parallel(row)
     sch.unroll(ry)
@@ -97,9 +106,39 @@ def schedule_window_nchwc(sch, pool, pad, target):
     init = sch.decompose_reduction(pool, ry)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(wb)[-1])
-    # the padded input rows of one output row, built inside its task
+    # the padded input rows of a task's output rows, built inside it
     common.schedule_pads(sch, pads, pad_name, row, lanes, ncores)
     return sch
+
+
+# The padded input rows a task of the blocked pool builds (in L1 with its tile): at most
+PAD_ROWS_BYTES = 32768
+
+
+def task_rows(planes: int, oh: int, in_w: int, kh: int, block: int, stride: int,
+              ncores: int) -> int:
+    """Output rows per task of the blocked pool: the largest divisor of ``oh`` that leaves
+    at least 4 tasks per core over the ``planes`` (n x channel blocks) and whose padded
+    input rows (``(rows - 1) * stride + kh`` of ``in_w`` pixels of ``block`` floats) stay
+    within ``PAD_ROWS_BYTES``; 1 at least."""
+    best = 1
+    for r in common.divisors(oh):
+        rows_bytes = ((r - 1) * stride + kh) * in_w * block * 4
+        if planes * (oh // r) >= 4 * ncores and rows_bytes <= PAD_ROWS_BYTES:
+            best = r
+    return best
+
+
+def _window_stride(sch, pool) -> int:
+    """The row stride of a blocked pool's window: the coefficient of its output row in
+    the input row it reads (1 when not a plain ``y * s + ry``)."""
+    from tvm.sym.pattern import detect_linear_equation
+
+    block = sch.get(pool)
+    y = block.iter_vars[2].var
+    src = [r for r in block.reads if not r.source.same_as(block.writes[0].source)][0]
+    coef = detect_linear_equation(src.region[2].min, [y])
+    return int(coef[0]) if len(coef) == 2 and hasattr(coef[0], "value") else 1
 
 
 class Pool2dNCHWc(MatchingCPURule):

@@ -9,7 +9,7 @@ from onnx import helper
 from tvm import relax
 
 from schedules.cpu.depthwise import DepthwiseConv2dNCHW
-from schedules.cpu.pool import Pool2dNCHW, Pool2dNCHWc
+from schedules.cpu.pool import Pool2dNCHW, Pool2dNCHWc, task_rows
 from tests.schedules.util import TARGET, check_against_ort, fused_primfunc, onnx_model
 
 
@@ -118,7 +118,10 @@ def test_pool_nchwc_structure_and_negatives():
     assert sch is not None
     text = sch.mod["main"].script()
     assert "T.parallel(T.int64(224))" in text           # 4 channel blocks x 56 rows
-    assert "T.vectorized(T.int64(16))" in text and "T.unroll" in text and "_local" in text
+    assert "T.vectorized(T.int64(16))" in text and "T.unroll" in text
+    # the tile's accumulators in a task's stack buffer ("global" below 1 KB), not a
+    # "local" one (a workspace call per task, which LLVM cannot keep in registers)
+    assert "pool_max_global" in text and "_local" not in text
     # per pixel of the row tile, its taps innermost: the accumulator stays in a register
     # (taps outside the pixels left a max pool's NaN-initialised tile in memory: 6.5x slower)
     lines = text.splitlines()
@@ -132,6 +135,18 @@ def test_pool_nchwc_structure_and_negatives():
     gap = fused_primfunc(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)),
                          [(1, 2, 7, 7, 16)], "mean")
     assert Pool2dNCHWc().apply(gap, TARGET) is None
+
+
+def test_pool_nchwc_tasks_of_several_rows():
+    """A stride-1 3x3 pool over 12 blocks of 28 x 28 (GoogLeNet's inception branch pool):
+    tasks of 14 output rows, whose 16 padded input rows are built once per task."""
+    f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(
+        x, (3, 3), strides=1, padding=1, layout="NCHW16c")), [(1, 12, 28, 28, 16)], "pool")
+    text = Pool2dNCHWc().apply(f, TARGET).mod["main"].script()
+    assert "T.parallel(T.int64(24))" in text            # 12 blocks x 2 tasks of 14 rows
+    assert task_rows(12, 28, 31, 3, 16, 1, 2) == 14
+    assert task_rows(4, 56, 115, 3, 16, 2, 2) == 1      # the stem pool's rows fill L1
+    assert task_rows(2, 8, 10, 3, 16, 1, 2) == 2        # 4 tasks per core first
 
 
 @pytest.mark.parametrize("pool, attrs, side", [
