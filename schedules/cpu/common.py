@@ -77,14 +77,32 @@ def uses_var(expr, var) -> bool:
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
+def stride(expr, var) -> int | None:
+    """The constant coefficient of ``var`` in ``expr`` (``x * s + r``), else None."""
+    coef = detect_linear_equation(expr, [var])
+    if len(coef) != 2 or not isinstance(coef[0], tirx.IntImm):
+        return None
+    return int(coef[0])
+
+
 def unit_stride(expr, var) -> bool:
     """``expr`` is ``var`` + terms free of ``var``, or free of ``var`` altogether: lanes of
     ``var`` read consecutive elements (strided reads, ``2 x + r``, would be gathers: a
     stride-2 pool ran 1.8x slower vectorised than the fallback's scalar loop)."""
-    if not uses_var(expr, var):
-        return True
-    coef = detect_linear_equation(expr, [var])
-    return len(coef) == 2 and isinstance(coef[0], tirx.IntImm) and int(coef[0]) == 1
+    return not uses_var(expr, var) or stride(expr, var) == 1
+
+
+def input_producer(sch, main, blocks, rank: int):
+    """The block among ``blocks`` writing ``main``'s input (its read of rank ``rank``),
+    else None."""
+    block = sch.get(main)
+    out = block.writes[0].source
+    buf = next((r.source for r in block.reads
+                if len(r.source.shape) == rank and not r.source.same_as(out)), None)
+    for p in blocks:
+        if buf is not None and any(w.source.same_as(buf) for w in sch.get(p).writes):
+            return p
+    return None
 
 
 def lane_reads(reads, x) -> bool | None:

@@ -187,7 +187,7 @@ class Conv2dPacked(MatchingCPURule):
         else:
             for lp in reversed(sch.get_loops(wb)[-len(inner):]):
                 sch.unroll(lp)
-        data = _data_producer(sch, conv, pads, nd + 2) if spans else None
+        data = common.input_producer(sch, conv, pads, nd + 2) if spans else None
         if data is not None:
             # the padded input of each chunk's positions (all channels, the taps' halo
             # included) is built inside the chunk's task, in its core's cache
@@ -218,19 +218,6 @@ def _position_chunks(blocks: int, tiles: int, ncores: int) -> int:
     # task per tile)
     fits = [d for d in common.divisors(tiles) if want <= blocks * d <= 2 * want]
     return min(fits) if fits else 0
-
-
-def _data_producer(sch, conv, pads, rank: int):
-    """The block among ``pads`` writing ``conv``'s input (its read of rank ``rank``),
-    else None."""
-    block = sch.get(conv)
-    out = block.writes[0].source
-    buf = next((r.source for r in block.reads
-                if len(r.source.shape) == rank and not r.source.same_as(out)), None)
-    for p in pads:
-        if buf is not None and any(w.source.same_as(buf) for w in sch.get(p).writes):
-            return p
-    return None
 
 
 # Bytes of weights a chunk of input channels may take (all taps, one channel block), and

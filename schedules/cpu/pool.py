@@ -132,13 +132,9 @@ def task_rows(planes: int, oh: int, in_w: int, kh: int, block: int, stride: int,
 def _window_stride(sch, pool) -> int:
     """The row stride of a blocked pool's window: the coefficient of its output row in
     the input row it reads (1 when not a plain ``y * s + ry``)."""
-    from tvm.sym.pattern import detect_linear_equation
-
     block = sch.get(pool)
-    y = block.iter_vars[2].var
     src = [r for r in block.reads if not r.source.same_as(block.writes[0].source)][0]
-    coef = detect_linear_equation(src.region[2].min, [y])
-    return int(coef[0]) if len(coef) == 2 and hasattr(coef[0], "value") else 1
+    return common.stride(src.region[2].min, block.iter_vars[2].var) or 1
 
 
 class Pool2dNCHWc(MatchingCPURule):

@@ -28,19 +28,8 @@ rules (``cpu.pool2d_nchw``, ``cpu.tiled_reduction``: contiguous vector loads the
 
 from __future__ import annotations
 
-from tvm import tirx
-from tvm.sym.pattern import detect_linear_equation
-
 from ..base import MatchingCPURule
 from . import common
-
-
-def _stride(expr, var) -> int | None:
-    """The constant coefficient of ``var`` in ``expr`` (``x * s + r``), else None."""
-    coef = detect_linear_equation(expr, [var])
-    if len(coef) != 2 or not isinstance(coef[0], tirx.IntImm):
-        return None
-    return int(coef[0])
 
 
 def match_strided_pool(sch):
@@ -70,7 +59,7 @@ def match_strided_pool(sch):
         return None
     if not common.uses_var(idx[-1], ivs[-1]):  # the innermost tap walks the last dim
         return None
-    stride = _stride(idx[-1], spatial[-1])
+    stride = common.stride(idx[-1], spatial[-1])
     if stride is None or stride < 2:
         return None
     return rv, d, stride
@@ -111,7 +100,6 @@ class PoolStrided(MatchingCPURule):
         for t in taps:
             sch.unroll(t)
         sch.decompose_reduction(rv, taps[0])
-        lanes = common.lanes_fp32(target)
         for a in after:
             common.schedule_elementwise(sch, a, lanes, ncores)
         return sch
@@ -136,7 +124,9 @@ def _phases(sch, rv, s, task, sp, taps, pads, after, tail, xt, lanes, ncores):
     """The phase-split schedule (module docstring): the task's input plane copied as ``s``
     phases, taps ``rx = q*s + r`` reading phase ``r`` at ``x + q``, ``xt`` outputs of a
     row accumulated in registers over the unrolled taps, written back once."""
-    src = pads[0] if pads else sch.cache_read(rv, 0, "global")
+    src = common.input_producer(sch, rv, pads, len(sp) + 2)
+    if src is None:  # unpadded: a copy of the input
+        src = sch.cache_read(rv, 0, "global")
     pads = [p for p in pads if not sch.get(p).same_as(sch.get(src))]
     width = int(sch.get(src).writes[0].source.shape[-1])
     # [.., w] -> [.., w % s, .., w // s] (the phase outermost of the plane); a width that
