@@ -148,12 +148,14 @@ def inline_producers(sch, block_rv):
 def inline_around(sch, main_rv, keep_pads=True, keep=()):
     """Inline every spatial block but ``main_rv`` (the conv / matmul), the blocks named in
     ``keep`` and padding producers (kept when ``keep_pads``: padding inlined into the
-    reduction would put a branch in the inner loop).  Returns (blocks left before main, blocks left after
+    reduction would put a branch in the inner loop; a max pool's ``pad_temp`` also when
+    unpadded: its order keys, built once per input element, ``legalize_pool``).  Returns (blocks left before main, blocks left after
     main, the single consumer of main that writes the output or None)."""
     main = sch.get(main_rv)
     pads = list(keep)
     for blk in sch.get_producers(main_rv):
-        if keep_pads and "if_then_else" in str(sch.get(blk).body):
+        b = sch.get(blk)
+        if keep_pads and ("if_then_else" in str(b.body) or b.name_hint == "pad_temp"):
             pads.append(sch.get(blk).name_hint)
     changed = True
     while changed:

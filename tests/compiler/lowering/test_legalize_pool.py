@@ -128,23 +128,67 @@ def test_global_max_pool_skips_nan(op):
     assert_nan_equal(got, _skip_nan_pool(x, [7, 7], [1, 1], [0] * 4, [1, 1]))
 
 
-def test_legalized_pool_is_a_select_and_int_keeps_tvm():
-    def text(dtype):
+def test_legalized_pool_is_a_key_max_and_int_keeps_tvm():
+    def text(dtype, padding=(1, 1, 1, 1)):
         x = relax.Var("x", relax.TensorType((1, 2, 8, 8), dtype))
-        return legalized_text(relax.op.nn.max_pool2d(x, (3, 3), padding=(1, 1, 1, 1)), x)
+        return legalized_text(relax.op.nn.max_pool2d(x, (3, 3), padding=padding), x)
 
     f32 = text("float32")
-    assert "T.max" not in f32 and "pad_temp" in f32 and "pool_max" in f32
-    # the NaN test on the accumulator's bits (nan_reducers.isnan_bits), not T.isnan
-    assert "T.isnan" not in f32 and 'T.reinterpret("int32"' in f32
-    assert "T.isnan" in text("float16")
-    assert "T.max" in text("int32")
+    # float32: order keys built in pad_temp (the NaN test there), an integer max per tap,
+    # the key turned back into the float after the reduction
+    assert "pad_temp" in f32 and "pool_max" in f32 and "pool_max_value" in f32
+    update = [ln for ln in f32.splitlines() if "pool_max[v_i0, v_i1, v_i2, v_i3] = " in ln]
+    assert len(update) == 2 and 'T.max(T.reinterpret("int32"' in update[1]
+    assert "T.isnan" not in update[1] and "T.Select" not in update[1]
+    # unpadded: the keys still get their own stage (once per input element)
+    assert "pad_temp" in text("float32", (0, 0, 0, 0))
+    # other floats: the select reducer; ints: TVM's
+    f16 = text("float16")
+    assert "T.isnan" in f16 and "pool_max_value" not in f16
+    assert "T.max" in text("int32") and "T.reinterpret" not in text("int32")
+
+
+def test_order_keys_order_floats_and_put_nan_lowest():
+    """``order_key`` / ``from_order_key`` compiled: the keys' signed order is the floats'
+    (-0 below +0), every NaN's key below -inf's, and the round trip gives the same bits
+    (a NaN for a NaN)."""
+    import tvm
+    from tvm import te
+
+    from compiler.lowering.nan_reducers import from_order_key, order_key
+
+    n = 4096
+    x = te.placeholder((n,), "float32", name="x")
+    k = te.compute((n,), lambda i: order_key(x[i]), name="k")
+    back = te.compute((n,), lambda i: from_order_key(k[i]), name="back")
+    lib = tvm.compile(te.create_prim_func([x, k, back]), target="llvm")
+    rng = np.random.default_rng(0)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, LOWEST, -LOWEST, 1e-45, -1e-45, 1e-41,
+                        -1e-41, 1.0, -1.0], np.float32)
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0xFFFFFFFF],
+                    np.uint32).view(np.float32)
+    vals = np.concatenate([special, nans, rng.standard_normal(n).astype(np.float32) * 1e3])[:n]
+    bits = rng.integers(0, 2**32, n - 600, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    vals[600:] = bits  # any bit pattern: NaNs with payloads, subnormals
+    out_k = tvm.runtime.empty((n,), "int32")
+    out_b = tvm.runtime.empty((n,), "float32")
+    lib(tvm.runtime.tensor(vals), out_k, out_b)
+    keys, got = out_k.numpy(), out_b.numpy()
+    num = ~np.isnan(vals)
+    order = np.argsort(vals[num], kind="stable")
+    ks, vs = keys[num][order].astype(np.int64), vals[num][order]
+    assert np.all((np.diff(ks) > 0) | (np.diff(vs) == 0))  # float order kept
+    pz, nz = keys[np.where(vals.view(np.uint32) == 0)[0][0]], keys[1]
+    assert nz < pz  # -0 below +0
+    assert keys[~num].max() < keys[vals == -np.inf][0]  # NaN below -inf
+    assert np.array_equal(got[num].view(np.uint32), vals[num].view(np.uint32))
+    assert np.isnan(got[~num]).all()
 
 
 def test_blocked_pool_update_is_vectorised():
-    """The NCHW16c stem pool's tap update lowers to 16-lane vector selects: with T.isnan
-    TVM's vectoriser scalarised it (``_s`` loops), and LLVM for znver5 then kept the tile
-    in stack memory behind masked stores (400 vs 172 us alone)."""
+    """The NCHW16c stem pool's tap update lowers to a 16-lane integer max of order keys:
+    with T.isnan in the update TVM's vectoriser scalarised it (``_s`` loops), and LLVM for
+    znver5 then kept the tile in stack memory behind masked stores (400 vs 172 us alone)."""
     import tvm
     from tvm import s_tir, tirx
 
@@ -165,7 +209,8 @@ def test_blocked_pool_update_is_vectorised():
             st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
             st.ConvertBlocksToOpaque(), st.CompactBufferAllocation(), st.LowerOpaqueBlock(),
             tx.FlattenBuffer(), tx.VectorizeLoop(True)])(mod)["main"].script()
-    assert "T.Select(" in low and "_s in range" not in low
+    update = [ln for ln in low.splitlines() if "pool_max_global[i3_1" in ln and "T.max(" in ln]
+    assert update and 'T.reinterpret("int32x16"' in update[0] and "_s in range" not in low
 
 
 @pytest.mark.parametrize("lanes, side, kernel, stride, pad", [
