@@ -197,7 +197,8 @@ def q_embed_layer_normalization(bb, inputs, attrs, ctx):
 @_register("EmbedLayerNormalization")
 def embed_layer_normalization(bb, inputs, attrs, ctx):
     """layer_norm(word[input_ids] + position[position_ids or 0..S-1] [+ segment[segment_ids]]);
-    mask_index = the row sums of ``mask`` (zeros without one); embedding_sum.
+    mask_index = per row the count of ``mask`` entries equal to 1 (onnxruntime's
+    ``count_if(v == 1)``: a 2 or a -1 counts nothing; zeros without a mask); embedding_sum.
 
     Ids out of a table's range are clamped (onnxruntime raises an error instead)."""
     (ids, seg_ids, word, pos_table, seg_table, gamma, beta, mask,
@@ -223,7 +224,8 @@ def embed_layer_normalization(bb, inputs, attrs, ctx):
     if len(ctx.node.output) == 1:
         return y
     if mask is not None:
-        mask_index = relax.op.sum(relax.op.astype(mask, "int32"), axis=[1])
+        ones = relax.op.equal(mask, relax.const(1, mask.ty.dtype))
+        mask_index = relax.op.sum(relax.op.astype(ones, "int32"), axis=[1])
     else:
         mask_index = relax.const(np.zeros([b], np.int32), "int32")
     return _outputs(y, mask_index, emb)

@@ -185,6 +185,15 @@ def test_embed_layer_norm_mask_index_and_sum():
     assert ("layer_norm", "cpu.row_reduction") in kernels(cm)
 
 
+def test_embed_layer_norm_mask_index_counts_ones():
+    """mask_index counts the mask's entries equal to 1, as onnxruntime does (the ORT-optimized
+    DistilBERT fed a mask of other values: its row sums gave a different attention)."""
+    d = _embed_inputs()
+    d["mask"] = np.array([[1, 2, 1, 0, 3, 1], [-1, 1, 7, 1, 0, 1]], np.int32)
+    check("EmbedLayerNormalization", d, consts=("word", "pos", "segtab", "gamma", "beta"),
+          n_out=2, epsilon=1e-12)
+
+
 def test_embed_layer_norm_no_segment_no_mask():
     check("EmbedLayerNormalization", _embed_inputs(mask=False, segment=False),
           consts=("word", "pos", "gamma", "beta"), n_out=2)
