@@ -55,6 +55,10 @@ def graph_passes() -> list:
         # conv + inference BatchNorm => conv with scaled weights + bias: no BN kernel, the
         # bias add fuses into the conv (needs the constant weights folded above)
         passes.FoldBatchNorm(),
+        # a dilated conv whose taps mostly read padding (DeepLab's dilation-12 ASPP branch
+        # over 20x20: 64%) => per-tap 1x1 convs over the outputs each tap reaches, summed;
+        # after trim_conv_taps and fold_batchnorm (which matches BN on the whole conv)
+        passes.SplitDilatedConv(),
         # E[x^2]-E[x]^2 cancels when |mean| >> std; before fuse_layer_norm, which expects
         # the two-pass form
         passes.StableVariance(),

@@ -21,6 +21,7 @@ from .convert_layout import ConvertLayout
 from .fold_batchnorm import FoldBatchNorm
 from .fold_pad_into_conv import FoldPadIntoConv
 from .trim_conv_taps import TrimConvTaps
+from .split_dilated_conv import SplitDilatedConv
 from .fold_transpose_matmul import FoldTransposeMatmul
 from .fuse_attention import FuseAttention
 from .fuse_gelu import FuseGelu
@@ -37,7 +38,7 @@ from .stable_variance import StableVariance
 from .accumulate_fp32 import AccumulateFp32
 
 __all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqDataMovement", "QdqLookupTable", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
-           "EliminateDeadCode", "FoldBatchNorm", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
+           "EliminateDeadCode", "FoldBatchNorm", "SplitDilatedConv", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
            "FoldPadIntoConv", "TrimConvTaps", "PlaceConcat", "SeqMajorCache", "SinkReshape"]
