@@ -68,7 +68,7 @@ class PackConvWeights(GraphPass):
 _LAYOUTS = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW"), 3: ("NCDHW", "OIDHW")}
 
 
-def conv_packed(data, wp, strides, padding, dilation, groups=1, width_tile=1):
+def conv_packed(data, wp, strides, padding, dilation, groups=1, width_tile=1, channels=None):
     """TE compute of a 1-, 2- or 3-D conv: ``out[n, f, *p] = sum_{c, *r} pad(data)[n,
     g(f) + c, *(p * s + r * d)] * wp[f // b, c, *r, f % b]`` with ``wp`` of shape
     [F/b, C/groups, *K, b] and ``g(f)`` the first input channel of f's group (0 without
@@ -76,7 +76,9 @@ def conv_packed(data, wp, strides, padding, dilation, groups=1, width_tile=1):
     ``padding`` is the padding before each spatial dim, then after each (2-D: top, left,
     bottom, right).  With ``width_tile`` > 1 not dividing the output width, the sum runs
     over the width rounded up to a multiple of it (input columns past the end read the
-    last one: no branch, no padded copy) and a second stage drops the extra columns."""
+    last one: no branch, no padded copy) and a second stage drops the extra columns; it
+    also drops the output channels past ``channels`` (those of zero weights that pad the
+    last block)."""
     n, _, *size = (int(d) for d in data.shape)
     fo, c, *ks, b = (int(d) for d in wp.shape)
     per_group = fo * b // groups
@@ -106,9 +108,10 @@ def conv_packed(data, wp, strides, padding, dilation, groups=1, width_tile=1):
              3: lambda i, f, z, y, x: body(i, f, z, y, x)}[nd]
     conv = te.compute((n, fo * b, *full), named,
                       name="conv2d_nchw_packed" if nd == 2 else f"conv{nd}d_packed")
-    if full == out:
+    channels = fo * b if channels is None else int(channels)
+    if full == out and channels == fo * b:
         return conv
-    return te.compute((n, fo * b, *out), lambda *idx: conv[idx], name="conv_columns")
+    return te.compute((n, channels, *out), lambda *idx: conv[idx], name="conv_columns")
 
 
 def pad_width(width: int, pixels: int, vectors: int = 2) -> int:
@@ -154,6 +157,22 @@ def _block(f: int, blocks) -> int:
     return next((b for b in blocks if f % b == 0), 0)
 
 
+# A conv1d / conv3d whose output channels no block divides (R(2+1)D's 45 / 230 / 460 / 921
+# "midplanes") gets zero output channels up to the block that pads least, when that adds
+# at most this fraction of the work: such convs had no rule but dlight's reduction (40-76x
+# onnxruntime's time at stride 2); 2-D ones have convert_layout's NCHW[b]c and conv2d_nchw
+MAX_PAD_FRACTION = 0.125
+
+
+def padded_block(f: int, blocks) -> tuple:
+    """(block, channels padded to whole blocks) for ``f`` output channels: the block of
+    ``blocks`` that pads least (the first of equals), if within ``MAX_PAD_FRACTION``;
+    else (0, f)."""
+    best = min(blocks, key=lambda b: -(-f // b) * b)
+    padded = -(-f // best) * best
+    return (best, padded) if padded - f <= MAX_PAD_FRACTION * f else (0, f)
+
+
 def _packed(m, call, min_taps: int, blocks, layouts, tiles: tuple, padded: list):
     """``call`` (a relax.nn.conv1d/2d/3d) as conv_packed on W packed in channel blocks,
     emitted through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
@@ -179,6 +198,11 @@ def _packed(m, call, min_taps: int, blocks, layouts, tiles: tuple, padded: list)
     # grouped: a block must not straddle two groups (depthwise, 1 channel a group, never
     # packs; its own rules take it)
     b = _block(f // groups, blocks) if f % groups == 0 else 0
+    channels = f
+    if not b and groups == 1 and len(dl) != 4:  # conv1d / conv3d: zero channels padded
+        b, channels = padded_block(f, blocks)
+        if b:
+            w = np.concatenate([w, np.zeros((channels - f, *w.shape[1:]), w.dtype)])
     if int(np.prod(w.shape[2:])) < min_taps or not b:
         return None
     data = m.visit_expr(data)
@@ -193,6 +217,6 @@ def _packed(m, call, min_taps: int, blocks, layouts, tiles: tuple, padded: list)
             padded.append(call)
     return m.builder_.call_te(
         conv_packed, data, wp, [int(s) for s in a.strides],
-        [int(p) for p in a.padding], [int(d) for d in a.dilation], groups, tile,
+        [int(p) for p in a.padding], [int(d) for d in a.dilation], groups, tile, f,
         primfunc_name_hint=f"conv{len(dl) - 2}d")
 
