@@ -18,8 +18,10 @@ from onnx import helper, numpy_helper
 
 # Results above this many elements are left to the Relax constant folder (weights).
 MAX_ELEMENTS = 1 << 20
-# Fold rounds, each after shape inference on the previous round's result.
-MAX_ROUNDS = 4
+# Fold rounds, each after shape inference on the previous round's result (each stage of
+# EnCodec's encoder pads by an amount computed from the previous stage's length: 4 rounds
+# left its later Pads dynamic); a round that folds nothing ends the loop
+MAX_ROUNDS = 64
 # Ops whose result is not a function of their inputs, that hold subgraphs, or that the
 # reference gets wrong.
 _NEVER = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",

@@ -244,6 +244,19 @@ class _Importer(_importer_base()):
         read = getattr(self, "_read", None)
         return read is None or name in read
 
+    def declared_dtype(self, name: str | None) -> str | None:
+        """The numpy dtype name of tensor ``name``'s declared element type, else None."""
+        import numpy as np
+        from onnx import helper
+
+        vi = getattr(self, "_declared_vis", {}).get(name)
+        if vi is None or not vi.type.tensor_type.elem_type:
+            return None
+        try:
+            return str(np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)))
+        except (KeyError, TypeError):
+            return None
+
     def declared_dims(self, name: str) -> list | None:
         """The model's declared shape of tensor ``name`` (ints and dim_param names, None
         for an unnamed unknown dim), or None when it declares none."""
@@ -368,7 +381,17 @@ class _Importer(_importer_base()):
                 value = getattr(self, "_known", {}).get(names[i] if i < len(names) else None)
                 value = shape_arith.known_of(x) if value is None else value
                 if value is None and isinstance(x.ty, tvm.ir.PrimType):
-                    out.append(x)  # a scalar of TVM's own shape handling: as it was
+                    # a scalar of TVM's own shape handling: a constant one (EnCodec's
+                    # ceil((len - k) / stride + 1), folded to T.float64(24000.0)) as a 0-D
+                    # tensor of the tensor's ONNX type, for converters that take tensors
+                    # (relax.ceil); a symbolic one as it was
+                    imm = (tvm.tirx.IntImm, tvm.tirx.FloatImm)
+                    c = x if isinstance(x, imm) else getattr(x, "value", None)
+                    if isinstance(c, imm):
+                        name = names[i] if i < len(names) else None
+                        dtype = self.declared_dtype(name) or str(c.ty.dtype)
+                        x = relax.const(np.array(c.value, dtype), dtype)
+                    out.append(x)
                     continue
                 if value is None:
                     raise UnsupportedError(f"{self.where}: {label}: input {i} is a shape that "

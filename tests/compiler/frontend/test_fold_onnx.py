@@ -145,3 +145,36 @@ def test_pad_value_computed_at_run_time():
     (got,) = compiler.compile(model).session().run(None, {"x": x})
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_chain_of_pads_sized_by_the_previous_pad_folds_to_the_end():
+    """EnCodec's encoder: each stage pads by an amount computed from the length the
+    previous stage's (computed) pad left, so each round of folding after shape inference
+    fixes one more Pad; four rounds left its later Pads dynamic ("Dynamic pads are not
+    supported").  Eight stages here, every Pad folded to constant pads."""
+    from tests.conftest import ort_run
+
+    nodes, inits, x = [], [initializer("two", np.int64(2)), initializer("three", np.int64(3)),
+                           initializer("z4", np.zeros(4, np.int64)),
+                           initializer("ax0", np.array([0], np.int64))], "x"
+    for i in range(8):  # pad the last axis by (len % 3) + 1 at the end
+        nodes += [helper.make_node("Shape", [x], [f"s{i}"]),
+                  helper.make_node("Gather", [f"s{i}", "two"], [f"l{i}"], axis=0),
+                  helper.make_node("Mod", [f"l{i}", "three"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", "one"], [f"a{i}"]),
+                  helper.make_node("Unsqueeze", [f"a{i}", "ax0"], [f"u{i}"]),
+                  helper.make_node("Concat", ["z4", "zero1", f"u{i}"], [f"p{i}"], axis=0),
+                  helper.make_node("Pad", [x, f"p{i}"], [f"x{i}"])]
+        x = f"x{i}"
+    nodes.append(helper.make_node("Relu", [x], ["y"]))
+    inits += [initializer("one", np.int64(1)), initializer("zero1", np.zeros(1, np.int64))]
+    g = helper.make_graph(nodes, "g", [value_info("x", F, [1, 2, 10])], [untyped_output("y")],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    folded, _ = fold_constants(load_model(m))
+    assert [n.op_type for n in folded.graph.node] == ["Pad"] * 8 + ["Relu"]
+    assert all(n.input[1] in {t.name for t in folded.graph.initializer}
+               for n in folded.graph.node if n.op_type == "Pad")
+    feeds = {"x": RNG.standard_normal((1, 2, 10)).astype(np.float32)}
+    got = compiler.compile(m, target="host").session().run(None, feeds)[0]
+    np.testing.assert_array_equal(got, ort_run(m, feeds)[0])

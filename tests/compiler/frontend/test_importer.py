@@ -75,3 +75,26 @@ def test_if_with_a_constant_condition_converts_one_branch_through_the_public_ent
 
 def test_the_result_is_a_relax_module():
     assert isinstance(import_onnx(load_model(_relu_add()))["main"], relax.Function)
+
+
+def test_constant_scalars_of_tvms_shape_handling_reach_tensor_ops_as_tensors():
+    """TVM's frontend keeps some shape arithmetic as bare scalars (EnCodec's padding,
+    ``ceil((len - k) / stride + 1)``, reached Ceil as ``T.float64(24000.0)``, which relax.ceil
+    refuses): a constant one is fed to a tensor op as a 0-D tensor of the tensor's declared
+    ONNX type; a symbolic one is left as it was."""
+    from tvm import tirx
+
+    from tvm.ir.expr import GenericConst
+
+    from compiler.frontend.importer import _Importer
+
+    imp = _Importer.__new__(_Importer)
+    imp._known = {}
+    imp._declared_vis = {"f": helper.make_tensor_value_info("f", TensorProto.FLOAT, [])}
+    n = tirx.Var("n", "int64")
+    out = imp._shape_values_as_tensors(
+        [tirx.FloatImm("float64", 24000.0), tirx.IntImm("int64", 7), n], "Ceil", ["f", "i", "s"])
+    assert isinstance(out[0], GenericConst) and str(out[0].ty.dtype) == "float32"
+    assert out[0].value.numpy() == np.float32(24000.0) and out[0].value.numpy().ndim == 0
+    assert isinstance(out[1], GenericConst) and str(out[1].ty.dtype) == "int64"
+    assert out[2].same_as(n)
