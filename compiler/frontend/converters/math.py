@@ -18,7 +18,7 @@ import numpy as np
 from tvm import relax
 
 from .common import (register, refuse, static_shape, scalar, dtype_of, constant_value,
-                     constant_values, fold_result, float_only, is_float, normalize_axis)
+                     constant_values, fold_result, float_only, is_float, normalize_axis, attr_text)
 from ..registry import tvm_converter
 
 
@@ -415,3 +415,103 @@ register("CumSum", since=11, override=True)(_cumulative("sum"))
 
 
 register("CumProd", since=26)(_cumulative("prod"))
+
+
+# --------------------------------------------------------------------------- #
+# Einsum
+# --------------------------------------------------------------------------- #
+
+
+def _einsum_terms(equation: str, ranks: list) -> tuple | None:
+    """(operand labels, output labels) of an einsum equation, an ellipsis spelled out as
+    upper-case labels (the same dims in every operand; None when ranks differ under it),
+    the implicit output (no ``->``) as ONNX defines it: the labels used once, sorted."""
+    eq = equation.replace(" ", "")
+    lhs, _, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        return None
+    ell = {r - len(t.replace("...", "")) for t, r in zip(terms, ranks) if "..." in t}
+    if len(ell) > 1:
+        return None
+    k = ell.pop() if ell else 0
+    dots = "".join(chr(ord("A") + i) for i in range(k))
+    terms = [t.replace("...", dots) for t in terms]
+    if "->" in eq:
+        out = rhs.replace("...", dots)
+    else:
+        counts = {c: "".join(terms).count(c) for c in "".join(terms)}
+        out = dots + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in dots))
+    if any(len(t) != r for t, r in zip(terms, ranks)):
+        return None
+    return terms, out
+
+
+@register("Einsum", since=12, override=True)
+def einsum(bb, inputs, attrs, ctx):
+    """Two-operand float einsums as a batched matmul: each operand transposed to [batch,
+    kept, contracted] (the constant one to the right, [batch, contracted, kept]) and
+    reshaped to 3-D (2-D without batch labels), one ``matmul``, the result reshaped and
+    transposed to the output's labels; labels in one operand only and not in the output
+    summed first.  The matmul rules then take it (XLNet's ``ibnd,hnd->ibh`` projection
+    against a constant [768, 12, 64] ran under dlight's reduction rule at 42x onnxruntime's
+    time).  Other einsums (one or three operands, repeated labels in an operand,
+    broadcast dims, integers) keep TVM's converter."""
+    from tvm.ir.expr import GenericConst
+
+    fallback = lambda: tvm_converter("Einsum")(bb, inputs, attrs, ctx)  # noqa: E731
+    if (len(inputs) != 2 or any(x is None for x in inputs)
+            or not all(is_float(dtype_of(x)) for x in inputs)
+            or dtype_of(inputs[0]) != dtype_of(inputs[1])):
+        return fallback()
+    try:
+        shapes = [static_shape(x) for x in inputs]
+    except Exception:  # noqa: BLE001 - symbolic: TVM's
+        return fallback()
+    eq = attr_text(attrs.get("equation"), "")
+    parsed = _einsum_terms(eq, [len(s) for s in shapes])
+    if parsed is None:
+        return fallback()
+    (la, lb), lo = parsed
+    size = {}
+    for t, s in zip((la, lb), shapes):
+        if len(set(t)) != len(t):
+            return fallback()  # a diagonal
+        for c, d in zip(t, s):
+            if size.setdefault(c, d) != d:
+                return fallback()  # broadcast over a label
+    if len(set(lo)) != len(lo) or any(c not in size for c in lo):
+        return fallback()
+    a, b = inputs
+    if isinstance(a, GenericConst) and not isinstance(b, GenericConst):
+        a, b, la, lb = b, a, lb, la  # the constant operand on the right (packed weights)
+
+    def summed(x, labels, other):  # labels of one operand only, not in the output
+        gone = [i for i, c in enumerate(labels) if c not in other and c not in lo]
+        if gone:
+            x = relax.op.sum(x, axis=gone)
+            labels = "".join(c for i, c in enumerate(labels) if i not in gone)
+        return x, labels
+
+    a, la = summed(a, la, lb)
+    b, lb = summed(b, lb, la)
+    batch = [c for c in lo if c in la and c in lb]
+    contract = [c for c in la if c in lb and c not in lo]
+    kept_a = [c for c in la if c not in lb]
+    kept_b = [c for c in lb if c not in la]
+    prod = lambda labels: int(np.prod([size[c] for c in labels], dtype=np.int64))  # noqa: E731
+    lead = [prod(batch)] if batch else []
+
+    def arranged(x, labels, order, shape):
+        perm = [labels.index(c) for c in order]
+        if perm != list(range(len(labels))):
+            x = relax.op.permute_dims(x, perm)
+        return relax.op.reshape(x, lead + shape)
+
+    a2 = arranged(a, la, batch + kept_a + contract, [prod(kept_a), prod(contract)])
+    b2 = arranged(b, lb, batch + contract + kept_b, [prod(contract), prod(kept_b)])
+    y = relax.op.matmul(a2, b2)
+    got = batch + kept_a + kept_b
+    y = relax.op.reshape(y, [size[c] for c in got])
+    perm = [got.index(c) for c in lo]
+    return relax.op.permute_dims(y, perm) if perm != list(range(len(lo))) else y

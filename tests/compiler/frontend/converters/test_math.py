@@ -98,3 +98,49 @@ def test_integer_pow_is_computed_by_a_kernel(dtype):
     assert cm.report["constant_outputs"] == []
     np.testing.assert_array_equal(z, ort_run(m, {"x": x, "y": y})[0])
     np.testing.assert_array_equal(z, np.power(x, y))
+
+
+# Einsum: two float operands as one batched matmul (converters/math.py einsum)
+EINSUMS = [
+    ("ibnd,hnd->ibh", (6, 1, 3, 4), (5, 3, 4), True),     # XLNet's output projection
+    ("ibh,hnd->ibnd", (6, 2, 5), (5, 3, 4), True),        # its q/k/v projections
+    ("ibnd,jbnd->bnij", (6, 2, 3, 4), (7, 2, 3, 4), False),   # its scores
+    ("hnd,ibnd->ibh", (5, 3, 4), (6, 1, 3, 4), False),    # a constant on the left
+    ("bij,bjk->bik", (2, 3, 4), (2, 4, 5), False),
+    ("...ij,...jk->...ik", (2, 3, 3, 4), (2, 3, 4, 5), False),   # ellipsis
+    ("ij,jk", (3, 4), (4, 5), False),                     # implicit output
+    ("ij,kj->ik", (3, 4), (5, 4), True),                  # transposed B
+    ("ijk,jl->il", (3, 4, 2), (4, 5), False),             # k only in A: summed first
+    ("i,j->ij", (3,), (4,), False),                       # outer product
+    ("bhqd,bhkd->bhqk", (1, 2, 5, 8), (1, 2, 7, 8), False),
+]
+
+
+@pytest.mark.parametrize("eq,sa,sb,const", EINSUMS, ids=[e[0] for e in EINSUMS])
+def test_einsum_two_operands(eq, sa, sb, const):
+    check("Einsum", {"a": randn(*sa), "b": randn(*sb)}, consts=("b",) if const else (),
+          opset=12, equation=eq)
+
+
+def test_einsum_against_a_constant_takes_the_packed_matmul():
+    """XLNet's ``ibnd,hnd->ibh`` against a constant ran as one reduction under dlight's
+    rule at 42x onnxruntime's time: now a matmul against packed weights."""
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(randn(16, 3, 8), "w")
+    node = helper.make_node("Einsum", ["x", "w"], ["y"], equation="ibnd,hnd->ibh")
+    m = onnx_model(node, [value_info("x", F, [32, 1, 3, 8])], [value_info("y", F, [32, 1, 16])],
+                   12, [w])
+    cm = compiler.compile(m)
+    assert "cpu.matmul_packed" in [k["rule"] for k in cm.report["kernel_table"]]
+    x = randn(32, 1, 3, 8)
+    want = np.einsum("ibnd,hnd->ibh", x, numpy_helper.to_array(w))
+    np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("eq,shapes", [("ii->i", [(4, 4)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+                                       ("ij,ij->i", [(3, 4), (1, 4)])])
+def test_einsum_others_keep_tvms_converter(eq, shapes):
+    """A diagonal, three operands and a broadcast label are left to TVM's einsum."""
+    names = "abc"[:len(shapes)]
+    check("Einsum", {n: randn(*s) for n, s in zip(names, shapes)}, opset=12, equation=eq)
