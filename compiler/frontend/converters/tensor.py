@@ -240,6 +240,22 @@ def expand(bb, inputs, attrs, ctx):
     return relax.op.broadcast_to(data, out_shape)
 
 
+@register("Tile", since=6, override=True)
+def tile(bb, inputs, attrs, ctx):
+    """Tile, refusing a ``repeats`` that is not a 1-D tensor of the input's rank (Mamba's
+    TorchScript export writes a [1, 1] one; onnxruntime refuses that model too, "'Repeats'
+    input must be 1D tensor"), which reached TVM's converter as a nested list: "Cannot
+    convert from type Array[...] to Array<int>"."""
+    repeats = constant_value(inputs[1]) if inputs[1] is not None else None
+    if repeats is not None:
+        rank = len(static_dims(inputs[0], ctx))
+        shape = list(np.shape(repeats))
+        if len(shape) != 1 or shape[0] != rank:
+            refuse(ctx, f"repeats of shape {shape} (ONNX's Tile takes 1-D repeats, one entry "
+                        f"per input axis: {rank}; onnxruntime refuses it too)")
+    return tvm_converter("Tile")(bb, inputs, attrs, ctx)
+
+
 @register("CenterCropPad", since=18)
 def center_crop_pad(bb, inputs, attrs, ctx):
     """CenterCropPad: crop (the extra element on the right when odd) or zero-pad (the extra

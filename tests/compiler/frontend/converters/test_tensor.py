@@ -155,3 +155,27 @@ def test_scatter_nd_at_nonzero_of_an_all_false_mask_matches_onnxruntime():
     for mask in (np.zeros((2, 5), bool), np.eye(2, 5, 1, dtype=bool)):
         feeds = {"x": x, "m": mask}
         assert_close(sess.run(None, feeds), ort_run(m, feeds), rtol=0, atol=0)
+
+
+def test_tile_refuses_repeats_that_are_not_1d():
+    """Mamba's TorchScript export writes Tile's repeats as [[k]] computed from a shape
+    (onnxruntime refuses the model too): a clear refusal naming the node, not TVM's
+    "Cannot convert from type Array"."""
+    import pytest
+    from onnx import helper, numpy_helper
+
+    from compiler.errors import UnsupportedError
+    import compiler
+
+    c = lambda name, a: numpy_helper.from_array(np.array(a, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i2"], ["n"], axis=0),
+             helper.make_node("Mod", ["n", "k"], ["r"]),
+             helper.make_node("Sub", ["k2d", "r"], ["reps"]),        # [1, 1]
+             helper.make_node("Tile", ["n", "reps"], ["y"], name="the_tile")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 3, 64])],
+                          [helper.make_tensor_value_info("y", 7, None)],
+                          [c("i2", [2]), c("k", [60]), c("k2d", [[64]])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedError, match=r"the_tile.*repeats of shape \[1, 1\]"):
+        compiler.compile(m)
