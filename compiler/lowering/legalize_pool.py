@@ -12,10 +12,10 @@ reduction, the shape ``schedules/cpu/pool.py`` matches), float32 throughout:
 * float32: ``pad_temp`` holds each input's ``nan_reducers.order_key`` (an int32 whose
   order is the float's, every NaN below -inf; the padding -FLT_MAX's key), built once per
   input element, also without padding (``pad_temp`` is kept by the schedules:
-  ``common.inline_around``); ``pool_max`` is an integer max of the keys
-  (``key_max_reducer``: one ``vpmaxsd`` per tap, no dependency on a compare), and
-  ``pool_max_value`` turns the key back into the float (an all-NaN window's max is a NaN's
-  key).  The select-based reducer before it (a NaN test and a compare per tap) ran the
+  ``common.inline_around``); ``pool_max`` is TVM's int32 max of the keys (one ``vpmaxsd``
+  per tap, no dependency on a compare; identity INT_MIN, a NaN's key: a reducer rfactor
+  and the GPU rules' cross-thread reduction know), and ``pool_max_value`` turns the key
+  back into the float (an all-NaN window's max is a NaN's key).  The select-based reducer before it (a NaN test and a compare per tap) ran the
   3x3/1 NCHW16c pools at 2.4x a plain max on znver4;
 * other float dtypes: ``pool_max(w) => fold(acc = NaN; acc = isnan(v) ? acc : (acc > v ?
   acc : v))`` (``nan_reducers.skip_nan_reducer``) over the input padded with -FLT_MAX.
@@ -32,7 +32,7 @@ import numpy as np
 import tvm
 from tvm import te, tirx
 
-from .nan_reducers import from_order_key, key_max_reducer, order_key, skip_nan_reducer
+from .nan_reducers import from_order_key, order_key, skip_nan_reducer
 
 _ATTR = "FLegalize"
 _MARK = "__onnxc_pool_skip_nan__"
@@ -61,11 +61,13 @@ def _pool_compute(x, out_shape, layout: str, kernel, strides, dilation, before, 
             idx[a] = i[a] - before[j]
             inside += [i[a] >= before[j], i[a] < x.shape[a] + before[j]]
         v = tirx.if_then_else(tirx.all(*inside), x(*idx), lowest) if padded else x(*i)
-        return tirx.reinterpret(dtype, order_key(v)) if keyed else v
+        return order_key(v) if keyed else v
 
     src = te.compute(pad_shape, prepared, name="pad_temp", tag="pad") if padded or keyed else x
     rk = [te.reduce_axis((0, kernel[j]), name=f"rv{j}") for j in range(len(spatial))]
-    reducer = key_max_reducer() if keyed else skip_nan_reducer("max")
+    # keys: TVM's integer max (identity INT_MIN, a NaN's key), a reducer rfactor and the
+    # GPU's cross-thread reduction know
+    reducer = te.max if keyed else skip_nan_reducer("max")
 
     def body(*o):
         idx = list(o)
@@ -76,8 +78,8 @@ def _pool_compute(x, out_shape, layout: str, kernel, strides, dilation, before, 
     out = te.compute(out_shape, body, name="pool_max", tag="pool_max")
     if not keyed:
         return out
-    return te.compute(out_shape, lambda *i: from_order_key(tirx.reinterpret("int32", out(*i))),
-                      name="pool_max_value", tag="elemwise")
+    return te.compute(out_shape, lambda *i: from_order_key(out(*i)), name="pool_max_value",
+                      tag="elemwise")
 
 
 def _legalize(default):

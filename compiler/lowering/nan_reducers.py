@@ -19,7 +19,7 @@ splits or vectorises the reduction changes the answer.  onnxruntime 1.32 (measur
   ``-FLT_MAX``), GlobalMaxPool only in the next-to-last position.  No rule to copy; we skip
   NaN wherever the window holds a number (NaN for an all-NaN window), which equals
   onnxruntime wherever the NaN is not in the position its kernel happens to keep.
-  float32: an integer max of ``order_key`` s (``key_max_reducer``), other floats
+  float32: TVM's integer max of ``order_key`` s, other floats
   ``skip_nan_reducer`` with a NaN identity (``legalize_pool``).
 
 Every reducer here is a select per element (no libm call), so it vectorises; it is not one
@@ -36,7 +36,7 @@ def skip_nan_reducer(kind: str):
     """``max`` / ``min`` that skips NaN operands, with identity NaN: a NaN accumulator takes
     the next value, a NaN value leaves the accumulator; all NaN gives NaN; of equal values
     (+0 and -0 only) the later one.  A select chain per element (a NaN test and a
-    compare): float32 max pools use ``key_max_reducer`` instead, 2.5x faster."""
+    compare): float32 max pools take an integer max of ``order_key`` s instead, 2.5x faster."""
 
     def combine(acc, x):
         # `acc > x ? acc : x` (x86's maxps(acc, x)): a NaN accumulator gives x; the NaN
@@ -70,19 +70,6 @@ def from_order_key(k):
     """The float32 of an order key: the flip is its own inverse; INT_MIN (every NaN's key,
     and the empty max's) gives a NaN."""
     return tirx.reinterpret("float32", k ^ ((k >> 31) & tirx.const(_MAGNITUDE, "int32")))
-
-
-def key_max_reducer():
-    """An integer max over float32 values that carry ``order_key`` bits (reinterpreted
-    both ways, so the pool's buffers stay float32 for the schedules that match them):
-    one ``vpmaxsd`` / ``smax`` per tap, in any order.  Identity INT_MIN (NaN)."""
-
-    def combine(acc, x):
-        return tirx.reinterpret("float32", tirx.max(tirx.reinterpret("int32", acc),
-                                                     tirx.reinterpret("int32", x)))
-
-    return te.comm_reducer(
-        combine, lambda t: tirx.reinterpret(t, tirx.const(_INT_MIN, "int32")), name="max_key")
 
 
 def lead_nan_reducer(kind: str):

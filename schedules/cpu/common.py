@@ -270,6 +270,9 @@ def single_reduction(sch, kinds: str):
 # What a window pooling or a row reduction may write: float32, and the 8-bit activations of
 # quantized models (QOperator's uint8 MaxPool; QDQ LayerNorm -> QuantizeLinear rows)
 FLOAT_OR_8BIT = ("float32", "uint8", "int8")
+# What a window pooling may reduce: those, and a float32 max pool's int32 order keys
+# (compiler/lowering/legalize_pool.py)
+POOLED = FLOAT_OR_8BIT + ("int32",)
 
 
 def nodes(root, kind) -> list:

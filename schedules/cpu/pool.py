@@ -38,7 +38,7 @@ def match_pool(sch, blocked: bool = False):
     rv, block, ivs = m
     spatial = ivs[:-2]
     # (8-bit: QOperator ResNet-50's uint8 stem MaxPool ran 1.96 ms on the fallback, ORT 0.07)
-    o = common.fp32_output(block, spatial, common.FLOAT_OR_8BIT)
+    o = common.fp32_output(block, spatial, common.POOLED)
     if o is None:
         return None
     out, ins = o

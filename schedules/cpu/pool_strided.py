@@ -48,7 +48,7 @@ def match_strided_pool(sch):
     block = sch.get(rv)
     ivs = [iv.var for iv in block.iter_vars]
     spatial = ivs[:2 + d]
-    o = common.fp32_output(block, spatial)
+    o = common.fp32_output(block, spatial, ("float32", "int32"))  # int32: max pool keys
     if o is None:
         return None
     _, ins = o
@@ -128,11 +128,12 @@ def _phases(sch, rv, s, task, sp, taps, pads, after, tail, xt, lanes, ncores):
     if src is None:  # unpadded: a copy of the input
         src = sch.cache_read(rv, 0, "global")
     pads = [p for p in pads if not sch.get(p).same_as(sch.get(src))]
-    width = int(sch.get(src).writes[0].source.shape[-1])
+    buf = sch.get(src).writes[0].source
+    width, zero = int(buf.shape[-1]), 0.0 if "float" in str(buf.dtype) else 0
     # [.., w] -> [.., w % s, .., w // s] (the phase outermost of the plane); a width that
     # is no multiple of s leaves the last phase a column short (never read: padded)
     sch.transform_layout(src, ("write", 0), lambda *i: (*i[:2], i[-1] % s, *i[2:-1], i[-1] // s),
-                         pad_value=None if width % s == 0 else 0.0)
+                         pad_value=None if width % s == 0 else zero)
     q, r = sch.split(taps[-1], [None, s])
     xo, xi = sch.split(sp[-1], [None, xt])
     sch.reorder(task, *sp[-2:-1], xo, *taps[:-1], q, r, xi)  # (task, y, xo, taps, x)
