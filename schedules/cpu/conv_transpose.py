@@ -18,6 +18,7 @@ from tvm import tirx
 
 from ..base import MatchingCPURule
 from . import common
+from .conv2d_packed import position_chunks
 
 
 def match_conv_transpose(sch):
@@ -164,6 +165,16 @@ class ConvTranspose(MatchingCPURule):
         fm, fi = sch.split(fi, [None, b // vectors * vt])
         rows = [lp for lp in (yo,) if lp is not None]
         inner = [lp for lp in (yi,) if lp is not None] + inner_x
+        # 1-D with fewer channel blocks than the cores want tasks: chunks of output
+        # positions too (HiFi-GAN's 64 -> 32 upsampler, one block: one task ran on one of
+        # the two cores, 2.2x onnxruntime's time)
+        spans = 0 if planes or rows else position_chunks(
+            common.const_extent(sch, n) * common.const_extent(sch, fo),
+            common.const_extent(sch, outer[0]), ncores)
+        if spans:
+            xs, outer[0] = sch.split(outer[0], [spans, None])
+            at = outer[0] if at is not None else None
+            rows = [xs]
         sch.reorder(n, fo, *planes, *rows, *outer, fm, rc, *rt, *inner, fi)
         # channels innermost in the register tile: one vector register per pixel
         wb, pads = common.write_back_at(sch, conv, at or fm, tail, pads, after,

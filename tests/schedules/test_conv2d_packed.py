@@ -166,11 +166,11 @@ def test_conv1d_of_few_channel_blocks_runs_chunks_of_positions():
     padding was its own parallel stage, and every block's task then read half its input
     from the other core: WaveNet's 64 -> 64 dilated conv ran 0.44 ms on one thread, 0.58 on
     two)."""
-    from schedules.cpu.conv2d_packed import _position_chunks
+    from schedules.cpu.conv2d_packed import position_chunks
 
-    assert _position_chunks(2, 400, 2) == 2 and _position_chunks(1, 400, 2) == 4
-    assert _position_chunks(4, 400, 2) == 0 and _position_chunks(2, 400, 1) == 0
-    assert _position_chunks(2, 4001, 2) == 0 and _position_chunks(1, 1, 2) == 0  # none fits
+    assert position_chunks(2, 400, 2) == 2 and position_chunks(1, 400, 2) == 4
+    assert position_chunks(4, 400, 2) == 0 and position_chunks(2, 400, 1) == 0
+    assert position_chunks(2, 4001, 2) == 0 and position_chunks(1, 1, 2) == 0  # none fits
     # (k 2: a block's weights for all 64 channels fit SLAB_BYTES, no channel chunks; 4000
     # outputs: 400 tiles of 10, in 2 chunks)
     text = Conv2dPacked().apply(_packed_nd(64, (3999,), 64, 2, 32, pad=1),

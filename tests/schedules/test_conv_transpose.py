@@ -59,6 +59,16 @@ def test_structure_register_tile_and_epilogue(target, size, k, s, p):
     assert ("pad_temp" in text) == (k > s or p > 0)
 
 
+@pytest.mark.parametrize("k,s,p", [(8, 4, 2), (4, 2, 1)])
+def test_1d_of_one_channel_block_runs_chunks_of_positions(k, s, p):
+    """HiFi-GAN's 64 -> 32 upsampler (k8 s4 over 6400 samples): one channel block was one
+    task, one of the two cores idle; now chunks of output positions are the tasks too."""
+    text = ConvTranspose().apply(_phased(64, (640,), 32, k, s, p, 32), AVX512).mod["main"].script()
+    extents = [int(v.split(")")[0]) for v in text.split("T.parallel(T.int64(")[1:]]
+    # the conv's own parallel loop (after the channels-last copy's) has several tasks
+    assert max(extents[1:]) >= 4
+
+
 def test_register_tile_fits_avx2():
     """AVX2's 16 registers take 12 accumulators: the unrolled tile x vectors fits."""
     text = ConvTranspose().apply(_phased(32, (16, 16), 64, 2, 2, 0, 32), AVX2).mod["main"].script()
