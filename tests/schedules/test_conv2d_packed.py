@@ -160,6 +160,20 @@ def test_conv1d_of_few_channel_blocks_with_channel_chunks_runs_chunks_of_positio
     assert text.count("T.parallel") == 1 and "T.parallel(T.int64(4))" in text
 
 
+def test_chunked_row_cache_writes_back_output_columns_in_vectors():
+    """HiFi-GAN's 32 -> 32 k7 conv over 25600 samples: channel chunks (a row cache) and
+    chunks of positions.  A task's chunk of columns is narrower than the output without
+    being padded: the write-back must still run along the output's columns (contiguous in
+    NCW), not across the channels (stores 100 KB apart; its residual add's kernel ran
+    2.1x the same conv's without)."""
+    text = Conv2dPacked().apply(_packed_nd(32, (25600,), 32, 7, 32, pad=3),
+                                TARGET).mod["main"].script()
+    assert "rc_0" in text and "T.parallel(T.int64(4))" in text   # both kinds of chunks
+    wb = text[text.rindex("for "):]   # the write-back's loops come last
+    tail = text[text.index('T.sblock("conv1d_packed_intermediate_global")') - 400:]
+    assert "T.vectorized(T.int64(16))" in tail and "T.unroll(T.int64(2))" not in tail, wb
+
+
 def test_conv1d_of_few_channel_blocks_runs_chunks_of_positions():
     """Two channel blocks on a two-core target: the parallel loop also takes chunks of
     output positions, each building its part of the padded input inside its task (the
