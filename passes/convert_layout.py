@@ -22,7 +22,8 @@ goes to the blocked layouts as a dense one (each output block reading its group'
 blocks); any other conv (SqueezeNet's 1000-class 1x1, groups of 4 channels, 20 channels)
 stays NCHW for ``pack_conv_weights``.  Where TVM's ConvertLayout fails with half blocks (a
 concat of an 8- and a 16-channel-block tensor: "Invalid layout axis 8b") the graph is
-converted again with whole blocks only.  The int32 convs of QDQ models take the same
+converted again with whole blocks only.  A 4-D ``split`` (on which TVM's ConvertLayout
+fails even in NCHW) becomes ``strided_slice`` s first (``_splits_as_slices``).  The int32 convs of QDQ models take the same
 blocks (half ones too: their dot's 256-bit form), depthwise ones excepted.  The weight
 and bias transforms of constants are computed here once (numpy), so no kernel
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
@@ -44,7 +45,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassConfigError, PassReport
-from .dataflow import nodes_of, rebind, tag
+from .dataflow import nodes_of, rebind, rewrite_calls, tag
 from .relax_util import apply_index_map
 
 LAYOUTS = ("NCHW", "NCHWc", "NHWC")
@@ -67,6 +68,9 @@ class ConvertLayout(GraphPass):
             # no conv to convert: TVM's ConvertLayout is not even run (on graphs without
             # convs it rejected some reductions and crashed on others)
             return mod
+        mod, sliced = _splits_as_slices(mod)
+        if sliced:
+            report.rewrites["4-D split => strided_slices"] = sliced
         unsafe = _unverified_op(mod, layout, block)
         if unsafe is not None:
             op, var = unsafe
@@ -222,6 +226,42 @@ def _unverified_op(mod, layout: str, block: int):
                 continue
             return name, b.var
     return None
+
+
+def _splits_as_slices(mod):
+    """(module, splits rewritten): every ``relax.split`` of a 4-D tensor as a tuple of
+    ``strided_slice`` s along its axis.  TVM's ConvertLayout fails on a split even of an
+    NCHW tensor (``_BROKEN``), so one split kept a whole graph NCHW: YOLOv8's C2f blocks
+    (a conv's channels split in two), MobileViTv2's separable attention (q, k, v split
+    from one conv's channels); strided_slice carries the blocked layout (``_VERIFIED``)."""
+
+    def slices(m, call):
+        x = call.args[0]
+        if getattr(x.ty, "ndim", -1) != 4 or x.ty.shape is None:
+            return None
+        axis = int(call.attrs.axis) % 4
+        extent = x.ty.shape.values[axis]
+        if not isinstance(extent, tirx.IntImm):
+            return None
+        n = int(extent)
+        ind = call.attrs.indices_or_sections
+        if isinstance(ind, (tirx.IntImm, int)):  # equal sections
+            k = int(ind)
+            if k <= 0 or n % k:
+                return None
+            cuts = [n // k * i for i in range(1, k)]
+        else:
+            cuts = [int(i) for i in ind]
+        bounds = [0] + cuts + [n]
+        src = m.visit_expr(x)
+        parts = [m.builder_.emit(relax.op.strided_slice(src, axes=[axis], begin=[b], end=[e]),
+                                 name_hint=f"{m.binding.var.name}_{j}")
+                 for j, (b, e) in enumerate(zip(bounds, bounds[1:]))]
+        # one section: TVM's split gives the tensor itself, not a tuple
+        return relax.Tuple(parts) if isinstance(call.ty, relax.TupleType) else parts[0]
+
+    mod, done = rewrite_calls(mod, "relax.split", slices)
+    return mod, len(done)
 
 
 def _wants_conversion(mod, layout: str, block: int) -> bool:
