@@ -86,3 +86,29 @@ def _eval(e, env):
         if isinstance(e, cls):
             return fn(_eval(e.a, env), _eval(e.b, env))
     raise ValueError(f"unsupported index expression {e}")
+
+
+# spatial dims -> (data layout, kernel layout, constructor) of a channels-first conv
+CONVS = {1: ("NCW", "OIW", relax.op.nn.conv1d), 2: ("NCHW", "OIHW", relax.op.nn.conv2d),
+         3: ("NCDHW", "OIDHW", relax.op.nn.conv3d)}
+
+
+def static_conv(call, nd: int):
+    """(input extents, output extents, the weight as numpy) of a channels-first
+    ``relax.nn.conv{nd}d`` call with a constant weight and static spatial extents (the
+    layouts ``CONVS`` names), else None."""
+    from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
+
+    data_layout, kernel_layout, _ = CONVS[nd]
+    a = call.attrs
+    data, weight = call.args
+    if (not isinstance(weight, GenericConst) or a.data_layout != data_layout
+            or a.kernel_layout != kernel_layout or a.out_layout != data_layout):
+        return None
+    shape, oshape = data.ty.shape, call.ty.shape
+    if shape is None or oshape is None:
+        return None
+    dims = list(shape)[2:] + list(oshape)[2:]
+    if any(not isinstance(d, tirx.IntImm) for d in dims):
+        return None
+    return ([int(d) for d in dims[:nd]], [int(d) for d in dims[nd:]], weight.value.numpy())

@@ -28,16 +28,13 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import tvm
 from tvm import relax
-from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
 from .dataflow import nodes_of, record_calls, rewrite_calls, tag
+from .relax_util import CONVS, static_conv
 
 RULE = "conv(x, W) => sum of per-tap 1x1 convs over the outputs each tap reads inside x"
-_CONVS = {1: ("NCW", "OIW", relax.op.nn.conv1d), 2: ("NCHW", "OIHW", relax.op.nn.conv2d),
-          3: ("NCDHW", "OIDHW", relax.op.nn.conv3d)}
 
 
 class SplitDilatedConv(GraphPass):
@@ -53,7 +50,7 @@ class SplitDilatedConv(GraphPass):
     def rewrite(self, mod, report: PassReport, options: dict):
         min_waste = float(options["min_waste"])
         split = []
-        for nd in _CONVS:
+        for nd in CONVS:
             mod, done = rewrite_calls(mod, f"relax.nn.conv{nd}d",
                                       lambda m, call, nd=nd: _split(m, call, nd, min_waste))
             split += done
@@ -83,25 +80,15 @@ def wasted(ranges: list, out: list) -> float:
 
 
 def _split(m, call, nd: int, min_waste: float):
-    data_layout, kernel_layout, make = _CONVS[nd]
-    a = call.attrs
-    data, weight = call.args
-    if (not isinstance(weight, GenericConst) or a.data_layout != data_layout
-            or a.kernel_layout != kernel_layout or a.out_layout != data_layout):
-        return None
+    data_layout, kernel_layout, make = CONVS[nd]
+    a, data = call.attrs, call.args[0]
     dilation = [int(d) for d in a.dilation]
-    if all(d == 1 for d in dilation):
+    conv = static_conv(call, nd) if any(d > 1 for d in dilation) else None
+    if conv is None:
         return None
-    shape, oshape = data.ty.shape, call.ty.shape
-    if shape is None or oshape is None:
-        return None
-    shape, oshape = list(shape), list(oshape)
-    if any(not isinstance(d, tvm.tirx.IntImm) for d in shape + oshape):
-        return None
-    w = weight.value.numpy()
+    size, out, w = conv
     padding = [int(p) for p in a.padding]
     strides = [int(s) for s in a.strides]
-    size, out = [int(d) for d in shape[2:]], [int(d) for d in oshape[2:]]
     ranges = [tap_ranges(size[i], out[i], w.shape[2 + i], strides[i], dilation[i],
                          padding[i]) for i in range(nd)]
     if wasted(ranges, out) < min_waste:

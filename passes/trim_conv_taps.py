@@ -17,16 +17,13 @@ extents; refuses a trim that would need negative padding.  Runs after fold_pad_i
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax
-from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
 from .dataflow import record_calls, rewrite_calls
+from .relax_util import CONVS, static_conv
 
 RULE = "conv(x, W) => conv(x, W[live taps]): taps that only read padding cut"
-_CONVS = {1: ("NCW", "OIW", relax.op.nn.conv1d), 2: ("NCHW", "OIHW", relax.op.nn.conv2d),
-          3: ("NCDHW", "OIDHW", relax.op.nn.conv3d)}
 
 
 class TrimConvTaps(GraphPass):
@@ -37,7 +34,7 @@ class TrimConvTaps(GraphPass):
 
     def rewrite(self, mod, report: PassReport, options: dict):
         trimmed = []
-        for nd in _CONVS:
+        for nd in CONVS:
             mod, done = rewrite_calls(mod, f"relax.nn.conv{nd}d",
                                       lambda m, call, nd=nd: _trimmed(m, call, nd))
             trimmed += done
@@ -56,26 +53,18 @@ def live_taps(size: int, out: int, kernel: int, stride: int, dilation: int,
 
 
 def _trimmed(m, call, nd: int):
-    data_layout, kernel_layout, make = _CONVS[nd]
-    a = call.attrs
-    data, weight = call.args
-    if (not isinstance(weight, GenericConst) or a.data_layout != data_layout
-            or a.kernel_layout != kernel_layout or a.out_layout != data_layout):
+    conv = static_conv(call, nd)
+    if conv is None:
         return None
-    shape, oshape = data.ty.shape, call.ty.shape
-    shape, oshape = (list(shape) if shape is not None else None,
-                     list(oshape) if oshape is not None else None)
-    if shape is None or oshape is None or any(
-            not isinstance(d, tvm.tirx.IntImm) for d in shape[2:] + oshape[2:]):
-        return None
-    w = weight.value.numpy()
+    size, out, w = conv
+    make, a, data = CONVS[nd][2], call.attrs, call.args[0]
     padding = [int(p) for p in a.padding]
     before, after = padding[:nd], padding[nd:]
     strides, dilation = [int(s) for s in a.strides], [int(d) for d in a.dilation]
     cuts, new_before, new_after = [], [], []
     for i in range(nd):
         k = w.shape[2 + i]
-        first, last = live_taps(int(shape[2 + i]), int(oshape[2 + i]), k, strides[i],
+        first, last = live_taps(size[i], out[i], k, strides[i],
                                 dilation[i], before[i])
         if first < 0:
             return None
