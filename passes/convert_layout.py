@@ -128,6 +128,10 @@ class ConvertLayout(GraphPass):
             return mod
         folder = _FoldConstTransforms(out)
         out["main"] = folder.visit_expr(out["main"])
+        channels = _BlockedChannelOps(out)
+        out["main"] = channels.visit_expr(out["main"])
+        if channels.count:
+            report.rewrites["channel slices / concats kept blocked"] = channels.count
         # a tensor read by two blocked ops is transformed once, not once per reader
         out = relax.transform.EliminateCommonSubexpr()(out)
         out = relax.transform.DeadCodeElimination(["main"])(out)
@@ -460,6 +464,130 @@ class _NameTransforms(PyExprMutator):
             super().visit_var_binding_(binding)
             return
         rebind(self, binding, self.visit_expr(binding.value), name)
+
+
+def _map(index_map, idx: list) -> list | None:
+    try:
+        return [int(e) for e in index_map.map_indices([tirx.IntImm("int64", i) for i in idx])]
+    except Exception:  # noqa: BLE001 - not a map of constants
+        return None
+
+
+def _is_unblocking(call, b: int) -> bool:
+    """``call`` is layout_transform NCHW{b}c -> NCHW, no padding."""
+    m = call.attrs.index_map
+    return (call.attrs.pad_value is None and _map(m, [0, 1, 2, 3, 4]) == [0, b + 4, 2, 3]
+            and _map(m, [1, 2, 3, 4, 5]) == [1, 2 * b + 5, 3, 4])
+
+
+def _is_blocking(call, b: int) -> bool:
+    """``call`` is layout_transform NCHW -> NCHW{b}c, no padding."""
+    m = call.attrs.index_map
+    return (call.attrs.pad_value is None and _map(m, [0, b + 3, 2, 1]) == [0, 1, 2, 1, 3]
+            and _map(m, [1, 2 * b + 1, 3, 4]) == [1, 2, 3, 4, 1])
+
+
+@mutator
+class _BlockedChannelOps(PyExprMutator):
+    """After TVM's ConvertLayout: a channel slice of a blocked tensor on block boundaries,
+    and a blocked copy of a channel concat of such tensors, computed in the blocked layout.
+    TVM's strided_slice layout inference does not slice the outer channel axis, so a split
+    (``_splits_as_slices``: YOLOv8's C2f) went blocked -> NCHW, sliced, concatenated in NCHW
+    and back to blocked.  ``strided_slice(unblock(X), C[k:l])`` => ``unblock(X[:, k/b:l/b])``,
+    ``block(unblock(X))`` => ``X``, ``block(concat(unblock(X_i)))`` => ``concat(X_i)``."""
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.values = {b.var: b.value for blk in mod["main"].body.blocks for b in blk.bindings}
+        self.blocked = {}   # original var -> (its blocked form, already visited; block)
+        self.count = 0
+
+    def _source(self, e):
+        """``e`` through aliases and items of literal tuples, as an original var."""
+        for _ in range(8):
+            v = self.values.get(e) if isinstance(e, relax.Var) else None
+            if isinstance(v, relax.Var):
+                e = v
+            elif isinstance(v, relax.TupleGetItem) and isinstance(v.tuple_value, relax.Var) \
+                    and isinstance(self.values.get(v.tuple_value), relax.Tuple):
+                e = self.values[v.tuple_value].fields[v.index]
+            else:
+                return e
+        return e
+
+    def _unblocked(self, e):
+        """(the blocked tensor, visited; b) when ``e`` is an NCHW view of one, else None."""
+        e = self._source(e)
+        if e in self.blocked:
+            return self.blocked[e]
+        v = self.values.get(e) if isinstance(e, relax.Var) else None
+        if not (isinstance(v, relax.Call) and getattr(v.op, "name", "") ==
+                "relax.layout_transform") or getattr(v.args[0].ty, "ndim", -1) != 5:
+            return None
+        b = v.args[0].ty.shape[4]
+        if not isinstance(b, tirx.IntImm) or not _is_unblocking(v, int(b)):
+            return None
+        return self.visit_expr(v.args[0]), int(b)
+
+    def visit_var_binding_(self, binding):
+        v = binding.value
+        name = getattr(getattr(v, "op", None), "name", "") if isinstance(v, relax.Call) else ""
+        new = None
+        if name == "relax.strided_slice":
+            new = self._slice(binding, v)
+        elif name == "relax.layout_transform" and getattr(v.ty, "ndim", -1) == 5:
+            new = self._block(v)
+        if new is None:
+            super().visit_var_binding_(binding)
+            return
+        self.count += 1
+        rebind(self, binding, new)
+
+    def _slice(self, binding, v):
+        ints = []  # axes, begin, end (strides): constant tuples of the call (TVM 0.27)
+        for t in v.args[1:]:
+            fields = getattr(t, "fields", None)
+            if fields is None or not all(isinstance(f, tirx.IntImm) for f in fields):
+                return None
+            ints.append([int(f) for f in fields])
+        if ints[0] != [1] or (len(ints) > 3 and ints[3] != [1]):
+            return None
+        src = self._unblocked(v.args[0])
+        if src is None:
+            return None
+        x, b = src
+        k, end = ints[1][0], ints[2][0]
+        c = int(v.args[0].ty.shape[1])
+        end = min(end, c)
+        if k < 0 or k % b or end % b or end <= k:
+            return None
+        part = self.builder_.emit(relax.op.strided_slice(x, axes=[1], begin=[k // b],
+                                                         end=[end // b]),
+                                  name_hint=f"{binding.var.name}_blk")
+        self.blocked[binding.var] = (part, b)
+        unblock = self.values[self._source(v.args[0])]
+        return relax.op.layout_transform(part, unblock.attrs.index_map)
+
+    def _block(self, v):
+        b = int(v.ty.shape[4]) if isinstance(v.ty.shape[4], tirx.IntImm) else 0
+        if not b or not _is_blocking(v, b):
+            return None
+        src = self._unblocked(v.args[0])
+        if src is not None:
+            return src[0] if src[1] == b else None
+        cat = self.values.get(self._source(v.args[0]))
+        if not (isinstance(cat, relax.Call) and getattr(cat.op, "name", "") == "relax.concat"
+                and int(cat.attrs.axis) % 4 == 1):
+            return None
+        fields = cat.args[0]
+        if isinstance(fields, relax.Var) and isinstance(self.values.get(fields), relax.Tuple):
+            fields = self.values[fields]
+        if not isinstance(fields, relax.Tuple):
+            return None
+        parts = [self._unblocked(f) for f in fields.fields]
+        if any(p is None or p[1] != b for p in parts):
+            return None
+        return relax.op.concat([p[0] for p in parts], axis=1)
 
 
 @mutator
