@@ -23,8 +23,10 @@ blocks); any other conv (SqueezeNet's 1000-class 1x1, groups of 4 channels, 20 c
 stays NCHW for ``pack_conv_weights``.  Where TVM's ConvertLayout fails with half blocks (a
 concat of an 8- and a 16-channel-block tensor: "Invalid layout axis 8b") the graph is
 converted again with whole blocks only.  A 4-D ``split`` (on which TVM's ConvertLayout
-fails even in NCHW) becomes ``strided_slice`` s first (``_splits_as_slices``).  The int32 convs of QDQ models take the same
-blocks (half ones too: their dot's 256-bit form), depthwise ones excepted.  The weight
+fails even in NCHW) becomes ``strided_slice`` s first (``_splits_as_slices``), and channel
+slices and concats on block boundaries stay blocked (``_BlockedChannelOps``).  The int32
+convs of QDQ models take the same blocks (half ones too: their dot's 256-bit form),
+depthwise ones excepted.  The weight
 and bias transforms of constants are computed here once (numpy), so no kernel
 re-packs weights at run time.  TVM cannot lower the blocked conv2d itself:
 ``compiler/lowering/legalize_conv_nchwc.py`` does.

@@ -33,6 +33,7 @@ from tvm import relax
 from .context import GraphPass, PassReport
 from .dataflow import nodes_of, record_calls, rewrite_calls, tag
 from .relax_util import CONVS, static_conv
+from .trim_conv_taps import tap_ranges
 
 RULE = "conv(x, W) => sum of per-tap 1x1 convs over the outputs each tap reads inside x"
 
@@ -56,20 +57,6 @@ class SplitDilatedConv(GraphPass):
             split += done
         record_calls(report, RULE, split)
         return mod
-
-
-def tap_ranges(size: int, out: int, kernel: int, stride: int, dilation: int,
-               before: int) -> list:
-    """Per tap of one axis, the outputs ``[lo, hi)`` at which it reads inside ``[0,
-    size)``: tap ``t`` at output ``o`` reads ``o * stride + t * dilation - before``
-    (``lo >= hi``: never)."""
-    ranges = []
-    for t in range(kernel):
-        off = t * dilation - before
-        lo = min(out, -(off // stride) if off < 0 else 0)      # ceil(-off / stride)
-        hi = min(out, (size - 1 - off) // stride + 1) if size - 1 - off >= 0 else 0
-        ranges.append((lo, max(lo, hi)))
-    return ranges
 
 
 def wasted(ranges: list, out: list) -> float:

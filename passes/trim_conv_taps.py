@@ -42,13 +42,27 @@ class TrimConvTaps(GraphPass):
         return mod
 
 
+def tap_ranges(size: int, out: int, kernel: int, stride: int, dilation: int,
+               before: int) -> list:
+    """Per tap of one axis, the outputs ``[lo, hi)`` at which it reads inside ``[0,
+    size)``: tap ``t`` at output ``o`` reads ``o * stride + t * dilation - before``
+    (``lo >= hi``: never).  Also split_dilated_conv's."""
+    ranges = []
+    for t in range(kernel):
+        off = t * dilation - before
+        lo = min(out, -(off // stride) if off < 0 else 0)      # ceil(-off / stride)
+        hi = min(out, (size - 1 - off) // stride + 1) if size - 1 - off >= 0 else 0
+        ranges.append((lo, max(lo, hi)))
+    return ranges
+
+
 def live_taps(size: int, out: int, kernel: int, stride: int, dilation: int,
               before: int) -> tuple[int, int]:
     """The first and last tap of one axis that reads inside ``[0, size)`` at some output
-    position: tap ``t`` at output ``o`` reads ``o * stride + t * dilation - before``.
-    (-1, -1) when no tap does (the conv reads only padding: left alone)."""
-    live = [t for t in range(kernel)
-            if any(0 <= o * stride + t * dilation - before < size for o in range(out))]
+    position (``tap_ranges``).  (-1, -1) when no tap does (the conv reads only padding:
+    left alone)."""
+    live = [t for t, (lo, hi) in enumerate(tap_ranges(size, out, kernel, stride, dilation,
+                                                      before)) if lo < hi]
     return (live[0], live[-1]) if live else (-1, -1)
 
 

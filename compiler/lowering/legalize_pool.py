@@ -7,7 +7,7 @@ the position their loop order happens to favour (the last tap of a 2-D window, n
 the next-to-last element of a global pool; measured, ``nan_reducers``): we skip NaN
 wherever the window holds a number and give NaN for an all-NaN window (docs/conformance.md).
 This legalization keeps topi's structure (a ``pad_temp`` block, then the ``pool_max``
-reduction, the shape ``schedules/cpu/pool.py`` matches), float32 throughout:
+reduction, the shape ``schedules/cpu/pool.py`` matches):
 
 * float32: ``pad_temp`` holds each input's ``nan_reducers.order_key`` (an int32 whose
   order is the float's, every NaN below -inf; the padding -FLT_MAX's key), built once per
@@ -15,8 +15,9 @@ reduction, the shape ``schedules/cpu/pool.py`` matches), float32 throughout:
   ``common.inline_around``); ``pool_max`` is TVM's int32 max of the keys (one ``vpmaxsd``
   per tap, no dependency on a compare; identity INT_MIN, a NaN's key: a reducer rfactor
   and the GPU rules' cross-thread reduction know), and ``pool_max_value`` turns the key
-  back into the float (an all-NaN window's max is a NaN's key).  The select-based reducer before it (a NaN test and a compare per tap) ran the
-  3x3/1 NCHW16c pools at 2.4x a plain max on znver4;
+  back into the float (an all-NaN window's max is a NaN's key).  The select-based
+  reducer before it (a NaN test and a compare per tap) ran the 3x3/1 NCHW16c pools at
+  2.4x a plain max on znver4;
 * other float dtypes: ``pool_max(w) => fold(acc = NaN; acc = isnan(v) ? acc : (acc > v ?
   acc : v))`` (``nan_reducers.skip_nan_reducer``) over the input padded with -FLT_MAX.
 

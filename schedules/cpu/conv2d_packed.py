@@ -19,7 +19,7 @@ fit L1).  Padding stays
 its own parallel stage.  Parallel over (n, channel block, row block (and plane)); rows
 outside the channel blocks when the input outweighs the weights; a conv1d of too few
 channel blocks for the cores also over chunks of output positions, each building its part
-of the padded input (``position_chunks``).  Tiles are divisors of
+of the padded input (``common.position_chunks``).  Tiles are divisors of
 the output height and width, so every shape is exact (pack_conv_weights pads a 1-D width
 whose divisors are thin to whole tiles).
 """
@@ -140,10 +140,10 @@ class Conv2dPacked(MatchingCPURule):
                                  > _read_elements(sch, conv, nd + 3)):
             outer = [n, *planes, *rows, fo]
         # a conv1d of fewer channel blocks than tasks the cores want: chunks of output
-        # positions too, each building its own part of the padded input (see position_chunks);
+        # positions too, each building its own part of the padded input (see common.position_chunks);
         # also with channel chunks, where each task keeps its own row cache (a TCN's k3
         # 64 -> 64 conv over 4000 samples, two threads: 0.49 -> 0.34 ms on Emerald Rapids)
-        spans = 0 if planes or rows else position_chunks(
+        spans = 0 if planes or rows else common.position_chunks(
             common.const_extent(sch, n) * common.const_extent(sch, fo),
             common.const_extent(sch, xo), ncores)
         if spans:
@@ -197,27 +197,6 @@ class Conv2dPacked(MatchingCPURule):
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         return sch
-
-
-# Tasks per core a conv1d's parallel loop should offer (the channel blocks times chunks of
-# output positions)
-TASKS_PER_CORE = 2
-
-
-def position_chunks(blocks: int, tiles: int, ncores: int) -> int:
-    """Chunks of a conv1d's output positions (a divisor of its ``tiles`` pixel tiles) that
-    give ``blocks`` channel blocks ``TASKS_PER_CORE`` to twice that many tasks per core, or
-    0 when the blocks alone do (or one core runs it, or no divisor fits).  With the blocks
-    alone, the parallel padding stage left half the padded input in the other core's cache
-    for every block's task: WaveNet's 64 -> 64 dilated conv (2 blocks, 4000 samples) ran
-    0.44 ms on one thread and 0.58 on two (onnxruntime 0.23; with the chunks 0.22)."""
-    want = TASKS_PER_CORE * ncores
-    if ncores <= 1 or blocks >= want:
-        return 0
-    # (at most twice the tasks wanted: a prime number of tiles keeps one chunk, not one
-    # task per tile)
-    fits = [d for d in common.divisors(tiles) if want <= blocks * d <= 2 * want]
-    return min(fits) if fits else 0
 
 
 # Bytes of weights a chunk of input channels may take (all taps, one channel block), and

@@ -18,7 +18,6 @@ from tvm import tirx
 
 from ..base import MatchingCPURule
 from . import common
-from .conv2d_packed import position_chunks
 
 
 def match_conv_transpose(sch):
@@ -168,7 +167,7 @@ class ConvTranspose(MatchingCPURule):
         # 1-D with fewer channel blocks than the cores want tasks: chunks of output
         # positions too (HiFi-GAN's 64 -> 32 upsampler, one block: one task ran on one of
         # the two cores, 2.2x onnxruntime's time)
-        spans = 0 if planes or rows else position_chunks(
+        spans = 0 if planes or rows else common.position_chunks(
             common.const_extent(sch, n) * common.const_extent(sch, fo),
             common.const_extent(sch, outer[0]), ncores)
         if spans:

@@ -48,7 +48,7 @@ def match_strided_pool(sch):
     block = sch.get(rv)
     ivs = [iv.var for iv in block.iter_vars]
     spatial = ivs[:2 + d]
-    o = common.fp32_output(block, spatial, ("float32", "int32"))  # int32: max pool keys
+    o = common.fp32_output(block, spatial, common.FLOAT_OR_KEYS)
     if o is None:
         return None
     _, ins = o

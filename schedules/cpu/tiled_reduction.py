@@ -37,7 +37,7 @@ def match_tiled_reduction(sch):
         return None
     block = sch.get(rv)
     ivs = [iv.var for iv in block.iter_vars]
-    o = common.fp32_output(block, ivs[:ns], ("float32", "int32"))  # int32: max pool keys
+    o = common.fp32_output(block, ivs[:ns], common.FLOAT_OR_KEYS)
     if o is None:
         return None
     if common.lane_reads(o[1], ivs[ns - 1]) is None:

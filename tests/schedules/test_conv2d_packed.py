@@ -180,7 +180,7 @@ def test_conv1d_of_few_channel_blocks_runs_chunks_of_positions():
     padding was its own parallel stage, and every block's task then read half its input
     from the other core: WaveNet's 64 -> 64 dilated conv ran 0.44 ms on one thread, 0.58 on
     two)."""
-    from schedules.cpu.conv2d_packed import position_chunks
+    from schedules.cpu.common import position_chunks
 
     assert position_chunks(2, 400, 2) == 2 and position_chunks(1, 400, 2) == 4
     assert position_chunks(4, 400, 2) == 0 and position_chunks(2, 400, 1) == 0
