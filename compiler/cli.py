@@ -47,6 +47,10 @@ def _add_compile(sub):
     p.add_argument("--no-precision-check", action="store_true",
                    help="with --precision bf16: skip the error measurement (the extra fp32 "
                         "build it needs)")
+    p.add_argument("--no-batch-loop", action="store_true",
+                   help="keep a CNN's dynamic batch symbolic instead of compiling one sample "
+                        "and running it once per sample (the default where every kernel "
+                        "is separable by sample)")
     p.add_argument("--no-isolate", action="store_true",
                    help="compile in this process instead of a child process (a crash inside "
                         "TVM then kills onnxc itself; useful under a debugger)")
@@ -93,6 +97,10 @@ def _add_bench(sub):
     p.add_argument("--compare", choices=["onnxruntime", "none"], default="onnxruntime")
     p.add_argument("--rounds", type=int, default=5, help="alternating worker processes per engine")
     p.add_argument("--runs", type=int, default=20, help="timed runs per worker")
+    p.add_argument("--dim", action="append", default=[], type=_dim_arg,
+                   metavar="NAME=MIN..MAX[:OPT]",
+                   help="range of a symbolic input dimension, as for compile; the benchmark "
+                        "feeds it at OPT (default MAX; undeclared dims get 1..128)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -144,7 +152,8 @@ def cmd_compile(args) -> int:
                   disabled_passes=args.disable_pass, layout=args.layout,
                   tuning_db=args.tuning_db, memory_reuse=not args.no_memory_reuse,
                   dump_ir=args.dump_ir, dims=_parse_dims(args.dim), precision=args.precision,
-                  precision_check=not args.no_precision_check)
+                  precision_check=not args.no_precision_check,
+                  batch_loop=not args.no_batch_loop)
     if args.timeout is not None and (args.no_isolate or args.timeout <= 0):
         raise UsageError("--timeout needs a positive number of seconds and an isolated "
                          "compile (not --no-isolate)")
@@ -163,6 +172,11 @@ def cmd_compile(args) -> int:
           f"target {r['target']['name']} ({r['target']['cpu']}), {r['compile_seconds']:.1f}s")
     if r.get("tuning"):
         print(_tuning_line(r))
+    if r.get("batch_loop"):
+        loop = r["batch_loop"]
+        print(f"dim {loop['dim']!r} ({loop['min']}..{loop['max']}) runs as a loop over a "
+              f"one-sample build (inputs {', '.join(loop['inputs'])}); --no-batch-loop keeps "
+              "it symbolic")
     for w in r.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     if args.report:
@@ -323,16 +337,23 @@ def cmd_bench(args) -> int:
 
     if args.rounds < 1 or args.runs < 1:
         raise UsageError("--rounds and --runs must be >= 1")
-    cm = compiler.compile(args.model, target=args.target, tuning_db=args.tuning_db)
+    cm = compiler.compile(args.model, target=args.target, tuning_db=args.tuning_db,
+                          dims=_parse_dims(args.dim))
     print(f"compiled {args.model} for {cm.report['target']['name']} "
           f"({cm.report['target']['cpu']}): {cm.report['kernels']} kernel calls in "
           f"{cm.report['compile_seconds']:.1f}s")
+    manifest = cm.meta["manifest"]
+    opt = {d["name"]: d["opt"] for d in manifest.get("dims", ())}  # symbolic dims: at OPT
+    shapes = {i["name"]: [int(opt.get(d, d)) for d in i["shape"]] for i in manifest["inputs"]}
+    if opt:
+        print("symbolic dims timed at " + ", ".join(f"{k}={v}" for k, v in opt.items())
+              + " (OPT; set with --dim NAME=MIN..MAX:OPT)")
     if cm.report.get("tuning"):
         print(_tuning_line(cm.report))
     with tempfile.TemporaryDirectory(prefix="onnxc-") as tmp:
         so = cm.export(os.path.join(tmp, "model.so"))
         r = measure(args.model, so, rounds=args.rounds, runs=args.runs,
-                    compare=args.compare == "onnxruntime")
+                    compare=args.compare == "onnxruntime", shapes=shapes)
     for meta, out in zip(cm.meta["manifest"]["outputs"], r["onnxc_outputs"]):
         print(f"output {meta['name']}: {out.dtype}{list(out.shape)} {_summary(out)}")
     print(f"onnxc       median {r['onnxc']['median_ms']:9.3f} ms  "
@@ -357,7 +378,7 @@ def _rate_line(report: dict, median_ms: float) -> str:
     from .lowering.kernel_table import generic_share
 
     table = report.get("kernel_table", [])
-    flops = sum(row["flops"] for row in table)
+    flops = sum(row["flops"] for row in table) * int(report.get("batch_loop", {}).get("opt", 1))
     gfs = flops / (median_ms * 1e6) if median_ms > 0 else 0.0
     t = report["target"]
     peak = nominal_peak_gflops(t.get("lanes_fp32", 0), int(t.get("cores", 1)))

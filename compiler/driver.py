@@ -28,6 +28,7 @@ from . import __version__
 from . import precision as precisions
 from .lowering import input_alignment, legalize_conv_nchwc, parallel_build
 from .lowering.artifact import write_artifact
+from .lowering.batch_loop import fix_dim, loop_dim, worth_looping
 from .errors import CompileError
 from .frontend.fold_onnx import fold_constants as fold_onnx_constants
 from .lowering.graph import extract, flops_at, plan_storage
@@ -83,7 +84,7 @@ class CompiledModel:
 def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=(),
             required_passes=(), pass_config=None, layout: str = "auto", tuning_db=None,
             memory_reuse: bool = True, dump_ir=None, dims=None, precision: str = "fp32",
-            precision_check: bool = True) -> CompiledModel:
+            precision_check: bool = True, batch_loop: bool = True) -> CompiledModel:
     """Compile an ONNX model (path or ModelProto) with static shapes for ``target``.
 
     The stages themselves, in this process; ``compiler.compile`` (``compiler/api.py``) is
@@ -119,6 +120,11 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         For bf16: measure the max relative error against an fp32 build (one more compile,
         two where this host cannot run the build and emulates it); the report's
         ``precision`` entry.
+    batch_loop : bool
+        On CPU targets, a symbolic dim that leads every tensor holding it, and over which
+        every kernel is separable, in a graph with convs or pools over it (a CNN's
+        dynamic batch) is compiled as a loop over a one-sample build
+        (``lowering/batch_loop.py``); False keeps it symbolic.
 
     Raises
     ------
@@ -134,6 +140,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     precisions.check(precision, tinfo, where)
     pass_config, layout_report = _choose_layout(layout, tinfo, pass_config, disabled_passes)
     pass_config = precisions.pass_config(precision, tinfo, pass_config)
+    rows_config = pass_config  # before _one_row_dims: the batch loop's analysis sets its own
     pass_config = _one_row_dims(dims, pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
@@ -143,6 +150,17 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     if ranges and tinfo.is_cuda:
         raise CompileError(f"{where}: symbolic dims {graph.dim_names} on a CUDA target: the "
                            "device runtime plans static shapes only; give input_shapes=")
+    loop = (stage("batch_loop", _loop_decision, model, graph, ranges, rows_config,
+                  dict(opt_level=opt_level, disabled=disabled_passes,
+                       required=required_passes), where)
+            if ranges and batch_loop and tinfo.is_cpu else None)
+    if loop is not None:
+        return _compile_batch_loop(
+            model, proto, graph, loop, ranges, t0, target=target, opt_level=opt_level,
+            disabled_passes=disabled_passes, required_passes=required_passes,
+            pass_config=pass_config_in, layout=layout, tuning_db=database,
+            memory_reuse=memory_reuse, dump_ir=dump_ir, precision=precision,
+            precision_check=precision_check)
     at_opt = {d["name"]: d["opt"] for d in ranges}
     if ranges:
         flops_at(graph, at_opt)
@@ -252,6 +270,65 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     report["compile_seconds"] = round(time.perf_counter() - t0, 3)
     log.info("compiled %s: %d kernel calls in %.1fs", where, report["kernels"],
              report["compile_seconds"])
+    return cm
+
+
+def _loop_decision(model, graph, ranges: list, rows_config, ctx_args: dict,
+                   where: str) -> dict | None:
+    """The range entry of the dim to compile as a batch loop (``lowering/batch_loop.py``),
+    or None.  A dim's opt above 1 pads symbolic matmul rows into register tiles, which
+    mixes samples in the kernels' iteration space: then the analysis reads a front half
+    built with every dim at opt 1."""
+    loop = loop_dim(graph, ranges)
+    if loop is None and any(d["opt"] != 1 for d in ranges) and worth_looping(graph, ranges):
+        one = {d["name"]: (d["min"], d["max"], 1) for d in ranges}
+        ctx = passes.PassContext(config=_one_row_dims(one, rows_config), **ctx_args)
+        _, _, at_one = _front(model, ctx, _Stages(where), [], one)
+        found = loop_dim(at_one, resolve_ranges(at_one.dim_names, one, where))
+        loop = next((d for d in ranges if found and d["name"] == found["name"]), None)
+    return loop
+
+
+def _loop_dims(loop: dict, ranges: list) -> dict | None:
+    """``dims=`` of the one-sample build: the other dims the caller declared."""
+    rest = {d["name"]: (d["min"], d["max"], d["opt"]) for d in ranges
+            if d["name"] != loop["name"] and d["declared"]}
+    return rest or None
+
+
+def _compile_batch_loop(model, proto, graph, loop: dict, ranges: list, t0: float,
+                        **kwargs) -> CompiledModel:
+    """The model compiled with the dim ``loop`` fixed to 1, for the runtime to run once per
+    sample (``lowering/batch_loop.py``, ``runtime/batch_loop.py``): its manifest's inputs
+    and outputs that lead with the dim say so, ``manifest["batch_loop"]`` names them, and
+    the dim's range joins ``manifest["dims"]`` (the range a run is checked against)."""
+    name = loop["name"]
+    if not loop["declared"]:  # the build is per sample: timing and FLOPs default to one
+        loop = {**loop, "opt": 1}
+    cm = compile_static(fix_dim(proto, name, 1), batch_loop=False,
+                        dims=_loop_dims(loop, ranges), **kwargs)
+    looped = {n for n, t in graph.inputs + graph.outputs
+              if graph.tensors[t].shape[:1] == [name]}
+    manifest, report = cm.meta["manifest"], cm.report
+    for io in manifest["inputs"] + manifest["outputs"]:
+        if io["name"] in looped:
+            io["shape"] = [name] + list(io["shape"][1:])
+    manifest["batch_loop"] = {
+        "dim": name,
+        "inputs": [io["name"] for io in manifest["inputs"] if io["name"] in looped],
+        "outputs": [io["name"] for io in manifest["outputs"] if io["name"] in looped]}
+    manifest["dims"] = [loop] + list(manifest.get("dims", ()))
+    manifest["model"]["sha256"] = _model_sha256(model)
+    report["batch_loop"] = {**loop, **manifest["batch_loop"],
+                            "why": "every kernel over it is separable by sample; the "
+                                   "kernel table's FLOPs are per sample"}
+    report["dims"] = [loop] + list(report.get("dims") or ())
+    if not loop["declared"]:
+        report["warnings"].append(
+            f"dim {name!r} has no declared range: default {loop['min']}..{loop['max']}; "
+            f"declare it with --dim {name}=MIN..MAX[:OPT]")
+    report["compile_seconds"] = round(time.perf_counter() - t0, 3)
+    log.info("compiled %s with dim %r as a loop over one sample", model_label(model), name)
     return cm
 
 
@@ -685,15 +762,27 @@ def schedule_kernels(model, target="host", *, tuning_db=None, **front_kwargs):
 
 def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_passes=(),
                 pass_config=None, layout: str = "auto", dump_ir=None, **_build_only):
-    """(TargetInfo, PassContext, KernelGraph): the front half of compile_static() on its own."""
+    """(TargetInfo, PassContext, KernelGraph): the front half of compile_static() on its own
+    (of the one-sample build where compile_static() would loop over a batch dim)."""
+    pass_config_arg = pass_config
     tinfo = targets.resolve(target)  # the same refusals as compile_static()
     pass_config, _ = _choose_layout(layout, tinfo, pass_config, disabled_passes)
+    rows_config = pass_config
     pass_config = _one_row_dims(_build_only.get("dims"), pass_config)
     ctx = passes.PassContext(opt_level=opt_level, disabled=disabled_passes,
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     dims = _build_only.get("dims")
-    _, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=dims)
+    proto, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=dims)
     ranges = resolve_ranges(graph.dim_names, dims, model_label(model))
+    if ranges and _build_only.get("batch_loop", True) and tinfo.is_cpu:
+        loop = _loop_decision(model, graph, ranges, rows_config,
+                              dict(opt_level=opt_level, disabled=disabled_passes,
+                                   required=required_passes), model_label(model))
+        if loop is not None:  # tune and fingerprint the kernels the build will have
+            return _front_only(fix_dim(proto, loop["name"], 1), target, opt_level,
+                               disabled_passes, required_passes, pass_config_arg, layout,
+                               dump_ir, **{**_build_only, "batch_loop": False,
+                                           "dims": _loop_dims(loop, ranges)})
     if ranges:  # the rules read each dim's opt, as in compile_static()
         graph.prim_funcs = annotate_dim_opt(graph.prim_funcs,
                                             {d["name"]: d["opt"] for d in ranges})

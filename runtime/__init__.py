@@ -125,4 +125,8 @@ def make_session(meta: dict, params, kernels, options: SessionOptions | None = N
         from .device import DeviceSession
 
         return DeviceSession(meta, params, kernels, options)
+    if meta["manifest"].get("batch_loop"):  # a one-sample graph run once per sample
+        from .batch_loop import BatchLoopSession
+
+        return BatchLoopSession(Session(meta, params, kernels, options), meta["manifest"])
     return Session(meta, params, kernels, options)

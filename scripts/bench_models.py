@@ -113,7 +113,7 @@ def bench_one(path: str, args, tmp: str) -> dict:
         stage = "measure"
         r = measure(path, so, rounds=args.rounds, runs=args.runs,
                     warmup=1 if args.runs < 5 else 3,
-                    match=BF16_MATCH if args.precision != "fp32" else None)
+                    match=BF16_MATCH if args.precision != "fp32" else None, shapes=shapes)
         row.update(onnxc_ms=r["onnxc"]["median_ms"], ort_ms=r["onnxruntime"]["median_ms"],
                    onnxc_min_ms=r["onnxc"]["min_ms"], ort_min_ms=r["onnxruntime"]["min_ms"],
                    ratio=r["ratio"], match=bool(r["allclose"]),

@@ -51,8 +51,25 @@ def random_feeds(inputs, seed: int = 0) -> dict:
     return feeds
 
 
-def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads: int) -> dict:
-    """One engine's timings of ``runs`` runs after ``warmup`` (run as ``python -m compiler.bench``)."""
+def feed_shapes(inputs, shapes: dict | None) -> list:
+    """[(name, shape, dtype)] with every shape concrete: ``shapes`` (input name -> dims)
+    replaces a declared shape; a declared shape with a symbolic dim and no entry in
+    ``shapes`` is an error naming the input."""
+    out = []
+    for name, shape, dtype in inputs:
+        if shapes and name in shapes:
+            shape = [int(d) for d in shapes[name]]
+        elif any(not isinstance(d, int) or d < 0 for d in shape):
+            raise ValueError(f"input {name!r} has symbolic shape {list(shape)}: give its "
+                             f"benchmark shape (measure(shapes={{{name!r}: [...]}}))")
+        out.append((name, shape, dtype))
+    return out
+
+
+def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads: int,
+           shapes: dict | None = None) -> dict:
+    """One engine's timings of ``runs`` runs after ``warmup`` (run as ``python -m
+    compiler.bench``); inputs with symbolic dims take their shape from ``shapes``."""
     import time
 
     if engine == "onnxc":
@@ -72,7 +89,7 @@ def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads
                     "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool",
                     "tensor(float16)": "float16", "tensor(uint8)": "uint8", "tensor(int8)": "int8"}
         inputs = [(i.name, i.shape, np_types[i.type]) for i in sess.get_inputs()]
-    feeds = random_feeds(inputs)
+    feeds = random_feeds(feed_shapes(inputs, shapes))
     outs = None
     for _ in range(warmup):
         outs = sess.run(None, feeds)
@@ -117,9 +134,12 @@ def top_kernels(report: dict, top: int) -> str:
 
 
 def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, warmup: int = 3,
-            threads: int | None = None, compare: bool = True, match: dict | None = None) -> dict:
+            threads: int | None = None, compare: bool = True, match: dict | None = None,
+            shapes: dict | None = None) -> dict:
     """Alternate onnxc and onnxruntime worker processes; return medians and output diffs
-    (``allclose``: ``outputs_match`` with ``match``'s tolerances, its defaults if None)."""
+    (``allclose``: ``outputs_match`` with ``match``'s tolerances, its defaults if None).
+    ``shapes`` (input name -> dims) gives the feeds' shapes where the model's (or the
+    artifact's) input shapes are symbolic; both engines get the same feeds."""
     threads = threads or len(os.sched_getaffinity(0))
     engines = [("onnxc", artifact)] + ([("onnxruntime", model_path)] if compare else [])
     times = {e: [] for e, _ in engines}
@@ -128,7 +148,7 @@ def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, war
             for engine, path in engines:
                 npz = os.path.join(tmp, f"{engine}.npz") if r == 0 else ""
                 cmd = [sys.executable, "-m", "compiler.tools.bench", engine, path, str(runs),
-                       str(warmup), npz, str(threads)]
+                       str(warmup), npz, str(threads), json.dumps(shapes or {})]
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 if p.returncode != 0:
                     raise RuntimeError(f"{engine} worker failed: {p.stderr.strip()[-2000:]}")
@@ -154,9 +174,11 @@ def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, war
 
 
 def main(argv) -> None:
-    """The worker's command line: ENGINE PATH RUNS WARMUP OUT_NPZ THREADS; prints JSON."""
+    """The worker's command line: ENGINE PATH RUNS WARMUP OUT_NPZ THREADS [SHAPES_JSON];
+    prints JSON."""
     engine, path, runs, warmup, npz, threads = argv[:6]
-    print(json.dumps(worker(engine, path, int(runs), int(warmup), npz, int(threads))))
+    shapes = json.loads(argv[6]) if len(argv) > 6 else None
+    print(json.dumps(worker(engine, path, int(runs), int(warmup), npz, int(threads), shapes)))
 
 
 if __name__ == "__main__":

@@ -120,6 +120,22 @@ def test_bench_compares_with_onnxruntime():
     assert "onnxc / onnxruntime latency" in r.stdout and "outputs match" in r.stdout
 
 
+def test_bench_feeds_symbolic_dims_at_opt(tmp_path):
+    """A model exported with a dynamic batch: both engines get the same feed at OPT (it
+    failed in the onnxruntime worker, which read the declared ['batch', ...] as a shape)."""
+    import onnx
+
+    m = onnx.load(EXAMPLE)
+    for vi in list(m.graph.input) + list(m.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(m, tmp_path / "dyn.onnx")
+    r = onnxc("bench", tmp_path / "dyn.onnx", "--dim", "batch=1..4:3", "--rounds", "1",
+              "--runs", "2")
+    assert r.returncode == 0, r.stderr
+    assert "symbolic dims timed at batch=3" in r.stdout
+    assert "outputs match" in r.stdout and "float32[3, " in r.stdout
+
+
 def test_inspect_supported_model():
     r = onnxc("inspect", EXAMPLE)
     assert r.returncode == 0, r.stderr
