@@ -339,6 +339,11 @@ def cmd_bench(args) -> int:
         raise UsageError("--rounds and --runs must be >= 1")
     cm = compiler.compile(args.model, target=args.target, tuning_db=args.tuning_db,
                           dims=_parse_dims(args.dim))
+    if cm.report.get("dynamic"):  # no one artifact to time: its export says why
+        from compiler.errors import CompileError
+
+        raise CompileError(f"cannot benchmark {args.model}: {cm.report['why']}; "
+                           "declare its symbolic dims with --dim NAME=MIN..MAX[:OPT]")
     print(f"compiled {args.model} for {cm.report['target']['name']} "
           f"({cm.report['target']['cpu']}): {cm.report['kernels']} kernel calls in "
           f"{cm.report['compile_seconds']:.1f}s")

@@ -278,10 +278,10 @@ def _loop_decision(model, graph, ranges: list, rows_config, ctx_args: dict,
     """The range entry of the dim to compile as a batch loop (``lowering/batch_loop.py``),
     or None.  A dim's opt above 1 pads symbolic matmul rows into register tiles, which
     mixes samples in the kernels' iteration space: then the analysis reads a front half
-    built with every dim at opt 1."""
+    built with every dim at opt 1 (or its min, when above 1)."""
     loop = loop_dim(graph, ranges)
     if loop is None and any(d["opt"] != 1 for d in ranges) and worth_looping(graph, ranges):
-        one = {d["name"]: (d["min"], d["max"], 1) for d in ranges}
+        one = {d["name"]: (d["min"], d["max"], max(d["min"], 1)) for d in ranges}
         ctx = passes.PassContext(config=_one_row_dims(one, rows_config), **ctx_args)
         _, _, at_one = _front(model, ctx, _Stages(where), [], one)
         found = loop_dim(at_one, resolve_ranges(at_one.dim_names, one, where))
@@ -555,10 +555,28 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
     signature = input_signature(proto, stage.where, symbolic=True, per_shape=per_shape)
     output_names = [o.name for o in proto.graph.output]
-    mod = stage("import", import_onnx, proto, stage.where, None, None, True, per_shape)
-    mod = stage("graph_passes", ctx.run, graph_passes(), mod)
+    imported = stage("import", import_onnx, proto, stage.where, None, None, True, per_shape)
+    mod = stage("graph_passes", ctx.run, graph_passes(), imported)
     layouts = binding_layouts(mod)  # before lowering: conv / transform attrs say it
-    mod, groups, members, fused = stage("lower", _lower, mod, ctx)
+    try:
+        mod, groups, members, fused = stage("lower", _lower, mod, ctx, dims)
+    except CompileError as e:
+        if not (dims and _converted(ctx)):
+            raise
+        # a symbolic image's blocked graph that TVM fails to lower (FuseTIR on shape
+        # expressions it cannot equate): the graph passes again, convs kept NCHW
+        why = str(e).split(": ", 1)[-1]
+        ctx.reports.clear()
+        ctx.config = {**ctx.config, "convert_layout": {
+            **ctx.config.get("convert_layout", {}), "layout": "NCHW"}}
+        mod = stage("graph_passes", ctx.run, graph_passes(), imported)
+        layouts = binding_layouts(mod)
+        mod, groups, members, fused = stage("lower", _lower, mod, ctx, dims)
+        message = f"the blocked layout failed to lower over symbolic dims ({why}): NCHW kept"
+        if warnings is not None:
+            warnings.append(message)
+        else:
+            log.warning("%s: %s", stage.where, message)
     nodes = [(n.name or f"#{i}", n.op_type) for i, n in enumerate(proto.graph.node)]
     graph = stage("extract", extract, mod, [s["name"] for s in signature], output_names,
                   stage.where, groups, nodes)
@@ -570,15 +588,22 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     return proto, onnx_folded, graph
 
 
-def _lower(mod, ctx):
+def _converted(ctx) -> bool:
+    """Whether convert_layout rewrote the graph in this context's pass run."""
+    return any(r.name == "convert_layout" and r.changed for r in ctx.reports)
+
+
+def _lower(mod, ctx, dims=None):
     """Run the lowering list; returns (module, {fused kernel name: [ONNX node indices]},
-    {fused call: (function, pre-fusion name per binding)}, the fused functions' steps)."""
+    {fused call: (function, pre-fusion name per binding)}, the fused functions' steps).
+    ``dims``: the declared ranges, whose opt values symbolic conv widths are tiled for."""
     import tvm
 
     groups, members, fused = {}, {}, {}
     # the CPU conv tile (compile_static's _conv_tiles) for the NCHW[b]c conv legalization
     tiles = ctx.config.get("pack_conv_weights", {})
-    padding = (legalize_conv_nchwc.register_tiles(tiles["lanes"], tiles["accumulators"])
+    opt = {name: int(tuple(r)[-1]) for name, r in (dims or {}).items()}
+    padding = (legalize_conv_nchwc.register_tiles(tiles["lanes"], tiles["accumulators"], opt)
                if "lanes" in tiles and "accumulators" in tiles else contextlib.nullcontext())
     with tvm.transform.PassContext(opt_level=3), padding:
         for p in lowering():

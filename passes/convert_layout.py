@@ -284,7 +284,7 @@ def _wants_conversion(mod, layout: str, block: int) -> bool:
 
 
 def _key(call):
-    return (tuple(int(d) for d in call.args[0].ty.shape), tuple(call.args[1].ty.shape))
+    return (tuple(str(d) for d in call.args[0].ty.shape), tuple(call.args[1].ty.shape))
 
 
 def _desired(call, layout: str, block: int, half: bool = True) -> list:
@@ -299,7 +299,7 @@ def _desired(call, layout: str, block: int, half: bool = True) -> list:
                and str(a.out_dtype) == "int32" and layout == "NCHWc")
     if (a.data_layout != "NCHW" or a.kernel_layout != "OIHW"
             or (a.out_layout or "NCHW") != "NCHW" or x.ty.ndim != 4
-            or any(not isinstance(d, tirx.IntImm) for d in list(x.ty.shape) + list(w.ty.shape))
+            or not _static_channels(x, w)
             or not (integer or (str(x.ty.dtype) == "float32" and str(w.ty.dtype) == "float32"
                                 and (not a.out_dtype
                                      or str(a.out_dtype) in ("", "void", "float32"))))):
@@ -324,6 +324,14 @@ def _desired(call, layout: str, block: int, half: bool = True) -> list:
         # input blocks
         return [f"NCHW{bi}c", f"OIHW{bi}i{bo}o", f"NCHW{bo}c"]
     return keep
+
+
+def _static_channels(x, w) -> bool:
+    """True when a conv's shapes are static but for the input's batch, height and width
+    (a symbolic image size: the blocked rules tile its output columns, padded to whole
+    tiles, legalize_conv_nchwc)."""
+    return (isinstance(x.ty.shape[1], tirx.IntImm)
+            and all(isinstance(d, tirx.IntImm) for d in w.ty.shape))
 
 
 def _half(want: list, block: int) -> bool:

@@ -36,6 +36,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.ir.expr import Call, TensorLoad
 from tvm.s_tir import SBlock, SBlockRealize
+from tvm.sym.analyzer import Analyzer
 
 # ONNX ops whose kernels need static shapes for our layout and rules: a graph with one of
 # them over the batch dim is looped
@@ -183,6 +184,13 @@ def _separable_block(block, batch) -> str | None:
     accesses += [(n.buffer, list(n.indices), None) for n in _nodes(block, tirx.BufferStore)]
     accesses += [(r.source, [x.min for x in r.region], [x.extent for x in r.region])
                  for r in list(block.reads) + list(block.writes)]
+    # indices simplified over the block's iterator domains: a flatten's reshape reads
+    # ``x[(v * C + c) // C, (v * C + c) % C]``, which is ``x[v, c]``
+    ana = Analyzer()
+    for iv in block.iter_vars:
+        ana.bind(iv.var, iv.dom)
+    accesses = [(buf, [_index(ana, i) for i in indices], extents)
+                for buf, indices, extents in accesses]
     for buf, indices, extents in accesses:
         b = batched(buf)
         if b is None:
@@ -210,6 +218,15 @@ def _separable_block(block, batch) -> str | None:
     if any(_uses(s, loop) for s in _nodes(block, tirx.For)):
         return "a loop inside it depends on the batch"
     return None
+
+
+def _index(ana, e):
+    """``e`` simplified, and ``a % n`` taken as ``a`` where ``0 <= a < n`` (a symbolic
+    ``n``, which TVM's simplifier leaves: a reshape's ``(c // 32 + v) % batch``)."""
+    e = ana.simplify(e)
+    if isinstance(e, tirx.FloorMod) and ana.can_prove(e.a >= 0) and ana.can_prove(e.a < e.b):
+        return _index(ana, e.a)
+    return e
 
 
 def _nodes(root, kind, into_blocks: bool = False) -> list:

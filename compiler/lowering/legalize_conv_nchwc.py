@@ -48,6 +48,13 @@ or the index is clamped to the last column) and a ``conv_columns`` stage droppin
 which the rule folds into its write-back.  The target's tile parameters come from
 ``register_tiles`` (set by the driver around lowering; none: no padding).
 
+A symbolic image size (a model exported with dynamic height and width, channels static)
+gives symbolic output rows and columns.  The columns are then always computed over whole
+register tiles: ``ceil(ow / xt) * xt`` of them (``symbolic_columns``: the tile that wastes
+least at the width the dims' ``opt`` values give, or at ``NOMINAL_WIDTH``), the extra ones
+reading zeros (or clamped) and dropped by ``conv_columns`` as above, so the rule's split of
+the columns is exact and its tile keeps every static rule's shape.
+
 The CPU rule ``schedules/cpu/conv2d_nchwc.py`` schedules both.  Imported for its side
 effect by ``compiler/pipeline.py``.
 """
@@ -67,6 +74,8 @@ _ATTR = "FLegalize"
 # (fp32 lanes, accumulator registers) of the target's conv register tile, while lowering
 # for a CPU (``register_tiles``); None: widths are never padded
 _TILES: contextvars.ContextVar = contextvars.ContextVar("nchwc_tiles", default=None)
+# {dim name: opt} of the symbolic dims, while lowering (``register_tiles``)
+_DIM_OPT: contextvars.ContextVar = contextvars.ContextVar("nchwc_dim_opt", default={})
 # A padded row must save this share of the work per output pixel (loads per FMA x columns)
 PAD_GAIN = 0.85
 # Extra columns tried at most, and the narrowest row padded: Inception-v3's 80 -> 192 3x3
@@ -74,17 +83,63 @@ PAD_GAIN = 0.85
 # 7x1 convs the same padded or not (Xeon 6 model 207, one thread)
 MAX_PAD = 8
 MIN_WIDTH = 32
+# A symbolic output width no dim's opt value gives is tiled as if this wide (ResNet's
+# 56-wide maps at 224 x 224)
+NOMINAL_WIDTH = 56
 
 
 @contextlib.contextmanager
-def register_tiles(lanes: int, accumulators: int):
+def register_tiles(lanes: int, accumulators: int, dim_opt: dict | None = None):
     """Lower NCHW[b]c convs for a CPU whose conv tile has ``accumulators`` registers of
-    ``lanes`` fp32 lanes (cpu.conv2d_nchwc's ``tile`` on that target)."""
+    ``lanes`` fp32 lanes (cpu.conv2d_nchwc's ``tile`` on that target); ``dim_opt``:
+    ``{dim: opt}`` of symbolic dims, the sizes symbolic widths are tiled for."""
     token = _TILES.set((int(lanes), int(accumulators)))
+    opt = _DIM_OPT.set(dict(dim_opt or {}))
     try:
         yield
     finally:
         _TILES.reset(token)
+        _DIM_OPT.reset(opt)
+
+
+def _at_opt(expr) -> int:
+    """``expr`` (a symbolic width) at the dims' opt values, or ``NOMINAL_WIDTH``."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    opt, ana = _DIM_OPT.get(), Analyzer()
+    for v in tirx.analysis.undefined_vars(expr):
+        if v.name in opt:
+            ana.bind(v, tirx.const(int(opt[v.name]), "int64"))
+    value = ana.simplify(expr)
+    return int(value) if isinstance(value, tirx.IntImm) and int(value) > 0 else NOMINAL_WIDTH
+
+
+def symbolic_columns(ow, fblocks: int, block: int, depthwise: bool = False) -> int:
+    """Output columns a register tile covers over a symbolic output width ``ow`` (an
+    expression): the tile of ``columns_group`` channel blocks (dense) with the fewest
+    loads per output pixel over the columns padded to whole tiles at the width ``ow`` has
+    at the dims' opt values; depthwise: the widest row within ``depthwise_tile``'s budget
+    that pads least.  The rule reads it back off the padded extent.  1 when no CPU tile is
+    registered."""
+    tiles = _TILES.get()
+    if tiles is None:
+        return 1
+    from schedules.cpu.conv2d_nchwc import columns_group, symbolic_budget
+
+    lanes, budget = tiles
+    budget = symbolic_budget(lanes, budget)
+    width = -(-block // lanes)
+    at = _at_opt(ow)
+    if depthwise:
+        cap = max(1, min(16, budget) // width)
+        return min(range(1, cap + 1), key=lambda x: (-(-at // x) * x, -x))
+
+    def cost(x):
+        ft = columns_group(x, fblocks, width, budget)
+        return (-(-at // x) * x * (1 / ft + 1 / x), -x)
+
+    return min((x for x in range(1, 17) if x * width <= budget), key=cost)
 
 
 def padded_width(oh: int, ow: int, fblocks: int, block: int) -> int:
@@ -99,6 +154,7 @@ def padded_width(oh: int, ow: int, fblocks: int, block: int) -> int:
 
     lanes, budget = tiles
     width = -(-block // lanes)
+    oh = oh if isinstance(oh, int) else 1  # symbolic rows: tiles of one row
 
     def cost(w):
         yt, xt, ft = tile(oh, w, fblocks, width, budget)
@@ -133,7 +189,7 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
     """TE compute of a blocked conv (the four forms above; a 4-D ``data`` is the NCHW
     input form); ``padding`` is (top, left, bottom, right)."""
     rank = len(data.shape)
-    n, h, w = (int(data.shape[k]) for k in (0, 2, 3))
+    n, h, w = (_dim(data.shape[k]) for k in (0, 2, 3))
     fo, kh, kw, ob = (int(kernel.shape[k]) for k in (0, 2, 3, -1))
     sh, sw = (int(s) for s in strides)
     dh, dw = (int(d) for d in dilation)
@@ -143,12 +199,21 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
     subsample = (rank == 5 and kh == kw == 1 and (sh, sw) != (1, 1) and not depthwise
                  and not (pt or pl or pb or pr))
     full = ow
-    if not depthwise and not subsample:
+    if not isinstance(ow, int):  # symbolic: whole register tiles of columns, always
+        xt = symbolic_columns(ow, fo // groups, ob, depthwise)
+        # at least one tile, provably: TVM then compacts a tile's accumulators to a static
+        # buffer, which LLVM keeps in registers (with a tile count that may be 0 it was
+        # min(tiles, 1) * xt long, in memory: a store per FMA, 3x slower)
+        full = tvm.te.max((ow + xt - 1) // xt, 1) * xt
+    elif not depthwise and not subsample:
         full = padded_width(oh, ow, fo // groups, ob)  # the tile groups a group's blocks
-    clamp = full > ow and not (pt or pl or pb or pr)
+    widened = not (isinstance(full, int) and full == ow)
+    clamp = widened and not (pt or pl or pb or pr)
     if pt or pl or pb or pr:
         tail = [0] * (rank - 4)
-        pr += (full - ow) * sw  # the extra columns read zeros
+        if widened:  # the extra columns read zeros; the width the conv reads, written
+            # so that the simplifier sees the pad's extent cover the conv's reads
+            pr = (full - 1) * sw + (kw - 1) * dw + 1 - pl - w
         data = topi.nn.pad(data, [0, 0, pt, pl, *tail], [0, 0, pb, pr, *tail],
                            name="pad_temp")
     if subsample:
@@ -157,11 +222,18 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
                           lambda i, c, y, x, v: src[i, c, y * sh, x * sw, v], name=SUBSAMPLE)
         sh = sw = 1
     conv = _conv(data, kernel, (n, fo, oh, full, ob), (sh, sw), (dh, dw), depthwise, groups,
-                 w - 1 if clamp else None)
-    if full == ow:
+                 _dim(data.shape[3]) - 1 if clamp else None)  # after a subsample: its width
+    if not widened:
         return conv
     # the extra columns dropped (cpu.conv2d_nchwc folds this into its write-back)
     return te.compute((n, fo, oh, ow, ob), lambda *i: conv[i], name="conv_columns")
+
+
+def _dim(d):
+    """A shape entry: an int when static, else the expression."""
+    from tvm import tirx
+
+    return int(d) if isinstance(d, (int, tirx.IntImm)) else d
 
 
 def _conv(data, kernel, shape, strides, dilation, depthwise: bool, groups: int, last):

@@ -23,7 +23,9 @@ accumulates ``KH x KW`` taps as vector FMAs; parallel over (n, channel block, ro
 Padding stays its own parallel, vectorised stage for dense convs, as does the copy of the
 pixels a strided 1x1 conv reads (``SUBSAMPLE``, made by the legalization); depthwise convs read the
 unpadded input with the bounds test inlined.  Tiles are divisors of the output
-height, width and channel blocks, so every shape is exact.
+height, width and channel blocks, so every shape is exact.  A symbolic image size (height
+and width symbolic, channels static) has one-row tiles over columns the legalization
+padded to whole tiles (``tile_columns`` reads the tile back off the padded extent).
 """
 
 from __future__ import annotations
@@ -113,6 +115,38 @@ def tile(oh: int, ow: int, fblocks: int, width: int = 1, budget: int = 20) -> tu
     return common.pixel_tile(oh, ow, fblocks, width, max_group=4, budget=budget)
 
 
+def columns_group(xt: int, fblocks: int, width: int = 1, budget: int = 20) -> int:
+    """Output channel blocks (a divisor of ``fblocks``, at most 4) beside a one-row tile
+    of ``xt`` columns within ``budget`` accumulators: a symbolic image's tile
+    (``legalize_conv_nchwc.symbolic_columns``)."""
+    return max(g for g in common.divisors(fblocks) if g <= 4 and g * xt * width <= budget
+               or g == 1)
+
+
+# TVM allocates a register tile's buffer of more bytes than this (its kMaxStackAlloca) on
+# the heap, where LLVM may fail to keep the accumulators in registers: a symbolic image's
+# 4 x 5-vector tile (1280 bytes) stored every accumulator after each FMA, 3x slower
+STACK_BYTES = 1024
+
+
+def symbolic_budget(lanes: int, budget: int) -> int:
+    """Accumulator registers of a symbolic image's tile: ``budget``, within STACK_BYTES."""
+    return max(1, min(budget, STACK_BYTES // (4 * lanes)))
+
+
+def tile_columns(extent, cap: int) -> int | None:
+    """The widest column tile (at most ``cap``, above 1) that provably divides a
+    symbolic column extent: the legalization padded it to whole tiles,
+    ``(ow + xt - 1) // xt * xt``, which the simplifier rewrites; None when none does."""
+    from tvm.sym.analyzer import Analyzer
+
+    ana = Analyzer()
+    for xt in range(min(cap, 16), 1, -1):
+        if ana.can_prove(tirx.floormod(extent, xt) == 0):
+            return xt
+    return None
+
+
 # The row cache of a chunked conv's task (its rows' accumulators, in memory) stays within
 # this many bytes (a part of L1, next to the chunk's weights and the input rows)
 ROW_CACHE_BYTES = 24576
@@ -158,26 +192,42 @@ class Conv2dNCHWc(MatchingCPURule):
                                                  keep=(SUBSAMPLE,))
         loops = sch.get_loops(conv)
         ext = [common.const_extent(sch, lp) for lp in loops]
-        if any(e is None for e in ext):
-            return None
+        # a symbolic image (legalize_conv_nchwc): rows and batch symbolic, the columns
+        # padded to whole tiles; everything else static
         width = -(-b // lanes)  # registers per channel block
+        columns = None
+        budget = common.acc_budget(target)
+        if ext[3] is None:
+            budget = symbolic_budget(lanes, budget)
+            columns = tile_columns(sch.get(loops[3]).extent, min(16, budget) // width)
+        if any(e is None for k, e in enumerate(ext) if k not in (0, 2, 3)) or (
+                ext[3] is None and columns is None):
+            return None
         chunk = 0
         if kind in ("dense", "nchw_in") or kind[0] == "grouped":
             n, f, y, x, v, co, ry, rx, *ci = loops
             # a grouped conv's channel tile stays in one group (one input block range)
             fblocks = kind[1] if kind[0] == "grouped" else ext[1]
-            yt, xt, ft = tile(ext[2], ext[3], fblocks, width, common.acc_budget(target))
+            if columns is None and ext[2] is not None:
+                yt, xt, ft = tile(ext[2], ext[3], fblocks, width, budget)
+            else:  # symbolic rows or columns: one-row tiles
+                xt = columns or common.pixel_tile(1, ext[3], fblocks, width, 4, budget)[1]
+                yt, ft = 1, columns_group(xt, fblocks, width, budget)
             fo, fi = sch.split(f, [None, ft])
             yo, yi = sch.split(y, [None, yt])
             xo, xi = sch.split(x, [None, xt])
             # input channel blocks in chunks when a tile's weights outgrow L1 (see
             # conv2d_packed.channel_chunk): a chunk's weights stay in L1 across the row's
             # pixel tiles, which accumulate in a global row cache
-            chunk = channel_chunk(ext[5], ext[6] * ext[7] * (ext[8] if ci else 1), ft * b)
+            # (not over a symbolic image: LLVM keeps a symbolic row cache's accumulators
+            # in memory, a load and a store per FMA: 64 -> 64 3x3 over 28 x 28 2.5x slower)
+            chunk = channel_chunk(ext[5], ext[6] * ext[7] * (ext[8] if ci else 1), ft * b) \
+                if None not in ext else 0
             if chunk:
                 coo, coi = sch.split(co, [None, chunk])
-                tasks = ext[0] * (ext[1] // ft)
-                rows = chunk_rows(ext[2] // yt, tasks, yt * ext[3] * ft * b * 4, ncores)
+                tasks = (ext[0] or 1) * (ext[1] // ft)
+                rows = 1 if None in ext[:4] else chunk_rows(
+                    ext[2] // yt, tasks, yt * ext[3] * ft * b * 4, ncores)
                 yoo, yoi = sch.split(yo, [None, rows])
                 sch.reorder(n, fo, yoo, coo, yoi, xo, coi, ry, rx, *ci, fi, yi, xi, v)
                 outer, first_red, unrolled = (n, fo, yoo), coo, (fi, yi, xi)
@@ -186,7 +236,7 @@ class Conv2dNCHWc(MatchingCPURule):
                 outer, first_red, unrolled = (n, fo, yo), co, (rx, fi, yi, xi)
         else:
             n, f, y, x, v, ry, rx = loops
-            xt = depthwise_tile(ext[3], width, min(16, common.acc_budget(target)))
+            xt = columns or depthwise_tile(ext[3], width, min(16, budget))
             xo, xi = sch.split(x, [None, xt])
             sch.reorder(n, f, y, xo, ry, rx, xi, v)
             outer, first_red, unrolled = (n, f, y), ry, (ry, rx, xi)

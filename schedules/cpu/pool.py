@@ -73,17 +73,20 @@ class Pool2dNCHW(MatchingCPURule):
 
 def schedule_window_nchwc(sch, pool, pad, target):
     """Schedule a blocked-layout window reduction (see the module docstring); None when a
-    loop extent is symbolic or the channel block is wider than 4 vectors."""
+    loop extent but the batch and the output rows and columns is symbolic, or the channel
+    block is wider than 4 vectors.  A symbolic image (rows, columns) gets tiles of one
+    pixel and tasks of one row."""
     lanes, ncores = common.lanes_fp32(target), common.cores(target)
     pad_name = sch.get(pad).name_hint if pad is not None else None
     pads, after, tail = common.inline_around(sch, pool)
     loops = sch.get_loops(pool)
     ext = [common.const_extent(sch, lp) for lp in loops]
-    if any(e is None for e in ext) or ext[4] > 4 * lanes:
+    if any(e is None for e in ext[4:]) or ext[4] > 4 * lanes:
         return None
     n, cb, y, x, c, ry, rx = loops
     nv = -(-ext[4] // lanes)                      # vectors per output pixel
-    xt = max(d for d in common.divisors(ext[3]) if d * nv <= 8)
+    symbolic = None in ext[:4]
+    xt = 1 if symbolic else max(d for d in common.divisors(ext[3]) if d * nv <= 8)
     xo, xi = sch.split(x, [None, xt])
     sch.reorder(n, cb, y, xo, xi, ry, rx, c)    # a pixel's taps inside it (module docstring)
     # the tile's accumulators in a "global" (per-task stack) buffer, not "local": TVM
@@ -93,8 +96,8 @@ def schedule_window_nchwc(sch, pool, pad, target):
     # tasks of several output rows, whose padded input rows are built once for the task
     # (one row per task copied each input row `kernel / stride` times): 97 -> 79 us
     stride = _window_stride(sch, pool)
-    rows = task_rows(ext[0] * ext[1], ext[2], ext[3] * stride + ext[6], ext[5], ext[4],
-                     stride, ncores)
+    rows = 1 if symbolic else task_rows(ext[0] * ext[1], ext[2], ext[3] * stride + ext[6],
+                                        ext[5], ext[4], stride, ncores)
     yo, _ = sch.split(y, [None, rows])
     row = sch.fuse(n, cb, yo)
     if ncores > 1:

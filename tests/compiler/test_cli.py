@@ -136,6 +136,24 @@ def test_bench_feeds_symbolic_dims_at_opt(tmp_path):
     assert "outputs match" in r.stdout and "float32[3, " in r.stdout
 
 
+def test_bench_of_a_model_without_one_artifact_says_why(tmp_path):
+    """A shape computed from an input's values: no one artifact to time (it was a
+    KeyError traceback)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "value_shaped",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "v.onnx")
+    r = onnxc("bench", tmp_path / "v.onnx", "--rounds", "1", "--runs", "1")
+    assert r.returncode == 1 and "cannot benchmark" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_inspect_supported_model():
     r = onnxc("inspect", EXAMPLE)
     assert r.returncode == 0, r.stderr
