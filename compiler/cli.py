@@ -342,8 +342,8 @@ def cmd_bench(args) -> int:
     if cm.report.get("dynamic"):  # no one artifact to time: its export says why
         from compiler.errors import CompileError
 
-        raise CompileError(f"cannot benchmark {args.model}: {cm.report['why']}; "
-                           "declare its symbolic dims with --dim NAME=MIN..MAX[:OPT]")
+        hint = "" if args.dim else "; declare its symbolic dims with --dim NAME=MIN..MAX[:OPT]"
+        raise CompileError(f"cannot benchmark {args.model}: {cm.report['why']}{hint}")
     print(f"compiled {args.model} for {cm.report['target']['name']} "
           f"({cm.report['target']['cpu']}): {cm.report['kernels']} kernel calls in "
           f"{cm.report['compile_seconds']:.1f}s")

@@ -174,6 +174,15 @@ def shape_of(expr) -> list | None:
         return None
 
 
+def dims_of(expr) -> list | None:
+    """A tensor expression's shape with symbolic entries as None (a model's symbolic batch
+    or image size), or None when its rank is unknown."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in ty.shape.values]
+
+
 def dtype_of(expr) -> str:
     """A tensor expression's dtype ('' for tuples and the like)."""
     return str(getattr(expr.ty, "dtype", ""))

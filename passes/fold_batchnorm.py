@@ -18,7 +18,7 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import Dataflow, Match, record, rewrite, shape_of
+from .dataflow import Dataflow, Match, dims_of, record, rewrite
 
 _CONVS = ("nn.conv1d", "nn.conv2d", "nn.conv3d")
 _TRANSPOSED = ("nn.conv1d_transpose", "nn.conv2d_transpose", "nn.conv3d_transpose")
@@ -80,9 +80,9 @@ def _match(df: Dataflow, root, value):
     if conv is None or df.uses(y) != 1 or not _layouts_ok(conv):
         return None
     w = df.const(conv.args[1])
-    out_shape = shape_of(conv)
-    if w is None or out_shape is None or str(conv.ty.dtype) not in ("float32", "float16",
-                                                                     "float64"):
+    out_shape = dims_of(conv)  # the channels static; a symbolic batch or image is fine
+    if (w is None or out_shape is None or len(out_shape) < 2 or out_shape[1] is None
+            or str(conv.ty.dtype) not in ("float32", "float16", "float64")):
         return None
     channels = out_shape[1]
     if s.shape[0] != channels:
@@ -101,7 +101,7 @@ def _match_affine(df: Dataflow, root, value):
     if found is None:
         return None
     bn, bn_var, (s, beta, mean) = found
-    shape = shape_of(bn.args[0])
+    shape = dims_of(bn.args[0])
     if (shape is None or len(shape) < 2 or s.shape[0] != shape[1]
             or str(bn.args[0].ty.dtype) not in ("float32", "float16", "float64")):
         return None
@@ -126,8 +126,9 @@ def _plan_affine(m: Match):
 def _conv_and_bias(df: Dataflow, add):
     """(conv operand, per-channel bias as float64) of ``conv + b``, or (None, None)."""
     for y, c in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
-        b, shape = df.const(c), shape_of(y)
-        if b is None or shape is None or df.call(y, *_CONVS, *_TRANSPOSED) is None:
+        b, shape = df.const(c), dims_of(y)
+        if (b is None or shape is None or len(shape) < 2 or shape[1] is None
+                or df.call(y, *_CONVS, *_TRANSPOSED) is None):
             continue
         # b must vary along the channel axis only: (C,1,..,1), (1,C,1,..,1) or a scalar
         if b.ndim > len(shape) or any(d != 1 for i, d in enumerate(b.shape)

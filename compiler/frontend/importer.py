@@ -305,8 +305,12 @@ class _Importer(_importer_base()):
                 out = convert(self.bb, inputs, attr, ctx)
                 if isinstance(out, relax.Expr):
                     out = _fold_shape_arithmetic(self.bb.normalize(out))
-            except CompileError:
-                raise
+            except CompileError as e:
+                if "node " in str(e):
+                    raise
+                # a converter helper's refusal that cannot know the node
+                # (common.static_shape's "input shape is not known at compile time")
+                raise type(e)(f"{self.where}: {label}: {e}") from e
             except Exception as e:
                 raise CompileError(f"{self.where}: {label}: conversion failed: "
                                    f"{_last_line(e)}") from e

@@ -194,8 +194,8 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
     sh, sw = (int(s) for s in strides)
     dh, dw = (int(d) for d in dilation)
     pt, pl, pb, pr = (int(p) for p in padding)
-    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    oh = _simplified((h + pt + pb - (kh - 1) * dh - 1) // sh + 1)
+    ow = _simplified((w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
     subsample = (rank == 5 and kh == kw == 1 and (sh, sw) != (1, 1) and not depthwise
                  and not (pt or pl or pb or pr))
     full = ow
@@ -227,6 +227,17 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
         return conv
     # the extra columns dropped (cpu.conv2d_nchwc folds this into its write-back)
     return te.compute((n, fo, oh, ow, ob), lambda *i: conv[i], name="conv_columns")
+
+
+def _simplified(e):
+    """A symbolic output extent in the simplifier's form, the form Relax's shape inference
+    gives the conv's result (FuseTIR refuses a tensor two kernels declare with different
+    expressions: EfficientNet's squeeze-and-excitation over a symbolic image)."""
+    if isinstance(e, int):
+        return e
+    from tvm.sym.analyzer import Analyzer
+
+    return Analyzer().simplify(e)
 
 
 def _dim(d):

@@ -219,6 +219,15 @@ def schedule_elementwise(sch, blk, lanes, ncores):
         # test (MobileNetV2's stem pad: most of the stem conv's time on emeraldrapids)
         sch.annotate(loops[-1], "pragma_loop_partition_hint", 1)
         loops = loops[:-1]
+    elif inner is None and len(loops) > 1:
+        # a symbolic row: rows in parallel, each a plain loop (TVM's loop partition of an
+        # int64 symbolic loop fails: "mismatched types int64 vs int32")
+        loops = loops[:-1]
+    if len(loops) > 1 and const_extent(sch, loops[-1]) is None:
+        # a symbolic image's columns (NCHW[b]c pads: the lanes vectorised above) stay a
+        # loop in each task: fused, every vector paid a division and a modulo by symbolic
+        # extents (EfficientNet's stem pad over 224 x 224: 1.3 ms of a 1.7 ms kernel)
+        loops = loops[:-1]
     if loops and ncores > 1:
         sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
 

@@ -22,6 +22,7 @@ concatenation over the leading axis, or with too few outer rows, stays elementwi
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..base import MatchingCPURule
@@ -52,11 +53,13 @@ def _select_axis(value, ivs) -> int | None:
 
 
 def match_concat(sch):
-    """(block rv, axis) of a function that is one spatial block storing a select between
-    loads on one iter var ``s`` at exactly its iter vars, ``s`` not the innermost; else
-    None."""
+    """(block rv, axis, the elementwise blocks after it) of a function whose first block
+    is a spatial block storing a select between loads on one iter var ``s`` at exactly its
+    iter vars, ``s`` not the innermost, and whose other blocks (a concat's fused epilogue:
+    DenseNet's BatchNorm + ReLU after its channel concat) are spatial blocks over the same
+    iteration space, each writing at exactly its iter vars; else None."""
     blks = common.blocks(sch)
-    if len(blks) != 1:
+    if not blks:
         return None
     block = sch.get(blks[0])
     kinds = common.iter_kinds(block)
@@ -68,12 +71,20 @@ def match_concat(sch):
     axis = _select_axis(block.body.value, ivs)
     if axis is None or axis == len(ivs) - 1:
         return None
-    return blks[0], axis
+    extents = [iv.dom.extent for iv in block.iter_vars]
+    for rv in blks[1:]:
+        b = sch.get(rv)
+        if (common.iter_kinds(b) != kinds or not isinstance(b.body, tirx.BufferStore)
+                or not common.same_vars(list(b.body.indices), [iv.var for iv in b.iter_vars])
+                or not all(tvm_ffi.structural_equal(iv.dom.extent, e)
+                           for iv, e in zip(b.iter_vars, extents))):
+            return None
+    return blks[0], axis, blks[1:]
 
 
 class Concat(MatchingCPURule):
-    """Concatenation on an outer axis: outer loops parallel, the axis partitioned per
-    input, the inner loops vectorised."""
+    """Concatenation on an outer axis (and its fused elementwise epilogue): outer loops
+    parallel, the axis partitioned per input, the inner loops vectorised."""
 
     name = "cpu.concat"
 
@@ -81,17 +92,33 @@ class Concat(MatchingCPURule):
         return match_concat(sch)
 
     def schedule(self, sch, m, target):
-        blk, axis = m
+        blk, axis, after = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        if after:  # the epilogue reads the concat at its own indices: one block
+            for b in [blk] + list(after[:-1]):
+                sch.compute_inline(b)
+            blk = after[-1]
         loops = sch.get_loops(blk)
         outer, s, inner = loops[:axis], loops[axis], loops[axis + 1:]
         shares = 1
         for lp in outer:
             shares *= common.const_extent(sch, lp) or 1
+        if shares < ncores and len(inner) > 1:
+            # too few rows before the axis (a channel concat of one image, NCHW[b]c): the
+            # next axis (the image rows) goes outside it, each task's rows partitioned
+            sch.reorder(*outer, inner[0], s)
+            outer, inner = outer + [inner[0]], inner[1:]
+            shares *= common.const_extent(sch, outer[-1]) or ncores
         if shares < ncores:  # the rows of s would have to be split between cores
             return None
         common.parallel(sch, outer, ncores)
         sch.annotate(s, "pragma_loop_partition_hint", 1)
+        last = common.const_extent(sch, inner[-1])
+        if last is not None and last % lanes == 0 and len(inner) > 1 and \
+                common.const_extent(sch, inner[-2]) is None:
+            _, v = sch.split(inner[-1], [None, lanes])  # a symbolic row of whole vectors
+            sch.vectorize(v)
+            return sch
         row = sch.fuse(*inner) if len(inner) > 1 else inner[0]
         ext = common.const_extent(sch, row)
         if ext is not None and ext % lanes == 0:

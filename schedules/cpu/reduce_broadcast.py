@@ -29,8 +29,9 @@ SERIAL_BELOW = 1 << 15
 
 def match_reduce_broadcast(sch):
     """(reduction block rv, its spatial iter count) when the function's only reduction
-    block (every other block spatial, all extents static) writes a result at least
-    ``BROADCAST`` times smaller than the last block's output; else None."""
+    block (every other block spatial, its extents static) writes a result at least
+    ``BROADCAST`` times smaller than the last block's output (a symbolic output, a
+    symbolic image's map, counts as larger); else None."""
     found = common.only_reduction(sch)
     if found is None:
         return None
@@ -44,11 +45,10 @@ def match_reduce_broadcast(sch):
     last = sch.get(common.blocks(sch)[-1])
     if last.same_as(red) or len(last.writes) != 1:
         return None
-    large = common.elements(last.writes[0].source)
-    if small is None or large is None or large < BROADCAST * small:
+    large = common.elements(last.writes[0].source)  # None: a symbolic image's map
+    if small is None or (large is not None and large < BROADCAST * small):
         return None
-    if any(common.const_extent(sch, lp) is None for b in common.blocks(sch)
-           for lp in sch.get_loops(b)):
+    if any(common.const_extent(sch, lp) is None for lp in sch.get_loops(rv)):
         return None
     return rv, kinds.index("R")
 
@@ -67,7 +67,8 @@ class ReduceBroadcast(MatchingCPURule):
         _inline_large_stages(sch, red)
         for blk in common.blocks(sch):
             loops = sch.get_loops(blk)
-            work = math.prod(common.const_extent(sch, lp) for lp in loops)
+            ext = [common.const_extent(sch, lp) for lp in loops]
+            work = math.prod(ext) if None not in ext else SERIAL_BELOW  # symbolic: large
             cores = ncores if work >= SERIAL_BELOW else 1
             if sch.get(blk).same_as(sch.get(red)):
                 if _lanes_innermost(sch, red, spatial):
@@ -90,8 +91,8 @@ def _inline_large_stages(sch, red) -> None:
         block = sch.get(blk)
         if block.same_as(sch.get(red)) or len(block.writes) != 1:
             continue
-        size = common.elements(block.writes[0].source)
-        if size is None or size <= small:
+        size = common.elements(block.writes[0].source)  # None: symbolic, a large map
+        if size is not None and size <= small:
             continue
         try:
             sch.compute_inline(blk)

@@ -73,7 +73,9 @@ class TiledReduction(MatchingCPURule):
         pads, after, tail = common.inline_around(sch, rv)
         loops = sch.get_loops(rv)
         ext = [common.const_extent(sch, lp) for lp in loops]
-        if any(e is None for e in ext) or len(loops) != len(sch.get(rv).iter_vars):
+        # symbolic reduction loops are fine (a global pool over a symbolic image); the
+        # tile is over the spatial ones
+        if any(e is None for e in ext[:ns]) or len(loops) != len(sch.get(rv).iter_vars):
             return None
         sp, rd = loops[:ns], loops[ns:]
         yt, xt = tile(ext[ns - 2] if ns >= 2 else 1, ext[ns - 1], lanes, budget)

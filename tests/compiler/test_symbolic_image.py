@@ -123,3 +123,67 @@ def test_symbolic_tiles_stay_within_a_stack_buffer():
         with legalize_conv_nchwc.register_tiles(16, 20, {"width": opt}):
             xt = legalize_conv_nchwc.symbolic_columns(tirx.Var("width", "int64"), 8, 16)
         assert xt * conv2d_nchwc.columns_group(xt, 8, 1, 16) <= 16
+
+
+def _dense_se() -> onnx.ModelProto:
+    """DenseNet's pre-activation BatchNorm -> ReLU -> conv and channel concat, then a
+    squeeze-and-excitation block (global mean -> 1x1 -> ReLU -> 1x1 -> Sigmoid -> Mul),
+    over a symbolic image."""
+    rng = np.random.default_rng(1)
+
+    def t(*shape, scale=0.3):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    c = 32
+    inits = [numpy_helper.from_array(a, n) for n, a in (
+        ("w0", t(c, 3, 3, 3)), ("g", t(c) + 1), ("b", t(c)), ("m", t(c)),
+        ("v", np.abs(t(c)) + 0.5), ("w1", t(c, c, 3, 3, scale=0.1)),
+        ("w2", t(c, 2 * c, 1, 1, scale=0.1)), ("se1", t(8, 2 * c, 1, 1)),
+        ("se2", t(2 * c, 8, 1, 1)))]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w0"], ["c0"], pads=[1] * 4, strides=[2, 2]),
+        n("BatchNormalization", ["c0", "g", "b", "m", "v"], ["bn"]),
+        n("Relu", ["bn"], ["r"]),
+        n("Conv", ["r", "w1"], ["c1"], pads=[1] * 4),
+        n("Concat", ["c0", "c1"], ["cat"], axis=1),
+        n("GlobalAveragePool", ["cat"], ["pool"]),
+        n("Conv", ["pool", "se1"], ["s1"]),
+        n("Relu", ["s1"], ["s1r"]),
+        n("Conv", ["s1r", "se2"], ["s2"]),
+        n("Sigmoid", ["s2"], ["gate"]),
+        n("Mul", ["cat", "gate"], ["excited"]),
+        n("Conv", ["excited", "w2"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "dense_se",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, "oh", "ow"])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def dense_se(tmp_path_factory):
+    model = _dense_se()
+    cm = compiler.compile(model, dims={"height": (16, 96, 64), "width": (16, 96, 64)})
+    path = tmp_path_factory.mktemp("dense_se") / "m.so"
+    cm.export(str(path))
+    return model, cm, runtime.load(str(path))
+
+
+def test_batchnorm_concat_and_excitation_keep_their_rules(dense_se):
+    """The pre-activation BatchNorm folds to a multiply-add (it had kept the whole graph
+    NCHW), the concat's BatchNorm-free epilogue and the excitation get their rules, the
+    global mean the tiled reduction: nothing on dlight or the fallback."""
+    _, cm, _ = dense_se
+    assert cm.report["layout"]["convs_converted"] == 5
+    rules = cm.report["schedules"]
+    assert not any(r.startswith("dlight") or r == "fallback" for r in rules), rules
+    assert "cpu.reduce_broadcast" in rules and "cpu.tiled_reduction" in rules, rules
+
+
+@pytest.mark.parametrize("hw", [(64, 64), (17, 29), (96, 40)])
+def test_batchnorm_concat_and_excitation_match_onnxruntime(dense_se, hw):
+    model, _, sess = dense_se
+    x = np.random.default_rng(hw[0] + hw[1]).standard_normal((1, 3, *hw)).astype(np.float32)
+    assert_close(sess.run(None, {"x": x}), ort_run(model, {"x": x}), rtol=1e-4, atol=1e-4)

@@ -338,6 +338,11 @@ def resize_guarded(bb, inputs, attrs, ctx):
         sizes = inputs[3] if len(inputs) > 3 else None
     axes = attrs.get("axes")
     policy = attr_text(attrs.get("keep_aspect_ratio_policy"), "stretch")
+    mode = attr_text(attrs.get("mode"), "nearest")
+    if mode != "nearest" and not _is_static(x):
+        # a symbolic image's bilinear / bicubic resize (a segmentation head back to the
+        # input size): nothing below applies (the ties are nearest mode's)
+        return previous(resize_guarded)(bb, inputs, attrs, ctx)
     in_shape = static_shape(x)
     out_shape = None
     if axes is None and policy == "stretch":
@@ -351,7 +356,6 @@ def resize_guarded(bb, inputs, attrs, ctx):
             out_shape = [int(n * s) for n, s in zip(in_shape, sv.reshape(-1).tolist())]
         elif zv is not None and zv.size == len(in_shape):
             out_shape = [int(v) for v in zv.reshape(-1)]
-    mode = attr_text(attrs.get("mode"), "nearest")
     coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
     nearest = attr_text(attrs.get("nearest_mode"), "round_prefer_floor")
     if out_shape is not None and mode == "nearest" and nearest.startswith("round"):
@@ -362,6 +366,13 @@ def resize_guarded(bb, inputs, attrs, ctx):
                         f"(axis {d}): an output falls exactly halfway between two inputs, "
                         "which TVM's float32 arithmetic does not round as ONNX")
     return previous(resize_guarded)(bb, inputs, attrs, ctx)
+
+
+def _is_static(x) -> bool:
+    from tvm import tirx
+
+    values = getattr(getattr(x.ty, "shape", None), "values", None)
+    return values is not None and all(isinstance(v, tirx.IntImm) for v in values)
 
 
 def _tvm_nearest_agrees(n: int, m: int, coord: str, nearest: str) -> bool:
