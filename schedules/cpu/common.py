@@ -228,8 +228,31 @@ def schedule_elementwise(sch, blk, lanes, ncores):
         # loop in each task: fused, every vector paid a division and a modulo by symbolic
         # extents (EfficientNet's stem pad over 224 x 224: 1.3 ms of a 1.7 ms kernel)
         loops = loops[:-1]
+    loops = loops[:one_symbolic_fusion(sch, blk, loops)]
     if loops and ncores > 1:
         sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+
+
+def one_symbolic_fusion(sch, blk, loops) -> int:
+    """How many of ``loops`` (the outer loops of ``blk``) a parallel fusion may take: all,
+    or, where the block's buffer indices already divide by symbolic extents (a reshape
+    over a symbolic image: ShuffleNet's channel shuffle), those before its second symbolic
+    loop: two fused symbolic loops put their divisions into every such index, and TVM's
+    simplifier took 209 s on one such kernel (0.1 s with one)."""
+    symbolic = [k for k, lp in enumerate(loops) if const_extent(sch, lp) is None]
+    if len(symbolic) < 2 or not _symbolic_divmod(sch.get(blk)):
+        return len(loops)
+    return symbolic[1]
+
+
+def _symbolic_divmod(block) -> bool:
+    """Whether a buffer index in ``block`` divides or takes a modulo by a symbolic value."""
+    for load in nodes(block.body, tvm.ir.expr.TensorLoad):
+        for e in load.indices:
+            for kind in (tirx.FloorDiv, tirx.FloorMod):
+                if any(not isinstance(d.b, tirx.IntImm) for d in nodes(e, kind)):
+                    return True
+    return False
 
 
 def vectorize_row(sch, blk, lanes):

@@ -173,6 +173,7 @@ def schedule_loops(sch, infos, target):
             # 98k iterations of 8 floats per layer and step before).  An outermost
             # symbolic loop (batch) costs no such division: nothing changes then.
             n_lead = symbolic[-1] + 1
+        n_lead = common.one_symbolic_fusion(sch, info.block_rv, loops[:n_lead])
         if n_lead and cores > 1 and not tiny:
             fused = sch.fuse(*loops[:n_lead]) if n_lead > 1 else loops[0]
             ext = common.const_extent(sch, fused)

@@ -60,6 +60,29 @@ def test_symbolic_innermost_loop_stays_serial_outside_the_parallel_fusion():
     assert "// seq" not in text and "% seq" not in text
 
 
+def test_symbolic_reshape_fuses_one_symbolic_loop():
+    """ShuffleNet's channel shuffle over a symbolic image, [b, 116, h, w] -> [b, 2, 58, h,
+    w] as a kernel: its indices already divide by the symbolic extents; with the rows
+    fused into the parallel loop too, TVM's simplifier took 209 s to build it.  The
+    parallel loop takes the loops before the second symbolic one (b x 116); built and
+    checked against numpy."""
+    from tvm import te, tirx, topi
+
+    b, h, w = (tirx.Var(n, "int64") for n in ("b", "h", "w"))
+    x = te.placeholder((b, tirx.IntImm("int64", 116), h, w), name="x")
+    y = topi.reshape(x, (b, 2, 58, h, w))
+    f = te.create_prim_func([x, y])
+    sch = Elementwise().apply(f, TARGET)
+    text = sch.mod["main"].script()
+    assert "T.parallel(b * T.int64(116))" in text, text
+    lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
+                                                                      "main")}), TARGET)
+    a = np.random.default_rng(0).standard_normal((1, 116, 5, 3)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 2, 58, 5, 3), "float32"))
+    lib["main"](tvm.runtime.tensor(a), out)
+    np.testing.assert_array_equal(out.numpy(), a.reshape(1, 2, 58, 5, 3))
+
+
 def test_symbolic_transpose_numerics():
     from tests.conftest import assert_close, ort_run
 
