@@ -163,17 +163,6 @@ def qdq_params(df: "Dataflow", call) -> tuple | None:
     return None if s is None or z is None else (s, int(z))
 
 
-def shape_of(expr) -> list | None:
-    """Static shape of a tensor expression, or None."""
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    try:
-        return [int(d) for d in ty.shape.values]
-    except (TypeError, ValueError):
-        return None
-
-
 def dims_of(expr) -> list | None:
     """A tensor expression's shape with symbolic entries as None (a model's symbolic batch
     or image size), or None when its rank is unknown."""
@@ -181,6 +170,12 @@ def dims_of(expr) -> list | None:
     if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
         return None
     return [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in ty.shape.values]
+
+
+def shape_of(expr) -> list | None:
+    """Static shape of a tensor expression, or None."""
+    dims = dims_of(expr)
+    return None if dims is None or None in dims else dims
 
 
 def dtype_of(expr) -> str:

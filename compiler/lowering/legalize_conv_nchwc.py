@@ -125,21 +125,21 @@ def symbolic_columns(ow, fblocks: int, block: int, depthwise: bool = False) -> i
     tiles = _TILES.get()
     if tiles is None:
         return 1
-    from schedules.cpu.conv2d_nchwc import columns_group, symbolic_budget
+    from schedules.cpu.conv2d_nchwc import columns_group, max_columns, symbolic_budget
 
     lanes, budget = tiles
     budget = symbolic_budget(lanes, budget)
     width = -(-block // lanes)
     at = _at_opt(ow)
+    widths = range(1, max_columns(budget, width) + 1)
     if depthwise:
-        cap = max(1, min(16, budget) // width)
-        return min(range(1, cap + 1), key=lambda x: (-(-at // x) * x, -x))
+        return min(widths, key=lambda x: (-(-at // x) * x, -x))
 
     def cost(x):
         ft = columns_group(x, fblocks, width, budget)
         return (-(-at // x) * x * (1 / ft + 1 / x), -x)
 
-    return min((x for x in range(1, 17) if x * width <= budget), key=cost)
+    return min(widths, key=cost)
 
 
 def padded_width(oh: int, ow: int, fblocks: int, block: int) -> int:

@@ -134,14 +134,22 @@ def symbolic_budget(lanes: int, budget: int) -> int:
     return max(1, min(budget, STACK_BYTES // (4 * lanes)))
 
 
+def max_columns(budget: int, width: int) -> int:
+    """The widest one-row tile over a symbolic image: columns of ``width`` registers each
+    within ``budget`` (``symbolic_budget``) accumulators, at most 16.  The legalization
+    chooses within it, the rule reads the tile back within it."""
+    return max(1, min(16, budget // width))
+
+
 def tile_columns(extent, cap: int) -> int | None:
     """The widest column tile (at most ``cap``, above 1) that provably divides a
     symbolic column extent: the legalization padded it to whole tiles,
-    ``(ow + xt - 1) // xt * xt``, which the simplifier rewrites; None when none does."""
+    ``max((ow + xt - 1) // xt, 1) * xt``, which the simplifier rewrites; None when none
+    does."""
     from tvm.sym.analyzer import Analyzer
 
     ana = Analyzer()
-    for xt in range(min(cap, 16), 1, -1):
+    for xt in range(cap, 1, -1):
         if ana.can_prove(tirx.floormod(extent, xt) == 0):
             return xt
     return None
@@ -205,7 +213,7 @@ class Conv2dNCHWc(MatchingCPURule):
         budget = common.acc_budget(target)
         if ext[3] is None:
             budget = symbolic_budget(lanes, budget)
-            columns = tile_columns(sch.get(loops[3]).extent, min(16, budget) // width)
+            columns = tile_columns(sch.get(loops[3]).extent, max_columns(budget, width))
         if any(e is None for k, e in enumerate(ext) if k not in (0, 2, 3)) or (
                 ext[3] is None and columns is None):
             return None

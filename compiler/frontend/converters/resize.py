@@ -339,7 +339,7 @@ def resize_guarded(bb, inputs, attrs, ctx):
     axes = attrs.get("axes")
     policy = attr_text(attrs.get("keep_aspect_ratio_policy"), "stretch")
     mode = attr_text(attrs.get("mode"), "nearest")
-    if mode != "nearest" and not _is_static(x):
+    if mode != "nearest" and _static_shape(x) is None:
         # a symbolic image's bilinear / bicubic resize (a segmentation head back to the
         # input size): nothing below applies (the ties are nearest mode's)
         return previous(resize_guarded)(bb, inputs, attrs, ctx)
@@ -366,13 +366,6 @@ def resize_guarded(bb, inputs, attrs, ctx):
                         f"(axis {d}): an output falls exactly halfway between two inputs, "
                         "which TVM's float32 arithmetic does not round as ONNX")
     return previous(resize_guarded)(bb, inputs, attrs, ctx)
-
-
-def _is_static(x) -> bool:
-    from tvm import tirx
-
-    values = getattr(getattr(x.ty, "shape", None), "values", None)
-    return values is not None and all(isinstance(v, tirx.IntImm) for v in values)
 
 
 def _tvm_nearest_agrees(n: int, m: int, coord: str, nearest: str) -> bool:
