@@ -7,8 +7,8 @@ extracts the kernel calls and plans storage (``inplace``: outputs reusing a dyin
 """
 
 from . import (legalize_conv_nchwc, legalize_hyperbolic, legalize_layout_transform,
-               legalize_nan, legalize_pool, legalize_reductions, legalize_topk,
-               legalize_vector_math)
+               legalize_nan, legalize_pool, legalize_reductions, legalize_reshape,
+               legalize_topk, legalize_vector_math)
 
 _installed = False
 
@@ -31,7 +31,8 @@ def install() -> dict:
     TVM's numerics (a polynomial erf, a range-reduced exp), which other users of
     ``LegalizeOps`` in the process do not ask for; and layout transforms over their
     output's index space (``legalize_layout_transform``: the same values, another loop
-    nest).
+    nest), and reshapes over symbolic shapes left views (``legalize_reshape``: TVM's
+    copy kernel is not recognised as a reshape there).
     """
     global _installed
     if not _installed:  # TVM refuses a second registration at the same level
@@ -42,4 +43,5 @@ def install() -> dict:
         legalize_nan.install()
         legalize_hyperbolic.install()
         _installed = True
-    return {**legalize_vector_math.LEGALIZE_MAP, **legalize_layout_transform.LEGALIZE_MAP}
+    return {**legalize_vector_math.LEGALIZE_MAP, **legalize_layout_transform.LEGALIZE_MAP,
+            **legalize_reshape.LEGALIZE_MAP}

@@ -55,8 +55,16 @@ least at the width the dims' ``opt`` values give, or at ``NOMINAL_WIDTH``), the 
 reading zeros (or clamped) and dropped by ``conv_columns`` as above, so the rule's split of
 the columns is exact and its tile keeps every static rule's shape.
 
-The CPU rule ``schedules/cpu/conv2d_nchwc.py`` schedules both.  Imported for its side
-effect by ``compiler/pipeline.py``.
+The CPU rule ``schedules/cpu/conv2d_nchwc.py`` schedules both.
+
+Plain NCHW convs over a symbolic image (channels no block divides: ShuffleNetV2's 58 /
+116, RegNet-Y's and ResNeXt's narrow groups, depthwise convs among them) stay NCHW, where
+the columns are the vector lanes.  Their output width is padded the same way
+(``conv2d_nchw_columns``: ``symbolic_nchw_columns`` picks whole vectors of columns), the
+extra columns reading zeros from a right padding that always exists (a clamped column
+index would be a gather in a vectorised load), and ``conv_columns`` drops them:
+``schedules/cpu/conv2d.py`` and ``depthwise.py`` read the tile back.  Every other conv2d
+keeps TVM's legalization.  Imported for its side effect by ``compiler/pipeline.py``.
 """
 
 from __future__ import annotations
@@ -140,6 +148,34 @@ def symbolic_columns(ow, fblocks: int, block: int, depthwise: bool = False) -> i
         return (-(-at // x) * x * (1 / ft + 1 / x), -x)
 
     return min(widths, key=cost)
+
+
+def symbolic_nchw_columns(ow, channels: int, depthwise: bool) -> int:
+    """Output columns a register tile of a plain NCHW conv covers over a symbolic width
+    ``ow``: whole vectors (1, 2 or 4), the fewest loads per output over the columns padded
+    to whole tiles at the width ``ow`` has at the dims' opt values (a tile of ``nv``
+    vectors x ``reg_rows`` of the ``channels`` output channels per group: ``nv`` loads and
+    as many broadcasts per row); depthwise (a row of vectors, no channel rows): the
+    fewest padded columns, ties to the wider.  1 when no CPU tile is registered."""
+    tiles = _TILES.get()
+    if tiles is None:
+        return 1
+    from schedules.cpu.common import reg_rows
+    from schedules.cpu.conv2d_nchwc import symbolic_budget
+
+    lanes, budget = tiles
+    budget = symbolic_budget(lanes, budget)
+    at = _at_opt(ow)
+
+    def cost(nv):
+        x = nv * lanes
+        padded = -(-at // x) * x
+        if depthwise:
+            return padded, -nv
+        rows = reg_rows(channels, nv, budget)
+        return padded * (1 / rows + 1 / nv), -nv
+
+    return lanes * min((nv for nv in (1, 2, 4) if nv <= budget), key=cost)
 
 
 def padded_width(oh: int, ow: int, fblocks: int, block: int) -> int:
@@ -227,6 +263,62 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
         return conv
     # the extra columns dropped (cpu.conv2d_nchwc folds this into its write-back)
     return te.compute((n, fo, oh, ow, ob), lambda *i: conv[i], name="conv_columns")
+
+
+def conv2d_nchw_columns(data, kernel, strides, padding, dilation, groups: int):
+    """TE compute of a plain NCHW x OIHW float conv over a symbolic output width, its
+    columns padded to whole register tiles (``symbolic_nchw_columns``) and dropped by a
+    ``conv_columns`` stage; ``padding`` is (top, left, bottom, right)."""
+    n, c, h, w = (_dim(d) for d in data.shape)
+    f, cpg, kh, kw = (int(kernel.shape[k]) for k in range(4))
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    pt, pl, pb, pr = (int(p) for p in padding)
+    oh = _simplified((h + pt + pb - (kh - 1) * dh - 1) // sh + 1)
+    ow = _simplified((w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
+    depthwise = groups == c == f and cpg == 1
+    xt = symbolic_nchw_columns(ow, f // groups, depthwise)
+    full = tvm.te.max((ow + xt - 1) // xt, 1) * xt  # provably one tile or more
+    # the extra columns read zeros: the width they read, as in conv2d_nchwc
+    pr = (full - 1) * sw + (kw - 1) * dw + 1 - pl - w
+    pad = topi.nn.pad(data, [0, 0, pt, pl], [0, 0, pb, pr], name="pad_temp")
+    rc = te.reduce_axis((0, cpg), "rc")
+    ry = te.reduce_axis((0, kh), "ry")
+    rx = te.reduce_axis((0, kw), "rx")
+    fpg = f // groups
+
+    def channel(o):
+        if groups == 1:
+            return rc
+        if depthwise:
+            return o + rc
+        return o // fpg * cpg + rc
+
+    conv = te.compute(
+        (n, f, oh, full),
+        lambda i, o, y, x: te.sum(
+            pad[i, channel(o), y * sh + ry * dh, x * sw + rx * dw] * kernel[o, rc, ry, rx],
+            axis=[rc, ry, rx]),
+        name="conv2d_nchw")
+    return te.compute((n, f, oh, ow), lambda *i: conv[i], name="conv_columns")
+
+
+def _symbolic_nchw(call) -> bool:
+    """True when ``call`` is a plain NCHW x OIHW float32 conv2d whose output width is
+    symbolic, channels and kernel static, while a CPU tile is registered."""
+    a = call.attrs
+    if _TILES.get() is None or str(a.data_layout) != "NCHW" or str(
+            a.kernel_layout) != "OIHW" or str(a.out_layout or "NCHW") != "NCHW":
+        return False
+    x, k = call.args
+    if str(x.ty.dtype) != "float32" or str(k.ty.dtype) != "float32" or (
+            a.out_dtype and str(a.out_dtype) not in ("", "float32")):
+        return False
+    xs, ks, out = x.ty.shape, k.ty.shape, call.ty.shape
+    if xs is None or ks is None or out is None or len(xs) != 4:
+        return False
+    static = all(isinstance(d, tvm.tirx.IntImm) for d in (xs[1], *ks))
+    return static and not isinstance(out[3], tvm.tirx.IntImm)
 
 
 def _simplified(e):
@@ -327,6 +419,11 @@ def install() -> None:
 
     def legalize(bb, call):
         if not _supported(call):
+            if _symbolic_nchw(call):
+                a = call.attrs
+                return bb.call_te(conv2d_nchw_columns, call.args[0], call.args[1], a.strides,
+                                  a.padding, a.dilation, int(a.groups),
+                                  primfunc_name_hint="conv2d")
             return default(bb, call)
         a = call.attrs
         g = int(a.groups)

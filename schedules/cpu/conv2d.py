@@ -121,6 +121,8 @@ class Conv2dNCHW(MatchingCPURule):
 
         n, f, y, x, rc, ry, rx = sch.get_loops(conv)
         ext = [common.const_extent(sch, l) for l in (n, f, y, x, rc, ry, rx)]
+        if ext[2] is None or ext[3] is None:  # a symbolic image
+            return _schedule_symbolic(sch, conv, ext, (pads, after, tail), target)
         if any(e is None for e in ext):
             return None
         _, nf_, ny, nx, _, kh, kw = ext
@@ -174,3 +176,41 @@ class Conv2dNCHW(MatchingCPURule):
         for p in pads:
             common.schedule_elementwise(sch, p, lanes, ncores)
         return sch
+
+
+def _schedule_symbolic(sch, conv, ext, around, target):
+    """The conv over a symbolic image (``legalize_conv_nchwc.conv2d_nchw_columns``: the
+    columns padded to whole tiles of ``xt``, read back off the padded extent; or static
+    columns under symbolic rows): one-row tiles of ``nr`` output channels x ``xt``
+    columns within a tile of ``STACK_BYTES`` (in registers), the rows alone parallel
+    (``conv2d_nchwc``'s ``_row_tasks``), the channel tiles a serial loop in each."""
+    from .conv2d_nchwc import symbolic_budget, tile_columns
+
+    pads, after, tail = around
+    lanes, ncores = common.lanes_fp32(target), common.cores(target)
+    if any(e is None for e in (ext[1], *ext[4:])):
+        return None
+    n, f, y, x, rc, ry, rx = sch.get_loops(conv)
+    if ext[3] is None:
+        xt = tile_columns(sch.get(x).extent, 4 * lanes)
+        if xt is None or xt % lanes:
+            return None  # not padded by the legalization (no CPU tile registered)
+    else:
+        xt = common.vector_tile(ext[3], lanes)
+    nv = -(-xt // lanes)
+    budget = symbolic_budget(lanes, common.acc_budget(target, "matmul"))
+    nr = common.reg_rows(ext[1], nv, budget)
+    fo, fi = sch.split(f, [None, nr])
+    so, xi = sch.split(x, [None, xt])
+    sch.reorder(n, y, fo, so, rc, ry, rx, fi, xi)
+    wb, pads = common.write_back_at(sch, conv, so, tail, pads, after)
+    common.parallel(sch, [n, y], ncores)
+    sch.unroll(fi)
+    _vectorize(sch, xi, lanes)
+    sch.unroll(rx)
+    init = sch.decompose_reduction(conv, rc)
+    _vectorize(sch, sch.get_loops(wb)[-1], lanes)
+    _vectorize(sch, sch.get_loops(init)[-1], lanes)
+    for p in pads:
+        common.schedule_elementwise(sch, p, lanes, ncores)
+    return sch

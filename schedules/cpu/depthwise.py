@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..base import MatchingCPURule
 from . import common
+from .conv2d_nchwc import tile_columns
 
 
 def match_depthwise(sch):
@@ -88,20 +89,27 @@ def schedule_window(sch, conv, pad, target):
     task, a ``yt x xt`` register tile of outputs (``xt`` vectorised, a divisor of the
     width) with the taps unrolled, the elementwise epilogue in the tile's write-back.
     ``pad`` is the block producing the window's input, or None.  Returns ``sch``, or
-    None when a loop extent is symbolic."""
+    None when a loop extent other than the batch and a symbolic image's rows and padded
+    columns is symbolic."""
     lanes, ncores = common.lanes_fp32(target), common.cores(target)
     pad_name = sch.get(pad).name_hint if pad is not None else None
     pads, after, tail = common.inline_around(sch, conv)
     loops = sch.get_loops(conv)
     ext = [common.const_extent(sch, lp) for lp in loops]
-    if any(e is None for e in ext):
-        return None
     n, f, y, x, *red = loops
+    if any(e is None for k, e in enumerate(ext) if k not in (0, 2, 3)):
+        return None
     ny, nx = ext[2], ext[3]
-    xt = common.vector_tile(nx, lanes)
+    if nx is None:  # a symbolic image: columns padded to whole vectors (legalize_conv_nchwc)
+        xt = tile_columns(sch.get(x).extent, 4 * lanes)
+        if xt is None or xt % lanes:
+            return None
+    else:
+        xt = common.vector_tile(nx, lanes)
     nv = -(-xt // lanes)
-    # rows per register tile: each broadcast weight feeds yt * nv FMAs
-    yt = max(d for d in common.divisors(ny) if d * nv <= 8)
+    # rows per register tile: each broadcast weight feeds yt * nv FMAs (one row over
+    # symbolic rows)
+    yt = 1 if ny is None else max(d for d in common.divisors(ny) if d * nv <= 8)
     yo, yi = sch.split(y, [None, yt])
     xo, xi = sch.split(x, [None, xt])
     sch.reorder(n, f, yo, xo, *red, yi, xi)

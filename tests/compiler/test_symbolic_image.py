@@ -187,3 +187,95 @@ def test_batchnorm_concat_and_excitation_match_onnxruntime(dense_se, hw):
     model, _, sess = dense_se
     x = np.random.default_rng(hw[0] + hw[1]).standard_normal((1, 3, *hw)).astype(np.float32)
     assert_close(sess.run(None, {"x": x}), ort_run(model, {"x": x}), rtol=1e-4, atol=1e-4)
+
+
+def _narrow_channels() -> onnx.ModelProto:
+    """ShuffleNetV2's and RegNet-Y's narrow channels over a symbolic image: 58 channels (no
+    channel block divides them: their convs stay NCHW) through an unpadded 1x1 + ReLU and
+    a strided depthwise 3x3, a 1x1 to 48 channels, a grouped 3x3/2 of 8-wide groups
+    (narrower than a block: NCHW too), and ShuffleNet's channel shuffle (Shape -> Reshape
+    -> Transpose -> Reshape over the symbolic image)."""
+    rng = np.random.default_rng(2)
+
+    def t(*shape):
+        return (rng.standard_normal(shape) * (2.0 / np.prod(shape[1:])) ** 0.5).astype(
+            np.float32)
+
+    c, g = 58, 48
+    inits = [numpy_helper.from_array(a, n) for n, a in (
+        ("w1", t(c, 3, 1, 1)), ("b1", t(c, 1)[:, 0]), ("w2", t(c, 1, 3, 3)),
+        ("w3", t(g, c, 1, 1)), ("w4", t(g, 8, 3, 3)),
+        ("lead", np.array([1, 2, g // 2], np.int64)), ("lead2", np.array([1, g], np.int64)),
+        ("two", np.array([2], np.int64)), ("four", np.array([4], np.int64)))]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["r1", "w2"], ["c2"], pads=[1] * 4, strides=[2, 2], group=c),
+        n("Conv", ["c2", "w3"], ["c3"]),
+        n("Relu", ["c3"], ["r3"]),
+        n("Conv", ["r3", "w4"], ["c4"], pads=[1] * 4, strides=[2, 2], group=g // 8),
+        n("Shape", ["c4"], ["shape"]),  # as exporters write it: the image dims from Shape
+        n("Slice", ["shape", "two", "four"], ["hw"]),
+        n("Concat", ["lead", "hw"], ["split"], axis=0),
+        n("Reshape", ["c4", "split"], ["s"]),
+        n("Transpose", ["s"], ["st"], perm=[0, 2, 1, 3, 4]),
+        n("Concat", ["lead2", "hw"], ["merge"], axis=0),
+        n("Reshape", ["st", "merge"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "narrow_channels",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", g, "oh", "ow"])],
+        inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory):
+    model = _narrow_channels()
+    cm = compiler.compile(model, dims={"batch": (1, 1, 1), "height": (8, 96, 56),
+                                       "width": (8, 96, 56)})
+    path = tmp_path_factory.mktemp("narrow") / "m.so"
+    cm.export(str(path))
+    return model, cm, runtime.load(str(path))
+
+
+def test_narrow_channel_convs_keep_the_nchw_rules(narrow):
+    """Convs whose channels no block divides stay NCHW and take the NCHW rules over the
+    padded columns (they fell to dlight's generic reduction: ShuffleNetV2 with a dynamic
+    image 23x onnxruntime's time); the channel shuffle's reshapes are views, not copies."""
+    _, cm, _ = narrow
+    rules = {k["kernel"]: k["rule"] for k in cm.report["kernel_table"]}
+    convs = sorted(r for k, r in rules.items() if "conv" in k)
+    # the 58 -> 48 1x1 reads NCHW and writes NCHW16c; the grouped 3x3 reads it back
+    assert convs == ["cpu.conv2d_nchw", "cpu.conv2d_nchw", "cpu.conv2d_nchwc",
+                     "cpu.depthwise_conv2d_nchw"], rules
+    assert not any(r.startswith("dlight") or r == "fallback" for r in rules.values()), rules
+    assert not any("reshape" in k for k in rules), rules
+
+
+def test_narrow_columns_are_whole_vectors():
+    """A plain NCHW conv's symbolic width is padded to whole vectors: at 14 columns one
+    vector of 16 (two would pad 18), at 56 four vectors (64) when a tile of rows fits them;
+    58 channels take 2-row tiles only (29 is prime), where a wider row pays for its padding
+    (AVX2: 32 columns for 20, not 24); depthwise: the fewest padded columns."""
+    from tvm import tirx
+
+    w = tirx.Var("width", "int64")
+    with legalize_conv_nchwc.register_tiles(16, 20, {"width": 14}):
+        assert legalize_conv_nchwc.symbolic_nchw_columns(w, 116, False) == 16
+    with legalize_conv_nchwc.register_tiles(16, 20, {"width": 56}):
+        assert legalize_conv_nchwc.symbolic_nchw_columns(w, 8, False) == 64
+        assert legalize_conv_nchwc.symbolic_nchw_columns(w, 1, True) == 64
+    with legalize_conv_nchwc.register_tiles(8, 12, {"width": 20}):
+        assert legalize_conv_nchwc.symbolic_nchw_columns(w, 58, False) == 32
+    assert legalize_conv_nchwc.symbolic_nchw_columns(w, 58, False) == 1
+
+
+@pytest.mark.parametrize("hw", [(56, 56), (8, 8), (37, 53), (61, 17), (96, 23)])
+def test_narrow_channel_convs_match_onnxruntime(narrow, hw):
+    model, _, sess = narrow
+    x = np.random.default_rng(hw[0] * 7 + hw[1]).standard_normal((1, 3, *hw)).astype(
+        np.float32)
+    assert_close(sess.run(None, {"x": x}), ort_run(model, {"x": x}), rtol=1e-4, atol=1e-4)
