@@ -458,6 +458,9 @@ def resize(bb, inputs, attrs, ctx):
     x = inputs[0]
     roi, scales, sizes = (_constant(v) for v in inputs[1:4])
     in_shape = _static_shape(x)
+    if getattr(getattr(x.ty, "shape", None), "values", None) is not None and (
+            in_shape is None or _symbolic_sizes(ctx)):
+        return resize_symbolic(bb, ctx, x, roi, scales, attrs)
     if in_shape is None or False in (_is_known(roi), _is_known(scales), _is_known(sizes)):
         return previous(resize)(bb, inputs, attrs, ctx)
     mode = attr_text(attrs.get("mode"), "nearest")
@@ -509,6 +512,94 @@ def resize(bb, inputs, attrs, ctx):
 
 def _is_known(v) -> bool:
     return v is not False
+
+
+def _symbolic_sizes(ctx) -> bool:
+    """Whether the node's ``sizes`` input is a shape value holding symbolic dims (an ASPP
+    pooling branch resized from 1 x 1 back to a symbolic image's size)."""
+    from ..shape_arith import symbolic
+
+    names = ctx.node.input
+    known = getattr(ctx.importer, "_known", {}).get(names[3]) if len(names) > 3 and \
+        names[3] else None
+    return known is not None and symbolic(np.asarray(known, dtype=object))
+
+
+# ONNX's mode names as topi's resize takes them
+_TOPI_MODE = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
+
+
+def resize_symbolic(bb, ctx, x, roi, scales, attrs):
+    """Resize of a 4-D input whose image size is symbolic, or to sizes that are (a model
+    exported with a dynamic height and width: a segmentation head resized back to the
+    input's size, an FPN / YOLO neck's x2 upsampling).  Output sizes come from ``sizes`` (a shape value the
+    importer knows in terms of the dims, ``Shape -> Slice -> Concat``, or a constant) or
+    from integer ``scales`` (``n * s``: exact for every size); ONNX maps outputs back with
+    ``1 / scale``, the size ratio ``in / out`` then, as topi's resize computes it (in
+    float32, as onnxruntime does).  A nearest upsampling by integer factors with
+    asymmetric coordinates and rounding down (PyTorch's ``nn.Upsample``) is a ``repeat``
+    per axis; the rest is TVM's ``image.resize2d`` over the symbolic sizes.  Refused
+    (naming the node): other ranks, ``roi`` / tf_crop_and_resize, antialias, ``axes``, a
+    keep-aspect-ratio policy, and non-integer scales (``floor(n * s)`` would not give
+    ONNX's coordinates)."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    shape = list(x.ty.shape.values)
+    mode = attr_text(attrs.get("mode"), "nearest")
+    coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
+    nearest_mode = attr_text(attrs.get("nearest_mode"), "round_prefer_floor")
+    what = "over a symbolic input size"
+    if len(shape) != 4:
+        refuse(ctx, f"Resize of a rank-{len(shape)} input {what}")
+    for name, value, allowed in (("mode", mode, _MODES), ("nearest_mode", nearest_mode, _NEAREST),
+                                 ("coordinate_transformation_mode", coord, _COORDS)):
+        if value not in allowed:
+            refuse(ctx, f"attribute {name}={value!r}")
+    if coord == "tf_crop_and_resize" or (roi is not None and roi is not False):
+        refuse(ctx, f"roi / tf_crop_and_resize {what}")
+    if attrs.get("antialias", 0) or attrs.get("axes") is not None or attr_text(
+            attrs.get("keep_aspect_ratio_policy"), "stretch") != "stretch":
+        refuse(ctx, f"antialias, axes or keep_aspect_ratio_policy {what}")
+    node = ctx.node
+    sizes = None
+    if len(node.input) > 3 and node.input[3]:
+        known = getattr(ctx.importer, "_known", {}).get(node.input[3])
+        value = known if known is not None else constant_value(ctx.tensors[node.input[3]])
+        if value is None:
+            refuse(ctx, f"sizes computed from tensor values {what}")
+        sizes = [int(v) if isinstance(v, (int, np.integer)) else v
+                 for v in np.asarray(value, dtype=object).reshape(-1)]
+    factors = None
+    if sizes is None:
+        if scales is None or scales is False:
+            refuse(ctx, f"scales not known at compile time {what}")
+        factors = [float(v) for v in np.asarray(scales).reshape(-1)]
+        if len(factors) != 4 or any(f <= 0 or f != int(f) for f in factors):
+            refuse(ctx, f"scales={factors} {what} (integer scales only: floor(n * scale) "
+                    "would not give ONNX's coordinates)")
+        sizes = [n * int(f) for n, f in zip(shape, factors)]
+    if len(sizes) != 4:
+        refuse(ctx, f"sizes of {len(sizes)} values for a rank-4 input")
+    ana = Analyzer()
+    for axis in (0, 1):
+        if not ana.can_prove(tirx.const(0, "int64") + sizes[axis] == shape[axis]):
+            refuse(ctx, f"resizing axis {axis} (batch or channels) {what}")
+    if (mode == "nearest" and coord == "asymmetric" and nearest_mode == "floor"
+            and factors is not None):
+        y = x
+        for axis in (2, 3):
+            if factors[axis] != 1:
+                y = bb.emit(relax.op.repeat(y, int(factors[axis]), axis=axis))
+        return y
+    size = relax.ShapeExpr([tirx.const(v, "int64") if isinstance(v, int) else v
+                            for v in sizes[2:]])
+    return relax.op.image.resize2d(
+        x, size=size, roi=[0.0] * 4, layout="NCHW", method=_TOPI_MODE[mode],
+        coordinate_transformation_mode=coord, rounding_method=nearest_mode,
+        cubic_alpha=float(attrs.get("cubic_coeff_a", -0.75)),
+        cubic_exclude=int(attrs.get("exclude_outside", 0)),
+        extrapolation_value=float(attrs.get("extrapolation_value", 0.0)))
 
 
 @register_op("", "Upsample", since=7, until=9, implementation="onnxc", override=True)

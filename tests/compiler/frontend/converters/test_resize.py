@@ -270,3 +270,82 @@ def test_resize_opset10_matches_onnxruntime(case):
     want = ort_run(model, {"x": x})
     model.graph.output[0].CopyFrom(value_info("y", F, list(want[0].shape)))
     assert_close(compiler.compile(model).session().run(None, {"x": x}), want)
+
+
+# --------------------------------------------------------------------------- #
+# Resize over a symbolic image size (one artifact for every size)
+# --------------------------------------------------------------------------- #
+
+
+def _symbolic_resize(how: str, static_input: bool = False, **attrs):
+    """Conv 3x3/2 over a [1, 3, h, w] image, then Resize of its map: to the image's own
+    size (``how="sizes"``: ``Shape -> Slice -> Concat``, as torch exports
+    ``F.interpolate(size=x.shape[-2:])``) or by constant ``scales`` [1, 1, 2, 3];
+    ``static_input``: the map is first pooled to 1 x 1 (an ASPP pooling branch resized to
+    a symbolic size)."""
+    from onnx import TensorProto, numpy_helper
+
+    n = helper.make_node
+    inits = [numpy_helper.from_array(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([2], np.int64), "two"),
+             numpy_helper.from_array(np.array([4], np.int64), "four"),
+             numpy_helper.from_array(np.array([1, 4], np.int64), "nc"),
+             numpy_helper.from_array(np.array([1, 1, 2, 3], np.float32), "scales")]
+    nodes = [n("Conv", ["x", "w"], ["c"], pads=[1] * 4, strides=[2, 2])]
+    src = "c"
+    if static_input:
+        nodes.append(n("GlobalAveragePool", ["c"], ["g"]))
+        src = "g"
+    if how == "sizes":
+        nodes += [n("Shape", ["x"], ["s"]), n("Slice", ["s", "two", "four"], ["hw"]),
+                  n("Concat", ["nc", "hw"], ["sz"], axis=0),
+                  n("Resize", [src, "", "", "sz"], ["y"], **attrs)]
+    else:
+        nodes.append(n("Resize", [src, "", "scales"], ["y"], **attrs))
+    g = helper.make_graph(
+        nodes, "symbolic_resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("how,static_input,attrs", [
+    ("sizes", False, dict(mode="linear")),  # FCN / DeepLab heads (half_pixel)
+    ("sizes", False, dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),
+    ("sizes", False, dict(mode="cubic")),
+    ("sizes", False, dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                          nearest_mode="floor")),  # torchvision FPN's F.interpolate(size=)
+    ("sizes", True, dict(mode="linear")),  # ASPP pooling: 1 x 1 -> the image's size
+    ("scales", False, dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                           nearest_mode="floor")),  # nn.Upsample(scale_factor=...)
+    ("scales", False, dict(mode="linear")),
+], ids=["sizes_linear", "sizes_linear_pytorch", "sizes_cubic", "sizes_nearest",
+        "pooled_to_sizes", "scales_nearest", "scales_linear"])
+def test_resize_over_a_symbolic_image_is_one_artifact(how, static_input, attrs, tmp_path):
+    """Every size from one exported artifact (TVM's converter refused sizes it could not
+    read as integers: FCN's and DeepLabV3's heads with a dynamic image), against
+    onnxruntime at sizes odd, prime and below the opt."""
+    from tests.conftest import assert_close, ort_run
+    import runtime
+
+    model = _symbolic_resize(how, static_input, **attrs)
+    cm = compiler.compile(model, dims={"h": (5, 96, 64), "w": (5, 96, 64)})
+    assert "kernel_table" in cm.report, cm.report  # not a per-shape (deferred) build
+    cm.export(str(tmp_path / "m.so"))
+    sess = runtime.load(str(tmp_path / "m.so"))
+    for hw in [(64, 64), (17, 31), (5, 96), (41, 8)]:
+        x = RNG.standard_normal((1, 3, *hw)).astype(np.float32)
+        got = sess.run(None, {"x": x})
+        assert_close(got, ort_run(model, {"x": x}), rtol=1e-4, atol=1e-4)
+
+
+def test_resize_over_a_symbolic_image_refuses_non_integer_scales():
+    """floor(n * 1.5) over a symbolic n would not sample at ONNX's coordinates: refused,
+    naming the node; the model then compiles per shape (a DynamicModel saying why)."""
+    model = _symbolic_resize("scales", mode="linear")
+    model.graph.initializer[-1].CopyFrom(
+        initializer("scales", np.array([1, 1, 1.5, 2], np.float32)))
+    cm = compiler.compile(model, dims={"h": (5, 96, 64), "w": (5, 96, 64)})
+    assert "kernel_table" not in cm.report
+    assert "Resize" in cm.report["why"] and "integer scales only" in cm.report["why"], \
+        cm.report["why"]
