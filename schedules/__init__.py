@@ -4,7 +4,8 @@
 the target's list whose ``apply(func, target)`` returns a schedule wins.  A kernel no rule
 matches is built as it is (correct, slow).  With a tuning database (``database.py``), a kernel
 whose record says tuning won replays the record's MetaSchedule trace instead; tuning jobs
-themselves are in ``tuning.py``.  This package knows nothing of ONNX.
+themselves are in ``tuning.py``.  A kernel written already scheduled (the attribute
+``PRESCHEDULED``: ``cpu/recurrence.py``) is kept as it is, under the rule it names.  This package knows nothing of ONNX.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tvm
 
 from .base import MatchingCPURule, ScheduleRule, SharedSchedule
 from .cpu import RULES
+from .cpu.recurrence import PRESCHEDULED
 from .lets import vectorizable
 from . import vector_ops  # noqa: F401  (marks tirx.nearbyint / isnan vectorisable)
 
@@ -39,6 +41,10 @@ def apply_schedules(mod, target, database=None) -> tuple:
         tuned = _from_database(database, func, target, name) if database is not None else None
         if tuned is not None:
             out[gv], used[name] = vectorizable(tuned).with_attrs(func.attrs), "tuned"
+            continue
+        if func.attrs is not None and PRESCHEDULED in func.attrs:
+            # written already scheduled (schedules/cpu/recurrence.py)
+            out[gv], used[name] = func, str(func.attrs[PRESCHEDULED])
             continue
         sch, used[name] = default_schedule(func, tvm_target, name)
         # (Lets TVM's vectorizer cannot take inlined: schedules/lets.py)

@@ -9,6 +9,9 @@ naming the node and what it does not implement, the rest.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 from tvm import relax
 
@@ -296,6 +299,90 @@ def _activation(ctx, name: str, alpha, beta):
     refuse(ctx, f"activation {name!r}")
 
 
+# fp32 lanes of the CPU target being compiled for (the driver sets it around the import);
+# None: no fused recurrence (GPU targets, or not compiling), the layer is unrolled
+_LANES: contextvars.ContextVar = contextvars.ContextVar("recurrence_lanes", default=None)
+
+
+@contextlib.contextmanager
+def recurrence_lanes(lanes):
+    """Convert RNN / GRU / LSTM layers to one recurrence kernel for a CPU of ``lanes``
+    fp32 lanes (``schedules/cpu/recurrence.py``) while importing; None: unrolled."""
+    token = _LANES.set(lanes)
+    try:
+        yield
+    finally:
+        _LANES.reset(token)
+
+
+def _fused_recurrence(bb, ctx, kind, inputs, acts, clip, attrs, direction, hidden, layout):
+    """The layer as an input projection for every step (one matmul) and one recurrence
+    kernel per direction (``schedules/cpu/recurrence.py``), for any (symbolic) sequence
+    length and batch; None where that kernel does not cover the node (then it is unrolled
+    over a static length): the default activations only, no clip, no peepholes, no
+    sequence_lens, GRU only with linear_before_reset=1 (PyTorch's), float32, constant
+    W / R / B."""
+    from schedules.cpu.recurrence import pack, recurrence_kernel
+    from .common import constant_value
+
+    lanes = _LANES.get()
+    x, w, r, b, seq_lens, h0, c0, p = inputs
+    n_dir = 2 if direction == "bidirectional" else 1
+    n_g = _GATES[kind]
+    if lanes is None or clip is not None or seq_lens is not None or p is not None:
+        return None
+    if [a.decode() if isinstance(a, bytes) else str(a) for a in acts] != \
+            _DEFAULT_ACTS[kind] * n_dir or attrs.get("activation_alpha") or \
+            attrs.get("activation_beta"):
+        return None
+    if kind == "GRU" and not int(attrs.get("linear_before_reset", 0)):
+        return None
+    if dtype_of(x) != "float32" or len(x.ty.shape) != 3:
+        return None
+    w_np, r_np = constant_value(w), constant_value(r)
+    b_np = np.zeros((n_dir, 2 * n_g * hidden), np.float32) if b is None else constant_value(b)
+    if w_np is None or r_np is None or b_np is None:
+        return None
+    op = relax.op
+    seq, batch, _ = x.ty.shape.values
+    f32 = "float32"
+    outs_y, outs_h, outs_c = [], [], []
+    for d in range(n_dir):
+        reverse = direction == "reverse" or d == 1
+        wb, rb = b_np[d, :n_g * hidden], b_np[d, n_g * hidden:]
+        bias, rbias = (wb, rb) if kind == "GRU" else (wb + rb, np.zeros_like(rb))
+        xw = bb.emit(op.add(op.matmul(x, relax.const(np.ascontiguousarray(w_np[d].T), f32)),
+                            relax.const(bias.astype(np.float32), f32)))       # (S, B, G*H)
+        rp = pack(r_np[d], kind, lanes)
+        states = []
+        for init in (h0, c0):
+            if init is None:
+                states.append(op.zeros(relax.ShapeExpr([batch, hidden]), f32))
+            else:
+                states.append(op.squeeze(_slice(init, 0, d, d + 1), [0]))
+        states = [bb.emit(s_) for s_ in states]
+        func = recurrence_kernel(kind, hidden, reverse, lanes)
+        gv = bb.add_func(func, f"{kind.lower()}_recurrence")
+        out = bb.emit(relax.call_tir(
+            gv, relax.Tuple([xw, relax.const(rp, f32), relax.const(rbias.reshape(n_g, hidden)
+                                                        .astype(np.float32), f32)] + states),
+            [relax.TensorType([seq, batch, hidden], f32),
+             relax.TensorType([batch, hidden], f32),
+             relax.TensorType([batch, hidden], f32)]))
+        outs_y.append(bb.emit(relax.TupleGetItem(out, 0)))
+        outs_h.append(bb.emit(relax.TupleGetItem(out, 1)))
+        outs_c.append(bb.emit(relax.TupleGetItem(out, 2)))
+    y = _stack(bb, outs_y, 1)                                  # (S, D, B, H)
+    y_h = _stack(bb, outs_h, 0)                                # (D, B, H)
+    y_c = _stack(bb, outs_c, 0) if kind == "LSTM" else None
+    if layout:
+        y = bb.emit(op.permute_dims(y, [2, 0, 1, 3]))
+        y_h = bb.emit(op.permute_dims(y_h, [1, 0, 2]))
+        y_c = bb.emit(op.permute_dims(y_c, [1, 0, 2])) if y_c is not None else None
+    outs = [y, y_h, y_c][:len(ctx.node.output)]
+    return outs[0] if len(outs) == 1 else relax.Tuple(outs)
+
+
 def _recurrent(kind: str):
     def convert(bb, inputs, attrs, ctx):
         op = relax.op
@@ -316,16 +403,20 @@ def _recurrent(kind: str):
             h0 = None if h0 is None else op.permute_dims(h0, [1, 0, 2])
             c0 = None if c0 is None else op.permute_dims(c0, [1, 0, 2])
         x = bb.emit(x)
-        seq, batch, _ = static_shape(x)
         ws = static_shape(w)
         hidden = static_shape(r)[-1]
         if ws[0] != n_dir or ws[1] != n_g * hidden:
             refuse(ctx, f"W of shape {ws} for direction={direction} and hidden size {hidden}")
-        if seq == 0:
-            refuse(ctx, "an empty sequence")
         acts = attrs.get("activations")
         n_act = len(_DEFAULT_ACTS[kind])
         acts = list(acts) if acts else _DEFAULT_ACTS[kind] * n_dir
+        fused = _fused_recurrence(bb, ctx, kind, (x, w, r, b, seq_lens, h0, c0, p), acts,
+                                  clip, attrs, direction, hidden, layout)
+        if fused is not None:
+            return fused
+        seq, batch, _ = static_shape(x)
+        if seq == 0:
+            refuse(ctx, "an empty sequence")
         if len(acts) != n_act * n_dir:
             refuse(ctx, f"{len(acts)} activations (expects {n_act * n_dir})")
         alphas = list(attrs.get("activation_alpha", []) or [])
@@ -451,7 +542,10 @@ def _recurrent(kind: str):
                        "activation functions with alpha/beta, clip"
                        + (", peepholes" if kind == "LSTM" else "")
                        + (", linear_before_reset" if kind == "GRU" else "")
-                       + "; unrolled over the static sequence length.")
+                       + "; on CPUs one recurrence kernel per direction over any "
+                       "(symbolic) length where it covers the node "
+                       "(schedules/cpu/recurrence.py), else unrolled over the static "
+                       "sequence length.")
     return convert
 
 

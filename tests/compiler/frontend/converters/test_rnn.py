@@ -250,3 +250,103 @@ def test_recurrent_weights_packed_once_not_per_step(kind, lbr):
     assert cm.report["memory"]["params_bytes"] < 4 * raw  # not seq copies of R
     np.testing.assert_allclose(cm.session().run(None, given)[0], want[0], rtol=1e-4,
                                atol=1e-5)
+
+
+# --- one recurrence kernel per direction (schedules/cpu/recurrence.py) --------------------
+
+
+def _const_rnn_model(kind, seq, batch, inp, hidden, direction="forward", layout=0,
+                     lbr=1, **extra):
+    """A one-node model with constant W / R / B (as exporters write them) and X (plus
+    initial states) as inputs; ``seq`` / ``batch`` may be dim names."""
+    n_dir = 2 if direction == "bidirectional" else 1
+    g = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
+    inits = [numpy_helper.from_array(a, n) for n, a in (
+        ("W", _f(n_dir, g * hidden, inp) * 0.3), ("R", _f(n_dir, g * hidden, hidden) * 0.3),
+        ("B", _f(n_dir, 2 * g * hidden) * 0.3))]
+    xs = [batch, seq, inp] if layout else [seq, batch, inp]
+    hs = [batch, n_dir, hidden] if layout else [n_dir, batch, hidden]
+    vis = [_vi("X", F, xs), _vi("initial_h", F, hs)]
+    names = ["X", "W", "R", "B", "", "initial_h"]
+    outs = ["Y", "Y_h"]
+    if kind == "LSTM":
+        vis.append(_vi("initial_c", F, hs))
+        names.append("initial_c")
+        outs.append("Y_c")
+    attrs = dict(hidden_size=hidden, direction=direction, layout=layout, **extra)
+    if kind == "GRU":
+        attrs["linear_before_reset"] = lbr
+    node = helper.make_node(kind, names, outs, **attrs)
+    graph = helper.make_graph([node], "g", vis, [helper.make_empty_tensor_value_info(o)
+                                                 for o in outs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+
+
+def _feeds(model, seq, batch):
+    feeds = {}
+    for vi in model.graph.input:
+        dims = [d.dim_value or {"seq": seq, "batch": batch}[d.dim_param]
+                for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = _f(*dims)
+    return feeds
+
+
+def _rules(cm):
+    return [k["rule"] for k in cm.report["kernel_table"]]
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction,layout", [("forward", 0), ("reverse", 1),
+                                              ("bidirectional", 0)])
+def test_recurrence_is_one_kernel_per_direction(kind, direction, layout):
+    """A layer with constant weights is its input projection (one matmul) and one
+    recurrence kernel per direction, whatever its length (unrolled it was a few kernels
+    per step), matching the reference; 40 hidden units: no whole vector chunk."""
+    model = _const_rnn_model(kind, 9, 2, 6, 40, direction, layout)
+    feeds = _feeds(model, 9, 2)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    cm = compiler.compile(model)
+    rules = _rules(cm)
+    n_dir = 2 if direction == "bidirectional" else 1
+    assert rules.count("cpu.recurrence") == n_dir, rules
+    # projection, states, layout transposes, outputs stacked: unrolled, 9 steps x 2-4
+    # kernels a direction
+    assert len(rules) <= 12, rules
+    for g_, w in zip(cm.session().run(None, feeds), want):
+        np.testing.assert_allclose(g_, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["GRU", "LSTM"])
+def test_recurrence_over_a_symbolic_length_is_one_artifact(kind, tmp_path):
+    """A symbolic sequence length and batch (``dynamic_axes`` on X) compile once to one
+    artifact that serves every length in the range (unrolling needs it static: each new
+    length was a compile at run time), matching onnxruntime at the range's edges and odd
+    lengths."""
+    import runtime
+    from tests.conftest import ort_run
+
+    model = _const_rnn_model(kind, "seq", "batch", 12, 64, "bidirectional")
+    cm = compiler.compile(model, dims={"seq": (1, 300, 50), "batch": (1, 4, 1)})
+    assert "kernel_table" in cm.report and "cpu.recurrence" in _rules(cm), cm.report
+    cm.export(str(tmp_path / "m.so"))
+    sess = runtime.load(str(tmp_path / "m.so"))
+    for seq, batch in ((1, 1), (50, 1), (37, 3), (300, 4)):
+        feeds = _feeds(model, seq, batch)
+        for g_, w in zip(sess.run(None, feeds), ort_run(model, feeds)):
+            np.testing.assert_allclose(g_, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind,extra", [("GRU", dict(lbr=0)), ("LSTM", dict(clip=0.5)),
+                                        ("RNN", dict(activations=["Relu"]))])
+def test_recurrence_kernel_not_taken_where_it_does_not_cover(kind, extra):
+    """GRU without linear_before_reset (its reset gate scales h before R), clip, other
+    activations: unrolled as before, still matching onnxruntime (onnx.reference ignores
+    clip and the activations attribute)."""
+    from tests.conftest import ort_run
+
+    model = _const_rnn_model(kind, 5, 2, 3, 8, **extra)
+    feeds = _feeds(model, 5, 2)
+    cm = compiler.compile(model)
+    assert "cpu.recurrence" not in _rules(cm)
+    for g_, w in zip(cm.session().run(None, feeds), ort_run(model, feeds)):
+        np.testing.assert_allclose(g_, w, rtol=1e-4, atol=1e-5)
