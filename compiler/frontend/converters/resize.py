@@ -514,6 +514,34 @@ def _is_known(v) -> bool:
     return v is not False
 
 
+def _bilinear_align_corners(x, size):
+    """Bilinear resize of NCHW ``x`` to ``size`` (symbolic) with align_corners coordinates:
+    ``in = out * (n_in - 1) / (n_out - 1)`` (0 for one output), the two taps clamped to
+    the input, in float32 as onnxruntime computes it."""
+    from tvm import te, tirx
+
+    n, c, h, w = x.shape
+    oh, ow = size
+
+    def coord(o, n_in, n_out):
+        one = tirx.const(1, "int64")
+        ratio = tirx.Select(n_out > one, (n_in - one).astype("float32")
+                            / (n_out - one).astype("float32"), tirx.const(0.0, "float32"))
+        v = o.astype("float32") * ratio
+        lo = te.min(tirx.floor(v).astype("int64"), n_in - one)
+        return lo, te.min(lo + one, n_in - one), v - lo.astype("float32")
+
+    def value(b, ch, y, xx):
+        y0, y1, wy = coord(y, h, oh)
+        x0, x1, wx = coord(xx, w, ow)
+        one = tirx.const(1.0, "float32")
+        top = x[b, ch, y0, x0] * (one - wx) + x[b, ch, y0, x1] * wx
+        bottom = x[b, ch, y1, x0] * (one - wx) + x[b, ch, y1, x1] * wx
+        return top * (one - wy) + bottom * wy
+
+    return te.compute((n, c, oh, ow), value, name="resize")
+
+
 def _symbolic_sizes(ctx) -> bool:
     """Whether the node's ``sizes`` input is a shape value holding symbolic dims (an ASPP
     pooling branch resized from 1 x 1 back to a symbolic image's size)."""
@@ -594,6 +622,11 @@ def resize_symbolic(bb, ctx, x, roi, scales, attrs):
         return y
     size = relax.ShapeExpr([tirx.const(v, "int64") if isinstance(v, int) else v
                             for v in sizes[2:]])
+    if coord == "align_corners" and mode == "linear":
+        # topi's align_corners kernel fails to build over symbolic sizes (an IntImm of
+        # type float32): the bilinear TE here instead
+        return bb.emit_te(_bilinear_align_corners, x, list(size.values),
+                          primfunc_name_hint="resize2d")
     return relax.op.image.resize2d(
         x, size=size, roi=[0.0] * 4, layout="NCHW", method=_TOPI_MODE[mode],
         coordinate_transformation_mode=coord, rounding_method=nearest_mode,

@@ -312,6 +312,7 @@ def _symbolic_resize(how: str, static_input: bool = False, **attrs):
 @pytest.mark.parametrize("how,static_input,attrs", [
     ("sizes", False, dict(mode="linear")),  # FCN / DeepLab heads (half_pixel)
     ("sizes", False, dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),
+    ("sizes", False, dict(mode="linear", coordinate_transformation_mode="align_corners")),
     ("sizes", False, dict(mode="cubic")),
     ("sizes", False, dict(mode="nearest", coordinate_transformation_mode="asymmetric",
                           nearest_mode="floor")),  # torchvision FPN's F.interpolate(size=)
@@ -319,7 +320,7 @@ def _symbolic_resize(how: str, static_input: bool = False, **attrs):
     ("scales", False, dict(mode="nearest", coordinate_transformation_mode="asymmetric",
                            nearest_mode="floor")),  # nn.Upsample(scale_factor=...)
     ("scales", False, dict(mode="linear")),
-], ids=["sizes_linear", "sizes_linear_pytorch", "sizes_cubic", "sizes_nearest",
+], ids=["sizes_linear", "sizes_linear_pytorch", "sizes_align_corners", "sizes_cubic", "sizes_nearest",
         "pooled_to_sizes", "scales_nearest", "scales_linear"])
 def test_resize_over_a_symbolic_image_is_one_artifact(how, static_input, attrs, tmp_path):
     """Every size from one exported artifact (TVM's converter refused sizes it could not
