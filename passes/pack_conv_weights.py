@@ -79,7 +79,7 @@ def conv_packed(data, wp, strides, padding, dilation, groups=1, width_tile=1, ch
     last one: no branch, no padded copy) and a second stage drops the extra columns; it
     also drops the output channels past ``channels`` (those of zero weights that pad the
     last block)."""
-    n, _, *size = (int(d) for d in data.shape)
+    n, _, *size = (_dim(d) for d in data.shape)
     fo, c, *ks, b = (int(d) for d in wp.shape)
     per_group = fo * b // groups
     nd = len(size)
@@ -87,16 +87,24 @@ def conv_packed(data, wp, strides, padding, dilation, groups=1, width_tile=1, ch
     out = [(size[i] + before[i] + after[i] - (ks[i] - 1) * dilation[i] - 1) // strides[i] + 1
            for i in range(nd)]
     full = list(out)
-    full[-1] = -(-out[-1] // width_tile) * width_tile
+    symbolic = not isinstance(out[-1], int)
+    if symbolic:  # a symbolic length: whole tiles, at least one (the tile then compacts
+        # to a static buffer, in registers), in the simplifier's form of the output
+        from tvm.sym.analyzer import Analyzer
+
+        out[-1] = Analyzer().simplify(out[-1])
+        full[-1] = te.max((out[-1] + width_tile - 1) // width_tile, 1) * width_tile
+    else:
+        full[-1] = -(-out[-1] // width_tile) * width_tile
     if any(before) or any(after):
         data = topi.nn.pad(data, [0, 0, *before], [0, 0, *after], name="pad_temp")
-    last = int(data.shape[-1]) - 1
+    last = _dim(data.shape[-1]) - 1
     rc = te.reduce_axis((0, c), "rc")
     rs = [te.reduce_axis((0, k), "r" + "zyx"[3 - nd + i]) for i, k in enumerate(ks)]
 
     def body(i, f, *p):
         src = [p[d] * strides[d] + rs[d] * dilation[d] for d in range(nd)]
-        if (full[-1] - 1) * strides[-1] + (ks[-1] - 1) * dilation[-1] > last:
+        if symbolic or (full[-1] - 1) * strides[-1] + (ks[-1] - 1) * dilation[-1] > last:
             src[-1] = te.min(src[-1], last)  # padded columns: read in bounds, dropped
         ch = rc if groups == 1 else te.indexdiv(f, per_group) * c + rc
         return te.sum(data[(i, ch, *src)] * wp[(te.indexdiv(f, b), rc, *rs, te.indexmod(f, b))],
@@ -109,9 +117,24 @@ def conv_packed(data, wp, strides, padding, dilation, groups=1, width_tile=1, ch
     conv = te.compute((n, fo * b, *full), named,
                       name="conv2d_nchw_packed" if nd == 2 else f"conv{nd}d_packed")
     channels = fo * b if channels is None else int(channels)
-    if full == out and channels == fo * b:
+    if not symbolic and full == out and channels == fo * b:
         return conv
     return te.compute((n, channels, *out), lambda *idx: conv[idx], name="conv_columns")
+
+
+def _dim(d):
+    """A shape entry: an int when static, else the expression."""
+    return int(d) if isinstance(d, (int, tvm.tirx.IntImm)) else d
+
+
+def symbolic_tile(lanes: int, accumulators: int, vectors: int) -> int:
+    """Output columns of a register tile over a symbolic conv1d length: as many as the
+    accumulators hold beside the block's ``vectors`` registers each, within TVM's stack
+    buffer (a larger tile is heap-allocated, where LLVM kept the accumulators in memory:
+    schedules/cpu/conv2d_nchwc.symbolic_budget)."""
+    from schedules.cpu.conv2d_nchwc import symbolic_budget
+
+    return max(1, min(16, symbolic_budget(lanes, accumulators) // vectors))
 
 
 def pad_width(width: int, pixels: int, vectors: int = 2) -> int:
@@ -192,7 +215,14 @@ def _packed(m, call, min_taps: int, blocks, layouts, tiles: tuple, padded: list)
     if (str(dty.dtype) != "float32" or w.dtype != np.float32 or dty.ndim != len(dl)
             or w.ndim != len(kl)):
         return None
-    if dty.shape is None or any(not isinstance(d, tvm.tirx.IntImm) for d in dty.shape):
+    if dty.shape is None or not isinstance(dty.shape[1], tvm.tirx.IntImm):
+        return None
+    # a conv1d may take a symbolic length (and batch): a sequence model exported with a
+    # dynamic axis (SqueezeBERT's grouped 1x1s, wav2vec2's feature encoder); others need
+    # static shapes
+    symbolic = any(not isinstance(d, tvm.tirx.IntImm) for d in dty.shape.values)
+    if symbolic and (len(dl) != 3 or not all(
+            isinstance(d, tvm.tirx.IntImm) for d in list(dty.shape.values)[1:-1])):
         return None
     f = w.shape[0]
     # grouped: a block must not straddle two groups (depthwise, 1 channel a group, never
@@ -211,8 +241,11 @@ def _packed(m, call, min_taps: int, blocks, layouts, tiles: tuple, padded: list)
     if len(dl) == 3:  # 1-D: the register tile is a run of output columns
         lanes, accumulators = tiles
         vectors = -(-b // lanes)
-        tile = pad_width(int(call.ty.shape[-1]),
-                         min(16, accumulators // vectors), vectors)
+        if symbolic:  # always whole tiles, in registers (a tile within TVM's stack buffer)
+            tile = symbolic_tile(lanes, accumulators, vectors)
+        else:
+            tile = pad_width(int(call.ty.shape[-1]),
+                             min(16, accumulators // vectors), vectors)
         if tile > 1:
             padded.append(call)
     return m.builder_.call_te(

@@ -104,7 +104,7 @@ class Conv2dPacked(MatchingCPURule):
         pads, after, tail = common.inline_around(sch, conv)
         geometry = common.conv_loops(sch, conv, b, nd)
         if geometry is None:
-            return None
+            return _schedule_symbolic(sch, conv, b, nd, (pads, after, tail), target)
         n, f, planes, y, x, reductions, oh, ow = geometry
         rc, *rs = reductions
         # whole vectors of the block can be split into register tiles; a ragged block
@@ -281,3 +281,52 @@ def _vectorize_write_back(sch, wb, lanes, pixel_loops: int, padded: bool):
     vo, v = sch.split(channels, [None, lanes])
     sch.unroll(vo)
     sch.vectorize(v)
+
+
+# Output columns a task of a conv1d over a symbolic length covers, about: tasks of whole
+# register tiles, enough of them for the cores at the lengths models see (hundreds to
+# thousands of positions)
+TASK_COLUMNS = 64
+
+
+def _schedule_symbolic(sch, conv, b: int, nd: int, around, target):
+    """A conv1d over a symbolic length (``pack_conv_weights`` padded it to whole tiles of
+    ``symbolic_tile`` columns, read back here off the padded extent; the batch may be
+    symbolic too): register tiles of those columns x the channel block, channels inside
+    the taps as in the static kernel, no channel chunks (a symbolic row cache stayed in
+    memory: ``conv2d_nchwc``), tasks of about ``TASK_COLUMNS`` columns x one channel
+    block, the symbolic loop outermost in the parallel fusion (a static extent's modulo,
+    never a symbolic one's: ``conv2d_nchwc._row_tasks``)."""
+    from .conv2d_nchwc import tile_columns
+
+    pads, after, tail = around
+    lanes, ncores = common.lanes_fp32(target), common.cores(target)
+    loops = sch.get_loops(conv)
+    ext = [common.const_extent(sch, lp) for lp in loops]
+    if nd != 1 or ext[2] is not None or any(e is None for e in ext[1:2] + ext[3:]) \
+            or ext[1] % b:
+        return None
+    n, f, x, rc, *rs = loops
+    vectors = b // lanes if b % lanes == 0 else 1
+    xt = tile_columns(sch.get(x).extent, 16)
+    if xt is None:
+        return None  # not padded by pack_conv_weights
+    fo, fi = sch.split(f, [None, b])
+    xo, xi = sch.split(x, [None, xt])
+    xs, xo = sch.split(xo, [None, max(1, TASK_COLUMNS // xt)])
+    sch.reorder(n, xs, fo, xo, *rs, rc, xi, fi)
+    wb, pads = common.write_back_at(sch, conv, xo, tail, pads, after,
+                                    write_layout=lambda a, c, p: (a, p, c))
+    common.parallel(sch, [xs, fo], ncores)
+    sch.unroll(xi)
+    if b // vectors > lanes:  # a block of several vectors: one register each
+        fv, fi = sch.split(fi, [None, lanes])
+        sch.unroll(fv)
+    sch.vectorize(fi)
+    init = sch.decompose_reduction(conv, rs[0] if rs else rc)
+    sch.vectorize(sch.get_loops(init)[-1])
+    for lp in reversed(sch.get_loops(wb)[-1:]):
+        sch.unroll(lp)
+    for p in pads:
+        common.schedule_elementwise(sch, p, lanes, ncores)
+    return sch
