@@ -38,6 +38,59 @@ def analyzer(*exprs):
     return ana
 
 
+def provably_equal(a, b) -> bool:
+    """Whether two dim expressions are equal for every value of their dims: the
+    analyzer's proof, else the same polynomial over the same atoms (``_poly``).  TVM's
+    simplifier does not see ``((x * 128 + 128) * y) // 128 == ((x * 32 + 32) * y) // 32``
+    (both ``(x + 1) * y``: the -1 of two Reshapes of one tensor, SegFormer's tokens)."""
+    if analyzer(a, b).can_prove_equal(a, b):
+        return True
+    pa, pb = _poly(a), _poly(b)
+    return pa is not None and pa == pb
+
+
+def _poly(e):
+    """``e`` as {monomial: coefficient}, a monomial a sorted tuple of atom keys (dims, and
+    floor divisions that do not divide exactly, keyed by their own normal form); a floor
+    division by a constant dividing every coefficient divides exactly.  None for what it
+    cannot normalise."""
+    from tvm import tirx
+
+    if isinstance(e, (int, np.integer)):
+        return {(): int(e)} if int(e) else {}
+    if isinstance(e, tirx.IntImm):
+        return {(): int(e.value)} if int(e.value) else {}
+    if isinstance(e, tirx.Var):
+        return {(e.name,): 1}
+    if isinstance(e, (tirx.Add, tirx.Sub)):
+        pa, pb = _poly(e.a), _poly(e.b)
+        if pa is None or pb is None:
+            return None
+        sign = 1 if isinstance(e, tirx.Add) else -1
+        out = dict(pa)
+        for m, c in pb.items():
+            out[m] = out.get(m, 0) + sign * c
+        return {m: c for m, c in out.items() if c}
+    if isinstance(e, tirx.Mul):
+        pa, pb = _poly(e.a), _poly(e.b)
+        if pa is None or pb is None:
+            return None
+        out = {}
+        for ma, ca in pa.items():
+            for mb, cb in pb.items():
+                m = tuple(sorted(ma + mb))
+                out[m] = out.get(m, 0) + ca * cb
+        return {m: c for m, c in out.items() if c}
+    if isinstance(e, tirx.FloorDiv) and isinstance(e.b, tirx.IntImm) and int(e.b) > 0:
+        pa, d = _poly(e.a), int(e.b)
+        if pa is None:
+            return None
+        if all(c % d == 0 for c in pa.values()):
+            return {m: c // d for m, c in pa.items()}
+        return {(f"({sorted(pa.items())})//{d}",): 1}
+    return None
+
+
 def _simplify(e):
     from tvm import tirx
 
@@ -211,7 +264,13 @@ def shaped_by(bb, node, inputs, known: list):
     op = node.op_type
     k = 0 if op == "ConstantOfShape" else 1
     if op not in ("Reshape", "Expand", "ConstantOfShape") or len(known) <= k or \
-            known[k] is None or not symbolic(known[k]):
+            known[k] is None:
+        return None
+    if not symbolic(known[k]) and not (
+            op == "Reshape" and -1 in [int(d) for d in known[k].reshape(-1)]
+            and shape_value(inputs[0]) is not None and symbolic(shape_value(inputs[0]))):
+        # (a constant target: TVM's converter, but for a -1 over a symbolic input, which
+        # _quotient infers in a form later shapes equal)
         return None
     target = list(known[k].reshape(-1))
     if op == "ConstantOfShape":
@@ -232,10 +291,12 @@ def shaped_by(bb, node, inputs, known: list):
         out = [data[i] if (isinstance(d, int) and d == 0) else d for i, d in enumerate(target)]
         if sum(isinstance(d, int) and d == -1 for d in out) == 1:
             rest = [d for d in out if not (isinstance(d, int) and d == -1)]
-            total = np.prod(np.array(data, dtype=object)) if data else 1
-            part = np.prod(np.array(rest, dtype=object)) if rest else 1
-            out = [_simplify(_floordiv(total, part)) if (isinstance(d, int) and d == -1)
-                   else d for d in out]
+            inferred = _quotient(data, rest)
+            if inferred is None:
+                total = np.prod(np.array(data, dtype=object)) if data else 1
+                part = np.prod(np.array(rest, dtype=object)) if rest else 1
+                inferred = _simplify(_floordiv(total, part))
+            out = [inferred if (isinstance(d, int) and d == -1) else d for d in out]
         if any(isinstance(d, int) and d < 0 for d in out):
             return None
         return relax.op.reshape(inputs[0], relax.ShapeExpr([_expr(d) for d in out]))
@@ -254,6 +315,35 @@ def shaped_by(bb, node, inputs, known: list):
         else:
             return None
     return relax.op.broadcast_to(inputs[0], relax.ShapeExpr([_expr(d) for d in out]))
+
+
+def _quotient(dims: list, known: list):
+    """A Reshape's -1: the product of ``dims`` over that of ``known``, as a product of the
+    symbolic dims ``known`` does not hold times the static quotient, or None when the
+    symbolic dims do not cancel one for one (or the static ones do not divide).  Computed
+    as TVM would (``32 * h' * w' // 32``) the simplifier expands the first product and
+    cannot divide it again: ``((h' - 1) * 32 + 32) * w' // 32``, which no later shape
+    equals (SegFormer's residual adds lost their shapes, and its arena check refused a
+    tensor whose size it could not bound)."""
+    left = [d for d in dims if not isinstance(d, (int, np.integer))]
+    static = int(np.prod([int(d) for d in dims if isinstance(d, (int, np.integer))]))
+    part = 1
+    for d in known:
+        if isinstance(d, (int, np.integer)):
+            part *= int(d)
+            continue
+        match = next((i for i, e in enumerate(left) if provably_equal(e, d)), None)
+        if match is None:
+            return None
+        left.pop(match)
+    if part == 0 or static % part:
+        return None
+    out = None
+    for d in left:  # symbolic first, the constant last: (h' * w') * 32 stays a product
+        out = d if out is None else out * d
+    if out is None:
+        return static // part
+    return _simplify(out if static == part else out * (static // part))
 
 
 def _floordiv(a, b):

@@ -279,3 +279,69 @@ def test_narrow_channel_convs_match_onnxruntime(narrow, hw):
     x = np.random.default_rng(hw[0] * 7 + hw[1]).standard_normal((1, 3, *hw)).astype(
         np.float32)
     assert_close(sess.run(None, {"x": x}), ort_run(model, {"x": x}), rtol=1e-4, atol=1e-4)
+
+
+def _token_reshapes() -> onnx.ModelProto:
+    """A vision transformer's tokens over a symbolic image (SegFormer's Mix-FFN): a 7x7/4
+    patch conv to 32 channels, flattened to tokens (``Reshape [1, -1, 32]``), and a
+    64-channel 1x1 of the map flattened its own way (``Reshape [1, 64, -1] -> Transpose
+    -> MatMul`` back to 32): the two token counts agree only in value; then the residual
+    sum, and ``Shape -> Gather`` reshaping it back."""
+    rng = np.random.default_rng(3)
+    n = helper.make_node
+    inits = [numpy_helper.from_array(a, k) for k, a in (
+        ("w", (rng.standard_normal((32, 3, 7, 7)) * 0.2).astype(np.float32)),
+        ("w64", (rng.standard_normal((64, 32, 1, 1)) * 0.2).astype(np.float32)),
+        ("fc", (rng.standard_normal((64, 32)) * 0.2).astype(np.float32)),
+        ("flat", np.array([1, 64, -1], np.int64)), ("tokens", np.array([1, -1, 32], np.int64)),
+        ("one", np.array(1, np.int64)), ("lead", np.array([1], np.int64)),
+        ("c32", np.array([32], np.int64)))]
+    nodes = [
+        n("Conv", ["x", "w"], ["c"], strides=[4, 4], pads=[3] * 4),
+        n("Conv", ["c", "w64"], ["c64"]),
+        n("Reshape", ["c64", "flat"], ["f"]),
+        n("Transpose", ["f"], ["ft"], perm=[0, 2, 1]),
+        n("MatMul", ["ft", "fc"], ["t1"]),
+        n("Reshape", ["c", "tokens"], ["t2"]),
+        n("Add", ["t1", "t2"], ["s"]),
+        n("Shape", ["s"], ["shape"]),
+        n("Gather", ["shape", "one"], ["count"], axis=0),
+        n("Reshape", ["count", "lead"], ["count1"]),
+        n("Concat", ["lead", "count1", "c32"], ["back"], axis=0),
+        n("Reshape", ["s", "back"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "token_reshapes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_token_reshapes_keep_their_shapes(tmp_path):
+    """The -1 of a Reshape over a symbolic image is the product of the dims it does not
+    name, so both flattenings give the same token count: their sum keeps its shape, the
+    Shape read of it imports and the arena is planned (TVM's inference spelled the count
+    ``((h' - 1) * 32 + 32) * w' // 32``, the sum lost its shape, and the model compiled
+    only per shape)."""
+    model = _token_reshapes()
+    cm = compiler.compile(model, dims={"height": (8, 256, 64), "width": (8, 256, 64)})
+    assert "kernel_table" in cm.report, cm.report.get("why")
+    cm.export(str(tmp_path / "m.so"))
+    sess = runtime.load(str(tmp_path / "m.so"))
+    for hw in [(64, 64), (8, 40), (100, 28), (255, 131)]:
+        x = np.random.default_rng(hw[0]).standard_normal((1, 3, *hw)).astype(np.float32)
+        assert_close(sess.run(None, {"x": x}), ort_run(model, {"x": x}), rtol=1e-4, atol=1e-4)
+
+
+def test_shape_arithmetic_proves_reshape_counts_equal():
+    """``provably_equal`` sees the identity TVM's simplifier misses, and refuses a false one."""
+    from tvm import tirx
+
+    from compiler.frontend.shape_arith import provably_equal
+
+    h, w = tirx.Var("height", "int64"), tirx.Var("width", "int64")
+    c = lambda v: tirx.const(v, "int64")  # noqa: E731
+    a, b = (h - c(1)) // c(4), (w - c(1)) // c(4) + c(1)
+    assert provably_equal((a * c(128) + c(128)) * b // c(128), (a * c(32) + c(32)) * b // c(32))
+    assert provably_equal((a * c(32) + c(32)) * b // c(32), (a + c(1)) * b)
+    assert not provably_equal((a * c(32) + c(16)) * b // c(32), (a + c(1)) * b)
