@@ -34,6 +34,7 @@ from .frontend.fold_onnx import fold_constants as fold_onnx_constants
 from .lowering.graph import extract, flops_at, plan_storage
 from .lowering.kernel_table import generic_warning, kernel_table
 from .frontend.converters.rnn import recurrence_lanes
+from .frontend.shape_arith import declared_ranges
 from .frontend.importer import import_onnx, index_bounds, input_signature
 from .frontend.loader import load_model, text
 from .frontend.narrow_import import io_types
@@ -546,8 +547,14 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     Returns (checked proto, ONNX nodes folded, KernelGraph with unscheduled kernels); the
     loader's warnings go to ``warnings`` (else to the log).  An input's ``-1`` dim (named by
     the loader) stays symbolic only when ``dims`` gives it a range, else it is refused and
-    the model compiles per shape (``frontend/lenient.py`` says why).
+    the model compiles per shape (``frontend/lenient.py`` says why).  The declared ranges
+    bound the dims wherever shapes are reasoned about (``shape_arith.declared_ranges``).
     """
+    with declared_ranges(dims):
+        return _front_in_ranges(model, ctx, stage, warnings, dims)
+
+
+def _front_in_ranges(model, ctx, stage: _Stages, warnings: list | None, dims):
     lenient_dims: list = []
     proto = stage("load", load_model, model, warnings, lenient_dims)
     per_shape = {d for d in lenient_dims if d not in (dims or {})}

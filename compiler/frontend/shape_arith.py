@@ -15,6 +15,9 @@ Must run inside the importer's node loop (``importer._Importer._construct_nodes`
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 from onnx import helper
 
@@ -24,17 +27,39 @@ MAX_ELEMENTS = 64
 _INT_TYPES = {"int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool"}
 
 
+# {dim name: (min, max)} of the ranges the caller declared (``dims=``), while importing
+# (``declared_ranges``): what the analyzer may assume of each dim beyond ">= 1"
+_RANGES: contextvars.ContextVar = contextvars.ContextVar("dim_ranges", default={})
+
+
+@contextlib.contextmanager
+def declared_ranges(ranges: dict | None):
+    """Import with the dims' declared ``{name: (min, max, ...)}`` known to the shape
+    arithmetic (a wav2vec2 export's positional conv is sliced to
+    ``min(max(n, 0), n + 1)`` frames, ``n`` only when the samples give at least one
+    frame: true over the declared range, not for every sample count >= 1)."""
+    token = _RANGES.set({k: (int(v[0]), int(v[1])) for k, v in (ranges or {}).items()})
+    try:
+        yield
+    finally:
+        _RANGES.reset(token)
+
+
 def analyzer(*exprs):
     """An Analyzer that knows every dim in ``exprs`` is >= 1 (a symbolic input dim's range
-    starts at 1: ``lowering/symbolic.py``), so ``max(seq, 0)`` is ``seq``."""
+    starts at 1: ``lowering/symbolic.py``), so ``max(seq, 0)`` is ``seq``, and within its
+    declared range where the caller gave one (``declared_ranges``)."""
     from tvm import tirx
     from tvm.sym.analyzer import Analyzer, ConstIntBound
 
     ana = Analyzer()
+    ranges = _RANGES.get()
     for e in exprs:
         if not isinstance(e, (int, np.integer, tirx.IntImm)):
             for v in tirx.analysis.undefined_vars(e):
-                ana.update(v, ConstIntBound(1, ConstIntBound.POS_INF), override=True)
+                lo, hi = ranges.get(v.name, (1, None))
+                ana.update(v, ConstIntBound(max(int(lo), 1), ConstIntBound.POS_INF
+                                            if hi is None else int(hi)), override=True)
     return ana
 
 

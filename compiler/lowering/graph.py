@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
+from compiler.frontend import shape_arith
 from runtime.artifact import PARAM_ALIGN  # the loader maps params in place: keep them aligned
 from runtime.dims import ShapeExpr
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
@@ -110,6 +111,11 @@ def _new_tensor(sinfo, name: str, kind: str, where: str, names, **kw) -> Tensor:
     t = Tensor(name, shape, dtype, kind, **kw)
     if not t.static:
         size = size_expr(sinfo.shape.values)
+        if not monotone(size):
+            # within the dims' declared ranges (the only values a run may take), where
+            # min / max of a slice usually resolve (wav2vec2's positional conv trimmed to
+            # min(max(n, 0), n + 1) frames: n when the samples give a frame)
+            size = shape_arith.analyzer(size).simplify(size)
         if not monotone(size):
             raise UnsupportedError(
                 f"{where}: tensor {name!r} has {size} elements, which can shrink as a dim "

@@ -488,10 +488,21 @@ def conv_loops(sch, conv, b: int, nd: int):
 
 def row_multiple(extent) -> int | None:
     """``r`` when a symbolic row extent is ``((M + r - 1) // r) * r`` (rows padded to whole
-    register tiles by pack_matmul_weights / pack_bf16_matmul), else None."""
+    register tiles by pack_matmul_weights / pack_bf16_matmul), else the largest ``r`` of
+    at most 32 it provably divides by (TVM folds the padding of some row counts into
+    another form: wav2vec2's frames ``(samples - 400) // 320 + 1`` padded to twelves read
+    ``(samples - 400) // 3840 * 12 + 12``, and its matmuls fell to dlight), else None."""
     if isinstance(extent, tirx.Mul) and isinstance(extent.b, tirx.IntImm) and isinstance(
             extent.a, tirx.FloorDiv):
         return int(extent.b)
+    if isinstance(extent, tirx.IntImm):
+        return None
+    from tvm.sym.analyzer import Analyzer
+
+    ana = Analyzer()
+    for r in range(32, 1, -1):
+        if ana.can_prove(tirx.floormod(extent, r) == 0):
+            return r
     return None
 
 

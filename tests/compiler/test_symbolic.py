@@ -371,3 +371,79 @@ def test_annotate_dim_opt_names_the_dims_each_kernel_uses():
     assert out["static"].same_as(static)
     assert workload_hash(out["sym"]) == workload_hash(sym)
     assert isinstance(out["sym"], tvm.tirx.PrimFunc)
+
+
+def _audio_encoder():
+    """wav2vec2's shape over raw samples (``dynamic_axes`` on them): a strided conv1d
+    feature encoder, tokens projected by a matmul, the positional conv (even kernel,
+    grouped) trimmed by one frame (``Slice [:-1]``: its length is
+    ``min(max(n, 0), n + 1)``, n only when the samples give a frame), a residual add,
+    LayerNorm and a dense layer."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+
+    def t(*shape, scale=0.2):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    n = helper.make_node
+    inits = [numpy_helper.from_array(a, k) for k, a in (
+        ("axes1", np.array([1], np.int64)), ("c0", t(32, 1, 10)), ("c1", t(32, 32, 3)),
+        ("proj", t(32, 64)), ("pb", t(64)), ("pos", t(64, 16, 4)),
+        ("start", np.array([0], np.int64)), ("end", np.array([-1], np.int64)),
+        ("axis2", np.array([2], np.int64)), ("g", t(64) + 1), ("b", t(64)),
+        ("dense", t(64, 64)))]
+    nodes = [
+        n("Unsqueeze", ["x", "axes1"], ["x3"]),
+        n("Conv", ["x3", "c0"], ["f0"], strides=[5]), n("Gelu", ["f0"], ["g0"]),
+        n("Conv", ["g0", "c1"], ["f1"], strides=[2]), n("Gelu", ["f1"], ["g1"]),
+        n("Transpose", ["g1"], ["tok"], perm=[0, 2, 1]),
+        n("MatMul", ["tok", "proj"], ["p0"]), n("Add", ["p0", "pb"], ["h"]),
+        n("Transpose", ["h"], ["hc"], perm=[0, 2, 1]),
+        n("Conv", ["hc", "pos"], ["pc"], pads=[2, 2], group=4),
+        n("Slice", ["pc", "start", "end", "axis2"], ["trim"]),
+        n("Gelu", ["trim"], ["pg"]),
+        n("Transpose", ["pg"], ["pt"], perm=[0, 2, 1]),
+        n("Add", ["h", "pt"], ["r"]),
+        n("LayerNormalization", ["r", "g", "b"], ["ln"], axis=-1),
+        n("MatMul", ["ln", "dense"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "audio_encoder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "samples"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_audio_encoder_over_symbolic_samples_keeps_its_rules(tmp_path):
+    """Raw samples of any length in the declared range: one artifact, the convs on the
+    packed conv1d rule and the dense layers on the packed matmul rule (the trimmed
+    frame count imported, planned and tiled only with the declared range known: it
+    failed to import, then to plan, then its matmuls fell to dlight at 12x onnxruntime),
+    matching onnxruntime at lengths in the range."""
+    model = _audio_encoder()
+    cm = compiler.compile(model, dims={"samples": (400, 20000, 4000)})
+    assert "kernel_table" in cm.report, cm.report.get("why")
+    rules = {k["kernel"]: k["rule"] for k in cm.report["kernel_table"]}
+    assert not any(r.startswith("dlight") or r == "fallback" for r in rules.values()), rules
+    assert sum(r == "cpu.conv2d_packed" for r in rules.values()) == 3, rules
+    assert sum(r == "cpu.matmul_packed" for r in rules.values()) == 2, rules
+    cm.export(str(tmp_path / "m.so"))
+    sess = runtime.load(str(tmp_path / "m.so"))
+    for samples in (4000, 400, 1237, 20000):
+        x = np.random.default_rng(samples).standard_normal((1, samples)).astype(np.float32)
+        assert_close(sess.run(None, {"x": x}), ort_run(model, {"x": x}), rtol=1e-4, atol=1e-4)
+
+
+def test_padded_row_counts_in_any_form_are_tiled():
+    """pack_matmul_weights' padding of a row count TVM folds into another form still
+    reads as whole multiples of the tile."""
+    from tvm import tirx
+
+    from schedules.cpu.common import row_multiple
+
+    s = tirx.Var("samples", "int64")
+    c = lambda v: tirx.const(v, "int64")  # noqa: E731
+    assert row_multiple((s - c(400)) // c(3840) * c(12) + c(12)) == 12
+    assert row_multiple(((s + c(11)) // c(12)) * c(12)) == 12
+    assert row_multiple(s + c(1)) is None
