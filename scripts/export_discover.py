@@ -13,7 +13,7 @@ folding, HiFi-GAN's write-back and MobileViTv2's split came from it)::
     /tmp/torchenv/bin/python scripts/export_discover.py [--out DIR] NAME [NAME ...]
     python scripts/bench_models.py DIR --models NAME --rounds 2 --runs 5 -v
 
-NEW3 (third sweep, 2026-12-07): 41 more, as users ship them: transformers encoders and
+NEW3 (third sweep, 2026-12-07): 45 more, as users ship them: transformers encoders and
 decoders exported by TorchScript with dynamic batch and sequence axes (optimum's recipe;
 ``onnxc bench M --dim batch=1..8:1 --dim seq=1..512:128``), timm CNN/hybrids at batch 1,
 torchvision CNNs with a dynamic batch.  Name them on the command line.
@@ -640,6 +640,32 @@ NEW3 = {  # the third sweep: symbolic batch/sequence, timm hybrids (docstring ab
     # nvidia/mit-b0 SegFormer, symbolic batch, height and width (segmentation serving)
     "segformer_b0_dyn": (_hf("SegformerForSemanticSegmentation", "SegformerConfig", dict(
         num_labels=150), _pix(512), ["logits"]), TSD, SEG_AXES),
+    # google-bert/bert-base-uncased widths with token_type_ids, 4 of 12 layers (8 token
+    # types, published 2, as export_models' BERT: random feeds draw from [0, 8))
+    "bert_tt_4l_dyn": (_hf("BertModel", "BertConfig", dict(
+        vocab_size=30522, hidden_size=768, num_hidden_layers=L4, num_attention_heads=12,
+        intermediate_size=3072, type_vocab_size=8),
+        lambda seed: {**em._seq_inputs(_ids_mask, 30522, seed),
+                      "token_type_ids": np.zeros((1, em.SEQ), np.int64)},
+        ["last_hidden_state", "pooler_output"]), TSD, TEXT_AXES),
+    # openai/clip-vit-base-patch32 text tower (12 x 512): causal mask, argmax-eos pooling
+    "clip_text_dyn": (_hf("CLIPTextModel", "CLIPTextConfig", dict(
+        vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
+        num_attention_heads=8, max_position_embeddings=77),
+        _text(_ids_mask, 49408, 77), ["last_hidden_state", "pooler_output"]), TSD, TEXT_AXES),
+    # facebook/wav2vec2-base widths, 4 of 12 layers: conv feature encoder over a symbolic
+    # number of samples (1 s = 16000 at the export)
+    "wav2vec2_4l_dyn": (_hf("Wav2Vec2Model", "Wav2Vec2Config", dict(
+        hidden_size=768, num_hidden_layers=L4, num_attention_heads=12, intermediate_size=3072,
+        feat_extract_norm="group", conv_bias=False, apply_spec_augment=False),
+        _wave(), ["last_hidden_state"]), TSD,
+        {"input_values": {0: "batch", 1: "samples"}, "last_hidden_state": {0: "batch"}}),
+    # google/vit-base-patch16-224 widths, 4 of 12 layers, dynamic batch (optimum's
+    # image-classification export)
+    "vit_4l_dynb": (_hf("ViTModel", "ViTConfig", dict(
+        hidden_size=768, num_hidden_layers=L4, num_attention_heads=12, intermediate_size=3072),
+        _pix(224), ["last_hidden_state"]), TSD,
+        {"pixel_values": {0: "batch"}, "last_hidden_state": {0: "batch"}}),
     # -- (b) timm, TorchScript, static batch 1 -------------------------------------------
     "timm_resnest14d": (_timm("resnest14d"), TS),
     "timm_res2net50_14w_8s": (_timm("res2net50_14w_8s"), TS),
