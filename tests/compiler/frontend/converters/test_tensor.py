@@ -199,3 +199,40 @@ def test_tile_of_a_symbolic_input_by_constant_repeats():
     for seq in (1, 7, 64):
         x = np.random.default_rng(seq).standard_normal((1, seq, 1, 4)).astype(np.float32)
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+
+
+def test_slice_to_a_negative_end_of_a_symbolic_length_keeps_a_known_shape():
+    """wav2vec2 over symbolic samples: its positional conv's ``[:, :, :-1]`` of a length
+    ``L + 1`` (L = (samples - 400) // 320 + 1) came out ``min(max(L, 0), L + 1)``, the Add
+    after it had an unknown shape and Shape -> Gather failed to convert ("shape_of expects a
+    tensor input"): the model compiled only to a DynamicModel."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = lambda n, s: numpy_helper.from_array(  # noqa: E731
+        (0.1 * rng.standard_normal(s)).astype(np.float32), n)
+    c = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["f"], kernel_shape=[400], strides=[320]),
+             helper.make_node("Conv", ["f", "w1"], ["p"], kernel_shape=[4], pads=[2, 2]),
+             helper.make_node("Slice", ["p", "s0", "e1", "ax2"], ["ps"], name="the_slice"),
+             helper.make_node("Add", ["f", "ps"], ["a"]),
+             helper.make_node("Shape", ["a"], ["sa"]),
+             helper.make_node("Gather", ["sa", "i2"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+             helper.make_node("Concat", ["m1", "n1"], ["shp"], axis=0),
+             helper.make_node("Reshape", ["a", "shp"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["b", 1, "s"])],
+                          [helper.make_tensor_value_info("y", F, ["r", "n"])],
+                          [w("w0", (8, 1, 400)), w("w1", (8, 8, 4)), c("s0", [0]),
+                           c("e1", [-1]), c("ax2", [2]), c("i2", 2), c("ax0", [0]),
+                           c("m1", [-1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(m, dims={"b": (1, 4, 1), "s": (1600, 48000, 16000)})
+    assert type(cm).__name__ == "CompiledModel"
+    sess, ref = cm.session(), ort.InferenceSession(m.SerializeToString())
+    for b, s in ((1, 1600), (2, 16000), (3, 23456)):
+        x = np.random.default_rng(s).standard_normal((b, 1, s)).astype(np.float32)
+        got, want = sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
