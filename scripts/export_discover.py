@@ -244,8 +244,8 @@ def main(argv=None):
         entry = NEW3[name] if name in NEW3 else NEW[name]
         builder, exporter = entry[:2]
         try:
-            if exporter == TSD:
-                _export_axes(name, a.out, builder, entry[2])
+            if exporter in (TSD, DYD):
+                _export_axes(name, a.out, builder, entry[2], dynamo=exporter == DYD)
             else:
                 em.export(name, a.out, 0, False, exporter, {name: builder})
         except Exception as e:
@@ -481,9 +481,11 @@ NEW["xlnet_4l_dy"] = (NEW["xlnet_4l"][0], DY)
 
 
 # -- the third sweep (NEW3): symbolic batch / sequence as users ship them ----------------
-def _export_axes(name, out_dir, builder, axes, seed=0):
+def _export_axes(name, out_dir, builder, axes, seed=0, dynamo=False):
     """TorchScript export (opset 17) with ``dynamic_axes`` as optimum and most serving
-    recipes write them: ``axes`` maps input/output names to {dim index: dim name}."""
+    recipes write them: ``axes`` maps input/output names to {dim index: dim name}.
+    ``dynamo``: the same call under torch's default exporter (torch >= 2.9 picks it when
+    ``dynamo`` is not given; it turns ``dynamic_axes`` into ``dynamic_shapes``)."""
     import time
     import warnings
 
@@ -502,9 +504,21 @@ def _export_axes(name, out_dir, builder, axes, seed=0):
     t0 = time.perf_counter()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(wrapped, args, path, input_names=input_names,
-                          output_names=output_names, opset_version=em.OPSET,
-                          do_constant_folding=True, dynamo=False, dynamic_axes=dyn)
+        if dynamo:
+            # dynamic_axes does not convert for the positional wrapper ("Failed to convert
+            # 'dynamic_axes' to 'dynamic_shapes'"): the equivalent dynamic_shapes, and a
+            # batch of 2 in the example (torch.export specialises a size-1 dim)
+            args = tuple(torch.cat([a, a]) if 0 in axes.get(n, {}) else a
+                         for n, a in zip(input_names, args))
+            shapes = {"args": tuple({i: torch.export.Dim.DYNAMIC for i in axes.get(n, {})}
+                                    for n in input_names)}
+            torch.onnx.export(wrapped, args, path, input_names=input_names,
+                              output_names=output_names, dynamo=True, external_data=False,
+                              dynamic_shapes=shapes)
+        else:
+            torch.onnx.export(wrapped, args, path, input_names=input_names,
+                              output_names=output_names, opset_version=em.OPSET,
+                              do_constant_folding=True, dynamo=False, dynamic_axes=dyn)
     m = onnx.load(path)
     onnx.checker.check_model(m)
     params = sum(p.numel() for p in model.parameters())
@@ -524,6 +538,7 @@ BATCH_AXES = {"pixel_values": {0: "batch"}, "logits": {0: "batch"}}
 BHW = {0: "batch", 2: "height", 3: "width"}
 SEG_AXES = {"pixel_values": BHW, "logits": {0: "batch"}}
 TSD = "torchscript-dynamic-axes"
+DYD = "dynamo-dynamic-axes"
 _ids_mask = ["input_ids", "attention_mask"]
 
 
@@ -694,6 +709,16 @@ NEW3 = {  # the third sweep: symbolic batch/sequence, timm hybrids (docstring ab
     "regnet_x_400mf_dynb": _tvd("regnet_x_400mf"),
     "maxvit_t_dynb": _tvd("maxvit_t"),
 }
+
+
+# torch's default exporter (dynamo) given dynamic_axes, as a torch >= 2.9 user's plain
+# torch.onnx.export(model, args, f, dynamic_axes=...) call runs it
+for _name in ("bert_tt_4l_dyn", "minilm_l6_dyn", "llama_2l_dyn", "gpt_neox_4l_dyn",
+              "t5_encoder_dyn",
+              "vit_4l_dynb", "deberta_v3_small_dyn", "wav2vec2_4l_dyn"):
+    NEW3[_name + "_dynamo"] = (NEW3[_name][0], DYD, NEW3[_name][2])
+for _name in ("mnasnet1_0_dynb", "efficientnet_v2_s_dynb", "maxvit_t_dynb"):
+    NEW3[_name + "_dynamo"] = (NEW3[_name][0], DYD, NEW3[_name][2])
 
 
 if __name__ == "__main__":
