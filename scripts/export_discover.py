@@ -506,11 +506,17 @@ def _export_axes(name, out_dir, builder, axes, seed=0, dynamo=False):
         warnings.simplefilter("ignore")
         if dynamo:
             # dynamic_axes does not convert for the positional wrapper ("Failed to convert
-            # 'dynamic_axes' to 'dynamic_shapes'"): the equivalent dynamic_shapes, and a
+            # 'dynamic_axes' to 'dynamic_shapes'"): the equivalent dynamic_shapes, one named
+            # Dim per axis name shared by the inputs (as that conversion makes them), and a
             # batch of 2 in the example (torch.export specialises a size-1 dim)
             args = tuple(torch.cat([a, a]) if 0 in axes.get(n, {}) else a
                          for n, a in zip(input_names, args))
-            shapes = {"args": tuple({i: torch.export.Dim.DYNAMIC for i in axes.get(n, {})}
+            named = {}
+            for n in input_names:
+                for d in axes.get(n, {}).values():
+                    named.setdefault(d, torch.export.Dim(d, max=512 if d == "seq" else
+                                                         (48000 if d == "samples" else 64)))
+            shapes = {"args": tuple({i: named[d] for i, d in axes.get(n, {}).items()}
                                     for n in input_names)}
             torch.onnx.export(wrapped, args, path, input_names=input_names,
                               output_names=output_names, dynamo=True, external_data=False,
