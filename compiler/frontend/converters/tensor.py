@@ -104,51 +104,6 @@ def slice_v1(bb, inputs, attrs, ctx):
     return tvm_converter("Slice")(bb, [inputs[0], *bounds, None], {}, ctx)
 
 
-@register("Slice", since=10, override=True)
-def slice_symbolic_end(bb, inputs, attrs, ctx):
-    """Slice (the converter it overrides) but for a symbolic axis sliced by constants with
-    step 1, a start >= 0 and a negative (or open) end: wav2vec2's positional conv drops its
-    extra padded step with ``[:, :, :-1]`` of a length ``L + 1``.  TVM's clamped slice gives
-    ``min(max(L, 0), L + 1)``, which nothing simplifies (L is ``(samples - 400) // 320 + 1``),
-    so the following Add has an unknown shape and the next Shape -> Gather fails ("shape_of
-    expects a tensor input").  Here the end is ``dim + end`` and the slice in bounds,
-    length ``dim + end - start``: ONNX's clamping differs only where that is negative, an
-    input shorter than the slice drops, which no declared range of these models reaches."""
-    from tvm import tirx
-
-    from ..registry import previous
-
-    x = inputs[0]
-    dims = getattr(getattr(x.ty, "shape", None), "values", None)
-    given = [inputs[i] if len(inputs) > i else None for i in range(1, 5)]
-    vals = [None if v is None else constant_value(v) for v in given]
-    if dims is None or any(v is not None and c is None for v, c in zip(given, vals)) or \
-            vals[0] is None or vals[1] is None:
-        return previous(slice_symbolic_end)(bb, inputs, attrs, ctx)
-    starts = [int(v) for v in np.asarray(vals[0]).reshape(-1)]
-    ends = [int(v) for v in np.asarray(vals[1]).reshape(-1)]
-    ndim = len(dims)
-    axes = list(range(len(starts))) if vals[2] is None else \
-        [int(a) + ndim if int(a) < 0 else int(a) for a in np.asarray(vals[2]).reshape(-1)]
-    steps = [1] * len(starts) if vals[3] is None else \
-        [int(v) for v in np.asarray(vals[3]).reshape(-1)]
-    symbolic = [not isinstance(dims[a], tirx.IntImm) for a in axes]
-    if not any(symbolic) or any(st != 1 for st in steps) or any(b < 0 for b in starts) or \
-            any(sym and not (e < 0 or e >= 2**31 - 1) for sym, e in zip(symbolic, ends)):
-        return previous(slice_symbolic_end)(bb, inputs, attrs, ctx)
-    begin, end = [], []
-    for a, b, e, sym in zip(axes, starts, ends, symbolic):
-        if sym:
-            begin.append(b)
-            end.append(dims[a] if e >= 2**31 - 1 else dims[a] + e)
-        else:
-            lo, hi, _ = slice(b, e, 1).indices(int(dims[a]))
-            begin.append(lo)
-            end.append(max(lo, hi))
-    return relax.op.strided_slice(x, axes=axes, begin=begin, end=end,
-                                  strides=[1] * len(axes), assume_inbound=True)
-
-
 # --- Real exports: shape arithmetic of PyTorch's TorchScript exporter (HuggingFace models) --
 #
 # Exported attention masks and position ids are computed from Shape/Gather/Unsqueeze/Concat/
