@@ -12,6 +12,11 @@ folding, HiFi-GAN's write-back and MobileViTv2's split came from it)::
 
     /tmp/torchenv/bin/python scripts/export_discover.py [--out DIR] NAME [NAME ...]
     python scripts/bench_models.py DIR --models NAME --rounds 2 --runs 5 -v
+
+NEW3 (third sweep, 2026-12-07): 45 more, as users ship them: transformers encoders and
+decoders exported by TorchScript with dynamic batch and sequence axes (optimum's recipe;
+``onnxc bench M --dim batch=1..8:1 --dim seq=1..512:128``), timm CNN/hybrids at batch 1,
+torchvision CNNs with a dynamic batch.  Name them on the command line.
 """
 from __future__ import annotations
 
@@ -236,9 +241,13 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     bad = 0
     for name in a.names:
-        builder, exporter = NEW[name]
+        entry = NEW3[name] if name in NEW3 else NEW[name]
+        builder, exporter = entry[:2]
         try:
-            em.export(name, a.out, 0, False, exporter, {name: builder})
+            if exporter in (TSD, DYD):
+                _export_axes(name, a.out, builder, entry[2], dynamo=exporter == DYD)
+            else:
+                em.export(name, a.out, 0, False, exporter, {name: builder})
         except Exception as e:
             bad += 1
             print(f"{name}: export FAILED: {type(e).__name__}: {str(e).strip()[:500]}", flush=True)
@@ -469,6 +478,253 @@ NEW.update({
 })
 
 NEW["xlnet_4l_dy"] = (NEW["xlnet_4l"][0], DY)
+
+
+# -- the third sweep (NEW3): symbolic batch / sequence as users ship them ----------------
+def _export_axes(name, out_dir, builder, axes, seed=0, dynamo=False):
+    """TorchScript export (opset 17) with ``dynamic_axes`` as optimum and most serving
+    recipes write them: ``axes`` maps input/output names to {dim index: dim name}.
+    ``dynamo``: the same call under torch's default exporter (torch >= 2.9 picks it when
+    ``dynamo`` is not given; it turns ``dynamic_axes`` into ``dynamic_shapes``)."""
+    import time
+    import warnings
+
+    import onnx
+    import torch
+
+    torch.manual_seed(seed)
+    model, feeds, output_names = builder(seed)
+    model.eval()
+    em._trained_like_batchnorm(model, seed)
+    input_names = list(feeds)
+    wrapped = em._wrap(model, input_names, output_names)
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    path = os.path.join(out_dir, f"{name}.onnx")
+    dyn = {k: v for k, v in axes.items() if k in input_names + output_names}
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            # dynamic_axes does not convert for the positional wrapper ("Failed to convert
+            # 'dynamic_axes' to 'dynamic_shapes'"): the equivalent dynamic_shapes, one named
+            # Dim per axis name shared by the inputs (as that conversion makes them), and a
+            # batch of 2 in the example (torch.export specialises a size-1 dim)
+            args = tuple(torch.cat([a, a]) if 0 in axes.get(n, {}) else a
+                         for n, a in zip(input_names, args))
+            named = {}
+            for n in input_names:
+                for d in axes.get(n, {}).values():
+                    named.setdefault(d, torch.export.Dim(d, max=512 if d == "seq" else
+                                                         (48000 if d == "samples" else 64)))
+            shapes = {"args": tuple({i: named[d] for i, d in axes.get(n, {}).items()}
+                                    for n in input_names)}
+            torch.onnx.export(wrapped, args, path, input_names=input_names,
+                              output_names=output_names, dynamo=True, external_data=False,
+                              dynamic_shapes=shapes)
+        else:
+            torch.onnx.export(wrapped, args, path, input_names=input_names,
+                              output_names=output_names, opset_version=em.OPSET,
+                              do_constant_folding=True, dynamo=False, dynamic_axes=dyn)
+    m = onnx.load(path)
+    onnx.checker.check_model(m)
+    params = sum(p.numel() for p in model.parameters())
+    ops: dict = {}
+    for n in m.graph.node:
+        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    print(f"{name}: {path}, {os.path.getsize(path) / 2**20:.1f} MiB, {params / 1e6:.1f}M "
+          f"params, {len(m.graph.node)} nodes, export {time.perf_counter() - t0:.1f}s, "
+          f"dynamic {dyn}")
+    print("  ops: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items())), flush=True)
+
+
+_BS = {0: "batch", 1: "seq"}
+TEXT_AXES = {"input_ids": _BS, "attention_mask": _BS, "token_type_ids": _BS,
+             "last_hidden_state": _BS, "pooler_output": {0: "batch"}}
+BATCH_AXES = {"pixel_values": {0: "batch"}, "logits": {0: "batch"}}
+BHW = {0: "batch", 2: "height", 3: "width"}
+SEG_AXES = {"pixel_values": BHW, "logits": {0: "batch"}}
+TSD = "torchscript-dynamic-axes"
+DYD = "dynamo-dynamic-axes"
+_ids_mask = ["input_ids", "attention_mask"]
+
+
+def _encoder_of(cls_name, cfg_name, cfg_kw, vocab):
+    """The encoder half of an encoder-decoder (BART), as exported for retrieval / embeddings."""
+    def make(seed):
+        import transformers
+
+        full = getattr(transformers, cls_name)(getattr(transformers, cfg_name)(**cfg_kw))
+        return full.get_encoder(), em._seq_inputs(_ids_mask, vocab, seed), \
+            ["last_hidden_state"]
+    return make
+
+
+def _tvd(builder, shape=(1, 3, 224, 224)):
+    return (tv(builder, shape), TSD, BATCH_AXES)
+
+
+_DEC = dict(use_cache=False)
+NEW3 = {  # the third sweep: symbolic batch/sequence, timm hybrids (docstring above)
+    # -- (a) transformers, TorchScript with dynamic batch + sequence (optimum's export) ----
+    # microsoft/deberta-v3-small: 6 layers of 768, relative position buckets 256; vocabulary
+    # 32000 (published 128100: 540 MB of file)
+    "deberta_v3_small_dyn": (_hf("DebertaV2Model", "DebertaV2Config", dict(
+        vocab_size=32000, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+        intermediate_size=3072, relative_attention=True, position_buckets=256,
+        norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
+        max_relative_positions=-1, position_biased_input=False, type_vocab_size=0),
+        _text(_ids_mask, 32000), ["last_hidden_state"]), TSD, TEXT_AXES),
+    # sentence-transformers/all-MiniLM-L6-v2 (BERT, 6 x 384): the most shipped embedder
+    "minilm_l6_dyn": (_hf("BertModel", "BertConfig", dict(
+        vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+        intermediate_size=1536), _text(_ids_mask, 30522),
+        ["last_hidden_state"]), TSD, TEXT_AXES),
+    # microsoft/mpnet-base widths, 6 of 12 layers: relative position bias
+    "mpnet_6l_dyn": (_hf("MPNetModel", "MPNetConfig", dict(
+        vocab_size=30527, hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
+        intermediate_size=3072, max_position_embeddings=514),
+        _text(_ids_mask, 30527), ["last_hidden_state"]), TSD, TEXT_AXES),
+    # squeezebert/squeezebert-uncased: grouped 1-D convs instead of dense layers
+    "squeezebert_dyn": (_hf("SqueezeBertModel", "SqueezeBertConfig", dict(
+        vocab_size=30528, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, q_groups=4, k_groups=4, v_groups=4, post_attention_groups=1,
+        intermediate_groups=4, output_groups=4), _text(_ids_mask, 30528),
+        ["last_hidden_state"]), TSD, TEXT_AXES),
+    # almanach/camembert-base widths, 4 of 12 layers
+    "camembert_4l_dyn": (_hf("CamembertModel", "CamembertConfig", dict(
+        vocab_size=32005, hidden_size=768, num_hidden_layers=L4, num_attention_heads=12,
+        intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1,
+        pad_token_id=1), _text(_ids_mask, 32005), ["last_hidden_state"]), TSD, TEXT_AXES),
+    # nghuyong/ernie-3.0-base-zh widths, 4 of 12 layers
+    "ernie_4l_dyn": (_hf("ErnieModel", "ErnieConfig", dict(
+        vocab_size=40000, hidden_size=768, num_hidden_layers=L4, num_attention_heads=12,
+        intermediate_size=3072, max_position_embeddings=2048, type_vocab_size=4,
+        use_task_id=False), _text(_ids_mask, 40000), ["last_hidden_state"]), TSD, TEXT_AXES),
+    # bigscience/bloom-560m widths, 2 of 24 layers: ALiBi
+    "bloom_2l_dyn": (_hf("BloomModel", "BloomConfig", dict(
+        vocab_size=32000, hidden_size=1024, n_layer=2, n_head=16, **_DEC),
+        _text(_ids_mask, 32000), ["last_hidden_state"]), TSD, TEXT_AXES),
+    # EleutherAI/gpt-j-6b at 1/4 width (1024, 16 heads), 4 layers: interleaved rotary 64
+    "gptj_4l_dyn": (_hf("GPTJModel", "GPTJConfig", dict(
+        vocab_size=32000, n_embd=1024, n_layer=L4, n_head=16, rotary_dim=64,
+        n_positions=2048, **_DEC), _text(_ids_mask, 32000), ["last_hidden_state"]),
+        TSD, TEXT_AXES),
+    # EleutherAI/pythia-160m widths, 4 of 12 layers: partial rotary 0.25, parallel residual
+    "gpt_neox_4l_dyn": (_hf("GPTNeoXModel", "GPTNeoXConfig", dict(
+        vocab_size=50304, hidden_size=768, num_hidden_layers=L4, num_attention_heads=12,
+        intermediate_size=3072, rotary_pct=0.25, use_parallel_residual=True, **_DEC),
+        _text(_ids_mask, 50304), ["last_hidden_state"]), TSD, TEXT_AXES),
+    # Qwen/Qwen2-0.5B widths, 2 of 24 layers: GQA 14/2, qkv bias
+    "qwen2_2l_dyn": (_hf("Qwen2Model", "Qwen2Config", dict(
+        vocab_size=32000, hidden_size=896, intermediate_size=4864, num_hidden_layers=2,
+        num_attention_heads=14, num_key_value_heads=2, **_DEC), _text(_ids_mask, 32000),
+        ["last_hidden_state"]), TSD, TEXT_AXES),
+    # microsoft/phi-1_5 at half width (1024, 16 heads of 64; 2048 is 640 MB for 2 layers),
+    # 2 of 24 layers: partial rotary 0.5, parallel block
+    "phi_2l_dyn": (_hf("PhiModel", "PhiConfig", dict(
+        vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=2,
+        num_attention_heads=16, partial_rotary_factor=0.5, **_DEC), _text(_ids_mask, 32000),
+        ["last_hidden_state"]), TSD, TEXT_AXES),
+    # stabilityai/stablelm-2-1_6b at half width (1024, 16 heads of 64), 2 of 24 layers:
+    # partial rotary 0.25
+    "stablelm_2l_dyn": (_hf("StableLmModel", "StableLmConfig", dict(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
+        num_attention_heads=16, num_key_value_heads=16, partial_rotary_factor=0.25, **_DEC),
+        _text(_ids_mask, 32000), ["last_hidden_state"]), TSD, TEXT_AXES),
+    # bigcode/tiny_starcoder_py widths (768, 12 heads, multi-query), 4 of 20 layers
+    "gpt_bigcode_4l_dyn": (_hf("GPTBigCodeModel", "GPTBigCodeConfig", dict(
+        vocab_size=49152, n_embd=768, n_layer=L4, n_head=12, multi_query=True,
+        n_positions=8192, **_DEC), _text(_ids_mask, 49152), ["last_hidden_state"]),
+        TSD, TEXT_AXES),
+    # TinyLlama/TinyLlama-1.1B at half width (1024, 16 heads of 64, GQA 16/2), 2 of 22
+    # layers
+    "llama_2l_dyn": (_hf("LlamaModel", "LlamaConfig", dict(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
+        num_attention_heads=16, num_key_value_heads=2, **_DEC), _text(_ids_mask, 32000),
+        ["last_hidden_state"]), TSD, TEXT_AXES),
+    # t5-small encoder (6 layers, relative position buckets)
+    "t5_encoder_dyn": (_hf("T5EncoderModel", "T5Config", dict(
+        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
+        feed_forward_proj="relu", **_DEC), _text(_ids_mask, 32128), ["last_hidden_state"]),
+        TSD, TEXT_AXES),
+    # facebook/bart-base encoder (6 layers of 768)
+    "bart_encoder_dyn": (_encoder_of("BartModel", "BartConfig", dict(
+        vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=1,
+        encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
+        decoder_ffn_dim=3072, **_DEC), 50265), TSD, TEXT_AXES),
+    # answerdotai/ModernBERT-base widths, 4 of 22 layers: rotary, GeGLU, local/global
+    "modernbert_4l_dyn": (_hf("ModernBertModel", "ModernBertConfig", dict(
+        vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=L4,
+        num_attention_heads=12, global_attn_every_n_layers=3, local_attention=128,
+        reference_compile=False), _text(_ids_mask, 50368), ["last_hidden_state"]),
+        TSD, TEXT_AXES),
+    # nvidia/mit-b0 SegFormer, symbolic batch, height and width (segmentation serving)
+    "segformer_b0_dyn": (_hf("SegformerForSemanticSegmentation", "SegformerConfig", dict(
+        num_labels=150), _pix(512), ["logits"]), TSD, SEG_AXES),
+    # google-bert/bert-base-uncased widths with token_type_ids, 4 of 12 layers (8 token
+    # types, published 2, as export_models' BERT: random feeds draw from [0, 8))
+    "bert_tt_4l_dyn": (_hf("BertModel", "BertConfig", dict(
+        vocab_size=30522, hidden_size=768, num_hidden_layers=L4, num_attention_heads=12,
+        intermediate_size=3072, type_vocab_size=8),
+        lambda seed: {**em._seq_inputs(_ids_mask, 30522, seed),
+                      "token_type_ids": np.zeros((1, em.SEQ), np.int64)},
+        ["last_hidden_state", "pooler_output"]), TSD, TEXT_AXES),
+    # openai/clip-vit-base-patch32 text tower (12 x 512): causal mask, argmax-eos pooling
+    "clip_text_dyn": (_hf("CLIPTextModel", "CLIPTextConfig", dict(
+        vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
+        num_attention_heads=8, max_position_embeddings=77),
+        _text(_ids_mask, 49408, 77), ["last_hidden_state", "pooler_output"]), TSD, TEXT_AXES),
+    # facebook/wav2vec2-base widths, 4 of 12 layers: conv feature encoder over a symbolic
+    # number of samples (1 s = 16000 at the export)
+    "wav2vec2_4l_dyn": (_hf("Wav2Vec2Model", "Wav2Vec2Config", dict(
+        hidden_size=768, num_hidden_layers=L4, num_attention_heads=12, intermediate_size=3072,
+        feat_extract_norm="group", conv_bias=False, apply_spec_augment=False),
+        _wave(), ["last_hidden_state"]), TSD,
+        {"input_values": {0: "batch", 1: "samples"}, "last_hidden_state": {0: "batch"}}),
+    # google/vit-base-patch16-224 widths, 4 of 12 layers, dynamic batch (optimum's
+    # image-classification export)
+    "vit_4l_dynb": (_hf("ViTModel", "ViTConfig", dict(
+        hidden_size=768, num_hidden_layers=L4, num_attention_heads=12, intermediate_size=3072),
+        _pix(224), ["last_hidden_state"]), TSD,
+        {"pixel_values": {0: "batch"}, "last_hidden_state": {0: "batch"}}),
+    # -- (b) timm, TorchScript, static batch 1 -------------------------------------------
+    "timm_resnest14d": (_timm("resnest14d"), TS),
+    "timm_res2net50_14w_8s": (_timm("res2net50_14w_8s"), TS),
+    "timm_dla34": (_timm("dla34"), TS),
+    "timm_hrnet_w18_small": (_timm("hrnet_w18_small"), TS),
+    "timm_cspdarknet53": (_timm("cspdarknet53", (1, 3, 256, 256)), TS),
+    "timm_rexnet_100": (_timm("rexnet_100"), TS),
+    "timm_pvt_v2_b0": (_timm("pvt_v2_b0"), TS),
+    "timm_efficientvit_b0": (_timm("efficientvit_b0"), TS),
+    "timm_fastvit_t8": (_timm("fastvit_t8", (1, 3, 256, 256)), TS),
+    "timm_edgenext_xx_small": (_timm("edgenext_xx_small", (1, 3, 256, 256)), TS),
+    "timm_convmixer_768_32": (_timm("convmixer_768_32"), TS),
+    "timm_mixer_b16": (_timm("mixer_b16_224"), TS),
+    "timm_gcvit_xxtiny": (_timm("gcvit_xxtiny"), TS),
+    "timm_inception_next_tiny": (_timm("inception_next_tiny"), TS),
+    "timm_convnextv2_atto": (_timm("convnextv2_atto"), TS),
+    "timm_levit_128s": (_timm("levit_128s"), TS),
+    "timm_mobilenetv4_conv_small": (_timm("mobilenetv4_conv_small"), TS),
+    "timm_hgnetv2_b0": (_timm("hgnetv2_b0"), TS),
+    # -- (c) torchvision, TorchScript, dynamic batch ({"pixel_values": {0: "batch"}}) -----
+    "mnasnet1_0_dynb": _tvd("mnasnet1_0"),
+    "squeezenet1_0_dynb": _tvd("squeezenet1_0"),
+    # vgg11_bn: 507 MB of file (its 4096-wide classifier): over the 400 MB cap, left out
+    "mobilenet_v3_small_dynb": _tvd("mobilenet_v3_small"),
+    "efficientnet_v2_s_dynb": _tvd("efficientnet_v2_s"),
+    "regnet_x_400mf_dynb": _tvd("regnet_x_400mf"),
+    "maxvit_t_dynb": _tvd("maxvit_t"),
+}
+
+
+# torch's default exporter (dynamo) given dynamic_axes, as a torch >= 2.9 user's plain
+# torch.onnx.export(model, args, f, dynamic_axes=...) call runs it
+for _name in ("bert_tt_4l_dyn", "minilm_l6_dyn", "llama_2l_dyn", "gpt_neox_4l_dyn",
+              "t5_encoder_dyn",
+              "vit_4l_dynb", "deberta_v3_small_dyn", "wav2vec2_4l_dyn"):
+    NEW3[_name + "_dynamo"] = (NEW3[_name][0], DYD, NEW3[_name][2])
+for _name in ("mnasnet1_0_dynb", "efficientnet_v2_s_dynb", "maxvit_t_dynb"):
+    NEW3[_name + "_dynamo"] = (NEW3[_name][0], DYD, NEW3[_name][2])
 
 
 if __name__ == "__main__":

@@ -281,14 +281,14 @@ def _evaluate(node, op, known, opset):
 
 
 def shaped_by(bb, node, inputs, known: list):
-    """Reshape / Expand / ConstantOfShape whose shape input is a symbolic known value, as
-    the Relax op on a ``ShapeExpr`` (TVM's converters take a dynamic path on those); None
-    when the node is not one of those or the shape cannot be resolved."""
+    """Reshape / Expand / ConstantOfShape / Tile whose shape (repeats) input is a symbolic
+    known value, as the Relax op on a ``ShapeExpr`` (TVM's converters take a dynamic path
+    on those); None when the node is not one of those or the shape cannot be resolved."""
     from tvm import relax
 
     op = node.op_type
     k = 0 if op == "ConstantOfShape" else 1
-    if op not in ("Reshape", "Expand", "ConstantOfShape") or len(known) <= k or \
+    if op not in ("Reshape", "Expand", "ConstantOfShape", "Tile") or len(known) <= k or \
             known[k] is None:
         return None
     if not symbolic(known[k]) and not (
@@ -310,6 +310,8 @@ def shaped_by(bb, node, inputs, known: list):
     if data is None:
         return None
     data = list(data)
+    if op == "Tile":
+        return _tile(bb, inputs[0], data, list(known[1].reshape(-1)))
     if op == "Reshape":
         if _attr(node, "allowzero", 0):
             return None
@@ -369,6 +371,32 @@ def _quotient(dims: list, known: list):
     if out is None:
         return static // part
     return _simplify(out if static == part else out * (static // part))
+
+
+def _tile(bb, x, data: list, repeats: list):
+    """Tile by symbolic repeats (DeBERTa's ``pos_key.repeat(q.size(0) // heads, 1, 1)``:
+    repeats ``[batch, 1, 1]``) as ``tile(x, r) => reshape(broadcast_to(reshape(x, [1, d]),
+    [r, d]), [r * d])``, one ``(r, d)`` pair per axis whose repeat is not 1.  TVM's Tile
+    converter takes the dynamic path on those, whose output dims are fresh vars that no
+    later op can relate to the batch (DeBERTa's matmul then fails to legalize)."""
+    from tvm import relax
+
+    if len(repeats) != len(data):
+        return None  # ONNX requires one repeat per axis; TVM's converter reports it
+    split, grown, out = [], [], []
+    for d, r in zip(data, repeats):
+        if isinstance(r, int) and r == 1:
+            split.append(d)
+            grown.append(d)
+            out.append(d)
+        else:
+            split += [1, d]
+            grown += [r, d]
+            out.append(_simplify(r * d))
+    shape = lambda dims: relax.ShapeExpr([_expr(v) for v in dims])  # noqa: E731
+    y = bb.emit(relax.op.reshape(x, shape(split)))
+    y = bb.emit(relax.op.broadcast_to(y, shape(grown)))
+    return relax.op.reshape(y, shape(out))
 
 
 def _floordiv(a, b):

@@ -381,12 +381,16 @@ def _cumulative(kind: str):
             refuse(ctx, f"axis {axis} for an input of rank {ndim}")
         exclusive = bool(attrs.get("exclusive", 0))
         reverse = bool(attrs.get("reverse", 0))
-        n = static_shape(x)[axis]
-        if n == 0:
+        dims = getattr(getattr(x.ty, "shape", None), "values", None)
+        if dims is None:
+            static_shape(x)  # refuses: an unknown shape
+        if isinstance(dims[axis], tirx.IntImm) and int(dims[axis]) == 0:
             return x
 
         def compute(t):
-            k = te.reduce_axis((0, n), name="k")
+            # the placeholder's own extent: a symbolic one (BLOOM's position ids,
+            # cumsum(attention_mask) over seq) as well as a static one
+            k = te.reduce_axis((0, t.shape[axis]), name="k")
             ident = 0 if kind == "sum" else 1
 
             def body(*idx):

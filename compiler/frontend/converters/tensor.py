@@ -248,7 +248,11 @@ def tile(bb, inputs, attrs, ctx):
     convert from type Array[...] to Array<int>"."""
     repeats = constant_value(inputs[1]) if inputs[1] is not None else None
     if repeats is not None:
-        rank = len(static_dims(inputs[0], ctx))
+        # the rank, not the dims: a symbolic input (GPT-J's rotary sin/cos over seq, tiled
+        # by constant [1, 1, 1, 1, 2]) goes to topi.tile, which takes symbolic dims
+        rank = inputs[0].ty.ndim
+        if rank < 0:
+            static_dims(inputs[0], ctx)  # refuses, naming the node
         shape = list(np.shape(repeats))
         if len(shape) != 1 or shape[0] != rank:
             refuse(ctx, f"repeats of shape {shape} (ONNX's Tile takes 1-D repeats, one entry "

@@ -144,3 +144,28 @@ def test_einsum_others_keep_tvms_converter(eq, shapes):
     """A diagonal, three operands and a broadcast label are left to TVM's einsum."""
     names = "abc"[:len(shapes)]
     check("Einsum", {n: randn(*s) for n, s in zip(names, shapes)}, opset=12, equation=eq)
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 1)])
+def test_cumsum_over_a_symbolic_axis(exclusive, reverse):
+    """BLOOM's position ids, CumSum(attention_mask, axis=1) over a symbolic seq, were
+    refused ("input shape is not known at compile time"): the reduction's extent is now the
+    placeholder's own (symbolic) dim."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    node = helper.make_node("CumSum", ["m", "axis"], ["y"], exclusive=exclusive,
+                            reverse=reverse)
+    g = helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("m", TensorProto.INT64,
+                                                         ["batch", "seq"])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64,
+                                                         ["batch", "seq"])],
+                          [helper.make_tensor("axis", TensorProto.INT64, [], [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(m, dims={"batch": (1, 4, 1), "seq": (1, 64, 16)})
+    assert type(cm).__name__ == "CompiledModel"
+    sess, ref = cm.session(), ort.InferenceSession(m.SerializeToString())
+    for shape in ((1, 1), (2, 9), (4, 64)):
+        x = np.random.default_rng(shape[1]).integers(0, 2, shape)
+        np.testing.assert_array_equal(sess.run(None, {"m": x})[0], ref.run(None, {"m": x})[0])

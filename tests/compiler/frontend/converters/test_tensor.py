@@ -179,3 +179,23 @@ def test_tile_refuses_repeats_that_are_not_1d():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(UnsupportedError, match=r"the_tile.*repeats of shape \[1, 1\]"):
         compiler.compile(m)
+
+
+def test_tile_of_a_symbolic_input_by_constant_repeats():
+    """GPT-J's rotary sin/cos over a symbolic seq, tiled by constant [1, 1, 1, 2] (its
+    repeat_interleave), were refused ("input shape is not known at compile time"): the
+    converter read the static dims only for the rank."""
+    import onnxruntime as ort
+
+    g = helper.make_graph([helper.make_node("Tile", ["x", "reps"], ["y"], name="the_tile")],
+                          "g", [helper.make_tensor_value_info("x", F, [1, "seq", 1, 4])],
+                          [helper.make_tensor_value_info("y", F, [1, "seq", 1, 8])],
+                          [helper.make_tensor(
+                              "reps", 7, [4], [1, 1, 1, 2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(m, dims={"seq": (1, 64, 8)})
+    assert type(cm).__name__ == "CompiledModel"
+    sess, ref = cm.session(), ort.InferenceSession(m.SerializeToString())
+    for seq in (1, 7, 64):
+        x = np.random.default_rng(seq).standard_normal((1, seq, 1, 4)).astype(np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
