@@ -116,7 +116,7 @@ class Conv2dNCHW(MatchingCPURule):
 
     def schedule(self, sch, m, target):
         conv, _ = m
-        lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        lanes = common.lanes_fp32(target)
         pads, after, tail = common.inline_around(sch, conv)
 
         n, f, y, x, rc, ry, rx = sch.get_loops(conv)
@@ -166,16 +166,7 @@ class Conv2dNCHW(MatchingCPURule):
             packed = sch.cache_read(conv, data_read, "global")
             sch.compute_at(packed, sp)
             common.vectorize_row(sch, packed, lanes)
-        common.parallel(sch, par, ncores)
-        sch.unroll(fi)
-        _vectorize(sch, xi, lanes)
-        sch.unroll(rx)
-        init = sch.decompose_reduction(conv, rc)
-        _vectorize(sch, sch.get_loops(wb)[-1], lanes)
-        _vectorize(sch, sch.get_loops(init)[-1], lanes)
-        for p in pads:
-            common.schedule_elementwise(sch, p, lanes, ncores)
-        return sch
+        return _finish(sch, conv, wb, pads, par, (fi, xi, rx, rc), target)
 
 
 def _schedule_symbolic(sch, conv, ext, around, target):
@@ -187,7 +178,7 @@ def _schedule_symbolic(sch, conv, ext, around, target):
     from .conv2d_nchwc import symbolic_budget, tile_columns
 
     pads, after, tail = around
-    lanes, ncores = common.lanes_fp32(target), common.cores(target)
+    lanes = common.lanes_fp32(target)
     if any(e is None for e in (ext[1], *ext[4:])):
         return None
     n, f, y, x, rc, ry, rx = sch.get_loops(conv)
@@ -204,7 +195,16 @@ def _schedule_symbolic(sch, conv, ext, around, target):
     so, xi = sch.split(x, [None, xt])
     sch.reorder(n, y, fo, so, rc, ry, rx, fi, xi)
     wb, pads = common.write_back_at(sch, conv, so, tail, pads, after)
-    common.parallel(sch, [n, y], ncores)
+    return _finish(sch, conv, wb, pads, [n, y], (fi, xi, rx, rc), target)
+
+
+def _finish(sch, conv, wb, pads, par, loops, target):
+    """The common end of both schedules: ``par`` parallel, the tile's channel rows
+    unrolled and columns vectorised (``loops``: fi, xi, rx, rc), the reduction's init
+    and the write-back vectorised, the pads as elementwise stages."""
+    lanes, ncores = common.lanes_fp32(target), common.cores(target)
+    fi, xi, rx, rc = loops
+    common.parallel(sch, par, ncores)
     sch.unroll(fi)
     _vectorize(sch, xi, lanes)
     sch.unroll(rx)

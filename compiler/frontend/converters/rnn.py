@@ -372,9 +372,17 @@ def _fused_recurrence(bb, ctx, kind, inputs, acts, clip, attrs, direction, hidde
         outs_y.append(bb.emit(relax.TupleGetItem(out, 0)))
         outs_h.append(bb.emit(relax.TupleGetItem(out, 1)))
         outs_c.append(bb.emit(relax.TupleGetItem(out, 2)))
-    y = _stack(bb, outs_y, 1)                                  # (S, D, B, H)
-    y_h = _stack(bb, outs_h, 0)                                # (D, B, H)
-    y_c = _stack(bb, outs_c, 0) if kind == "LSTM" else None
+    return _layer_outputs(bb, ctx, kind, outs_y, outs_h, outs_c, layout)
+
+
+def _layer_outputs(bb, ctx, kind, ys, hs, cs, layout):
+    """The node's outputs from each direction's (S, B, H) outputs and last states: Y
+    (S, D, B, H), Y_h and Y_c (D, B, H), in ``layout`` 1 batch first; as many as the node
+    names."""
+    op = relax.op
+    y = _stack(bb, ys, 1)                                  # (S, D, B, H)
+    y_h = _stack(bb, hs, 0)                                # (D, B, H)
+    y_c = _stack(bb, cs, 0) if kind == "LSTM" else None
     if layout:
         y = bb.emit(op.permute_dims(y, [2, 0, 1, 3]))
         y_h = bb.emit(op.permute_dims(y_h, [1, 0, 2]))
@@ -527,15 +535,7 @@ def _recurrent(kind: str):
             ys.append(_stack(bb, y_steps, 0))                             # (S, B, H)
             hs.append(h)
             cs.append(cc)
-        y = _stack(bb, ys, 1)                                  # (S, D, B, H)
-        y_h = _stack(bb, hs, 0)                                # (D, B, H)
-        y_c = _stack(bb, cs, 0) if kind == "LSTM" else None
-        if layout:
-            y = bb.emit(op.permute_dims(y, [2, 0, 1, 3]))
-            y_h = bb.emit(op.permute_dims(y_h, [1, 0, 2]))
-            y_c = bb.emit(op.permute_dims(y_c, [1, 0, 2])) if y_c is not None else None
-        outs = [y, y_h, y_c][:len(ctx.node.output)]
-        return outs[0] if len(outs) == 1 else relax.Tuple(outs)
+        return _layer_outputs(bb, ctx, kind, ys, hs, cs, layout)
 
     convert.__doc__ = (f"{kind}: forward, reverse or bidirectional, layout 0/1, bias, "
                        "initial state, sequence_lens (per-batch masking), the ONNX "
