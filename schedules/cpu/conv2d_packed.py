@@ -325,8 +325,10 @@ def _schedule_symbolic(sch, conv, b: int, nd: int, around, target):
     sch.vectorize(fi)
     init = sch.decompose_reduction(conv, rs[0] if rs else rc)
     sch.vectorize(sch.get_loops(init)[-1])
-    for lp in reversed(sch.get_loops(wb)[-1:]):
-        sch.unroll(lp)
+    # the tile's write-back over its channels as vectors (contiguous in the tile), the
+    # columns unrolled: an epilogue's GELU (erf's polynomial) ran a scalar per output,
+    # SqueezeBERT's 768 -> 3072 g4 1x1 + GELU 2.3 ms against 0.9 in the static build
+    _vectorize_write_back(sch, wb, lanes, 1, True)
     for p in pads:
         common.schedule_elementwise(sch, p, lanes, ncores)
     return sch
