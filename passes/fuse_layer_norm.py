@@ -13,7 +13,7 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import (Dataflow, Match, axes_of, per_feature, rewrite_matches, shape_of,
+from .dataflow import (Dataflow, Match, axes_of, dims_of, per_feature, rewrite_matches,
                        square_base)
 
 
@@ -47,9 +47,20 @@ def _match(df: Dataflow, root):
         return None
     x, axes, eps, inner = core
     inner += [df.source(v) for v in chain[1:] + [y] if not v.same_as(root)]
-    shape = shape_of(x)
+    shape = dims_of(x)  # symbolic dims None (a batch or sequence: a transformer's rows)
     params = {}
+    symbolic_axes = any(shape[a] is None for a in axes)
+    if symbolic_axes:
+        # a symbolic normalised axis (InstanceNormalization over a dynamic length: wav2vec2's
+        # group norm over the samples): no gamma / beta along it, they are ones and zeros of
+        # its symbolic size (TVM's decomposition ran under dlight's reduction at 16x the
+        # fused kernel's time)
+        if consts:
+            return None
+        params = {"gamma": None, "beta": None}
     for key, default in (("gamma", 1.0), ("beta", 0.0)):
+        if symbolic_axes:
+            break
         p = per_feature(consts.get(key), shape, axes, default)
         if p is None:
             return None
@@ -100,6 +111,8 @@ def _core(df: Dataflow, n):
     if eps is None or eps < 0 or (mean_sq is None and var is None) or sub is None:
         return None
     x, m = sub.args
+    if dims_of(x) is None:
+        return None
     if var is not None:
         # variance(x) itself (TVM's import of InstanceNormalization; its kernel is two-pass
         # like layer_norm's): the same x as the numerator's, population variance
@@ -112,8 +125,8 @@ def _core(df: Dataflow, n):
         if base is None or not _same(df, base, d):
             return None
     mean_x = df.call(m, "mean")
-    shape = shape_of(x)
-    if mean_x is None or shape is None or not df.source(mean_x.args[0]).same_as(df.source(x)):
+    shape = dims_of(x)  # symbolic entries None: the axes are read off the rank
+    if mean_x is None or not df.source(mean_x.args[0]).same_as(df.source(x)):
         return None
     axes = axes_of(mean_x, len(shape))
     if (axes != axes_of(mean_sq, len(shape)) or not mean_x.attrs.keepdims
@@ -137,10 +150,15 @@ def _same(df: Dataflow, a, b) -> bool:
 
 def _plan(m: Match):
     def build(em):
-        dtype = str(m.info["x"].ty.dtype)
-        return relax.op.nn.layer_norm(
-            m.info["x"], relax.const(m.info["gamma"].astype(dtype)),
-            relax.const(m.info["beta"].astype(dtype)), axes=m.info["axes"],
-            epsilon=m.info["eps"])
+        x = m.info["x"]
+        dtype = str(x.ty.dtype)
+        if m.info["gamma"] is None:  # a symbolic normalised axis: ones and zeros of it
+            feat = relax.ShapeExpr([x.ty.shape.values[a] for a in m.info["axes"]])
+            gamma, beta = relax.op.ones(feat, dtype), relax.op.zeros(feat, dtype)
+        else:
+            gamma = relax.const(m.info["gamma"].astype(dtype))
+            beta = relax.const(m.info["beta"].astype(dtype))
+        return relax.op.nn.layer_norm(x, gamma, beta, axes=m.info["axes"],
+                                      epsilon=m.info["eps"])
 
     return build
