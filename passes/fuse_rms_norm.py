@@ -16,8 +16,8 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import (Dataflow, Match, axes_of, dtype_of, per_feature, rewrite_matches,
-                       shape_of, square_base)
+from .dataflow import (Dataflow, Match, axes_of, dims_of, dtype_of, per_feature,
+                       rewrite_matches, square_base)
 
 RULE = "gamma * (x / sqrt(mean(x^2) + eps)) => rms_norm(x, gamma)"
 
@@ -53,7 +53,7 @@ def _match(df: Dataflow, root):
         return None
     x, axes, eps, found = core
     inner = [v for v in dict.fromkeys(inner + found) if not v.same_as(root)]
-    shape = shape_of(x)
+    shape = dims_of(x)  # symbolic rows (a decoder's batch / seq) as None: the axes are static
     weight = None if gamma is not None and gamma.dtype != np.float32 else \
         per_feature(gamma, shape, axes)
     if weight is None or not df.private(inner, root):
@@ -102,7 +102,7 @@ def _core(df: Dataflow, n):
         return None
     x = _uncast(df, d)
     base = square_base(df, mean_sq.args[0])
-    shape = shape_of(x)
+    shape = dims_of(x)
     if base is None or shape is None or not df.source(_uncast(df, base)).same_as(df.source(x)):
         return None
     axes = axes_of(mean_sq, len(shape))
