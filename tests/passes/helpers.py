@@ -50,3 +50,22 @@ def compile_run(onnx_model, feeds: dict, **kw):
     """Compile (keywords as compiler.compile) and run once: (outputs, compiled model)."""
     cm = compiler.compile(onnx_model, **kw)
     return cm.session().run(None, feeds), cm
+
+
+def symbolic_rows_run(onnx_model, pass_name: str, rule: str, shapes, seed: int = 0):
+    """Mark the model's first input and output dims 0 and 1 symbolic (``batch``,
+    ``seq``: a transformer exported with dynamic axes), compile once, check that pass
+    ``pass_name`` applied ``rule`` once, and compare with onnxruntime at each of
+    ``shapes``."""
+    from tests.conftest import assert_close, ort_run
+
+    for vi in (onnx_model.graph.input[0], onnx_model.graph.output[0]):
+        dims = vi.type.tensor_type.shape.dim
+        dims[0].dim_param, dims[1].dim_param = "batch", "seq"
+    cm = compiler.compile(onnx_model, dims={"batch": (1, 4, 1), "seq": (1, 64, 5)})
+    assert report(cm, pass_name)["rewrites"] == {rule: 1}, report(cm, pass_name)
+    sess = cm.session()
+    rng = np.random.default_rng(seed)
+    for shape in shapes:
+        feeds = {"x": (3 + 2 * rng.standard_normal(shape)).astype(np.float32)}
+        assert_close(sess.run(None, feeds), ort_run(onnx_model, feeds))

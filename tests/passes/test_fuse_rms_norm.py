@@ -9,7 +9,7 @@ from passes import FuseRmsNorm
 
 from tests.conftest import ort_run
 
-from .helpers import compile_run, model, node, report, run_pass
+from .helpers import compile_run, model, node, report, run_pass, symbolic_rows_run
 
 RULE = "gamma * (x / sqrt(mean(x^2) + eps)) => rms_norm(x, gamma)"
 
@@ -114,17 +114,5 @@ def test_symbolic_rows_are_fused():
     decoder exported with dynamic axes): the normalised axis is static, so it fuses (the
     rows' symbolic extent kept it from matching: five kernels more per decoder layer),
     matching onnxruntime at several row counts from one build."""
-    import compiler
-
-    m = rms(casts=True)
-    for vi in (m.graph.input[0], m.graph.output[0]):
-        dims = vi.type.tensor_type.shape.dim
-        dims[0].dim_param, dims[1].dim_param = "batch", "seq"
-    cm = compiler.compile(m, dims={"batch": (1, 4, 1), "seq": (1, 64, 6)})
-    fused = next(p for p in cm.report["passes"] if p["name"] == "fuse_rms_norm")
-    assert fused["rewrites"] == {RULE: 1}, fused
-    sess = cm.session()
-    for shape in ([1, 6, 16], [1, 1, 16], [3, 29, 16]):
-        feeds = {"x": np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)}
-        np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(m, feeds)[0],
-                                   rtol=1e-4, atol=1e-5)
+    symbolic_rows_run(rms(casts=True), "fuse_rms_norm", RULE,
+                      ([1, 6, 16], [1, 1, 16], [3, 29, 16]))
