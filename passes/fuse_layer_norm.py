@@ -48,9 +48,7 @@ def _match(df: Dataflow, root):
     x, axes, eps, inner = core
     inner += [df.source(v) for v in chain[1:] + [y] if not v.same_as(root)]
     shape = dims_of(x)  # symbolic dims None (a batch or sequence: a transformer's rows)
-    params = {}
-    symbolic_axes = any(shape[a] is None for a in axes)
-    if symbolic_axes:
+    if any(shape[a] is None for a in axes):
         # a symbolic normalised axis (InstanceNormalization over a dynamic length: wav2vec2's
         # group norm over the samples): no gamma / beta along it, they are ones and zeros of
         # its symbolic size (TVM's decomposition ran under dlight's reduction at 16x the
@@ -58,13 +56,11 @@ def _match(df: Dataflow, root):
         if consts:
             return None
         params = {"gamma": None, "beta": None}
-    for key, default in (("gamma", 1.0), ("beta", 0.0)):
-        if symbolic_axes:
-            break
-        p = per_feature(consts.get(key), shape, axes, default)
-        if p is None:
+    else:
+        params = {key: per_feature(consts.get(key), shape, axes, default)
+                  for key, default in (("gamma", 1.0), ("beta", 0.0))}
+        if any(p is None for p in params.values()):
             return None
-        params[key] = p
     if not df.private(inner, root):
         return None
     return Match("decomposed LayerNorm => layer_norm", root, inner,
@@ -111,7 +107,8 @@ def _core(df: Dataflow, n):
     if eps is None or eps < 0 or (mean_sq is None and var is None) or sub is None:
         return None
     x, m = sub.args
-    if dims_of(x) is None:
+    shape = dims_of(x)  # symbolic entries None: the axes are read off the rank
+    if shape is None:
         return None
     if var is not None:
         # variance(x) itself (TVM's import of InstanceNormalization; its kernel is two-pass
@@ -125,7 +122,6 @@ def _core(df: Dataflow, n):
         if base is None or not _same(df, base, d):
             return None
     mean_x = df.call(m, "mean")
-    shape = dims_of(x)  # symbolic entries None: the axes are read off the rank
     if mean_x is None or not df.source(mean_x.args[0]).same_as(df.source(x)):
         return None
     axes = axes_of(mean_x, len(shape))

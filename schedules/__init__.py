@@ -5,7 +5,8 @@ the target's list whose ``apply(func, target)`` returns a schedule wins.  A kern
 matches is built as it is (correct, slow).  With a tuning database (``database.py``), a kernel
 whose record says tuning won replays the record's MetaSchedule trace instead; tuning jobs
 themselves are in ``tuning.py``.  A kernel written already scheduled (the attribute
-``PRESCHEDULED``: ``cpu/recurrence.py``) is kept as it is, under the rule it names.  This package knows nothing of ONNX.
+``PRESCHEDULED``: ``cpu/recurrence.py``) is kept as it is, under the rule it names.
+This package knows nothing of ONNX.
 """
 
 from __future__ import annotations

@@ -305,7 +305,7 @@ class _Importer(_importer_base()):
                 out = convert(self.bb, inputs, attr, ctx)
                 if isinstance(out, relax.Expr):
                     out = _fold_shape_arithmetic(self.bb.normalize(out))
-                    out = _proved_broadcast(self.bb, inputs, out)
+                    out = _proved_broadcast(self.bb, out)
             except CompileError as e:
                 if "node " in str(e):
                     raise
@@ -451,62 +451,52 @@ _BROADCASTING = {f"relax.{n}" for n in (
     "bitwise_or", "bitwise_xor", "where")}
 
 
-def _proved_broadcast(bb, inputs, out):
+def _proved_broadcast(bb, out):
     """``out`` with its shape restored where Relax's inference lost it: an elementwise op
     over inputs whose symbolic dims are equal but written differently (SegFormer's
     residual add of ``((h - 1) // 4 * 32 + 32) * ((w - 1) // 4 + 1) // 32`` tokens, from a
     Reshape's -1, and ``((h - 1) // 4 + 1) * ((w - 1) // 4 + 1)``) gets a result of
     unknown shape, and every Shape read of it failed to import.  When each output dim is
-    provably one input's (equal, or the others' 1: numpy broadcasting), the result is
-    matched to that shape; else ``out`` as it is."""
+    provably one argument's (equal, or the others' 1: numpy broadcasting), the op is
+    emitted again over its arguments cast to one spelling of each dim (a cast of the
+    result would leave the op itself of unknown shape, which LegalizeOps skips); else
+    ``out`` as it is."""
     import tvm
     from tvm import relax, tirx
 
     from . import shape_arith
 
     ty = getattr(out, "ty", None)
-    if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 1:
+    if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 1 or \
+            not isinstance(out, relax.Call) or not isinstance(out.op, tvm.ir.Op) or \
+            out.op.name not in _BROADCASTING:
         return out
-    shapes = []
-    for x in inputs:
-        xt = getattr(x, "ty", None) if x is not None else None
-        if not isinstance(xt, relax.TensorType):
-            continue
-        values = getattr(xt.shape, "values", None)
-        if values is None:
-            return out
-        shapes.append(list(values))
-    if not shapes or max(len(v) for v in shapes) != ty.ndim:
+    shapes = {}  # argument position -> its dims
+    for i, a in enumerate(out.args):
+        if isinstance(a.ty, relax.TensorType):
+            values = getattr(a.ty.shape, "values", None)
+            if values is None:
+                return out
+            shapes[i] = list(values)
+    if not shapes or max(len(v) for v in shapes.values()) != ty.ndim:
         return out
     dims = []
     for k in range(ty.ndim):
-        cands = [v[len(v) - ty.ndim + k] for v in shapes if len(v) - ty.ndim + k >= 0]
+        cands = [v[len(v) - ty.ndim + k] for v in shapes.values() if len(v) - ty.ndim + k >= 0]
         wide = [d for d in cands if not (isinstance(d, tirx.IntImm) and int(d) == 1)]
         if not wide:
             dims.append(cands[0])
             continue
-        first = wide[0]
-        if not all(shape_arith.provably_equal(first, d) for d in wide[1:]):
+        if not all(shape_arith.provably_equal(wide[0], d) for d in wide[1:]):
             return out
-        # the shortest spelling of the equal dims
-        dims.append(min(wide, key=lambda d: len(str(d))))
-    if not isinstance(out, relax.Call) or not isinstance(out.op, tvm.ir.Op) or \
-            out.op.name not in _BROADCASTING:
-        return out
-    # the op again over its arguments cast to one spelling of each dim (a cast of the
-    # result would leave the op itself of unknown shape, which LegalizeOps skips)
-    args = []
-    for a in out.args:
-        at = getattr(a, "ty", None)
-        values = getattr(getattr(at, "shape", None), "values", None)
-        if not isinstance(at, relax.TensorType) or values is None:
-            args.append(a)
-            continue
+        dims.append(min(wide, key=lambda d: len(str(d))))  # the shortest spelling
+    args = list(out.args)
+    for i, values in shapes.items():
         want = [d if isinstance(d, tirx.IntImm) and int(d) == 1 else
                 dims[ty.ndim - len(values) + k] for k, d in enumerate(values)]
-        same = all(w.same_as(d) or (isinstance(w, tirx.IntImm) and isinstance(d, tirx.IntImm)
-                                    and int(w) == int(d)) for w, d in zip(want, values))
-        args.append(a if same else bb.match_cast(a, relax.TensorType(want, at.dtype)))
+        if not all(w.same_as(d) or (isinstance(w, tirx.IntImm) and isinstance(d, tirx.IntImm)
+                                    and int(w) == int(d)) for w, d in zip(want, values)):
+            args[i] = bb.match_cast(args[i], relax.TensorType(want, args[i].ty.dtype))
     redone = bb.normalize(relax.Call(out.op, args, out.attrs))
     return redone if getattr(redone.ty, "shape", None) is not None else out
 

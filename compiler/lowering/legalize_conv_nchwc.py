@@ -230,8 +230,8 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
     sh, sw = (int(s) for s in strides)
     dh, dw = (int(d) for d in dilation)
     pt, pl, pb, pr = (int(p) for p in padding)
-    oh = _simplified((h + pt + pb - (kh - 1) * dh - 1) // sh + 1)
-    ow = _simplified((w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
+    oh = _out_extent(h, pt, pb, kh, dh, sh)
+    ow = _out_extent(w, pl, pr, kw, dw, sw)
     subsample = (rank == 5 and kh == kw == 1 and (sh, sw) != (1, 1) and not depthwise
                  and not (pt or pl or pb or pr))
     full = ow
@@ -249,7 +249,7 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
         tail = [0] * (rank - 4)
         if widened:  # the extra columns read zeros; the width the conv reads, written
             # so that the simplifier sees the pad's extent cover the conv's reads
-            pr = (full - 1) * sw + (kw - 1) * dw + 1 - pl - w
+            pr = _right_pad(full, w, pl, kw, dw, sw)
         data = topi.nn.pad(data, [0, 0, pt, pl, *tail], [0, 0, pb, pr, *tail],
                            name="pad_temp")
     if subsample:
@@ -274,13 +274,13 @@ def conv2d_nchw_columns(data, kernel, strides, padding, dilation, groups: int):
     sh, sw = (int(s) for s in strides)
     dh, dw = (int(d) for d in dilation)
     pt, pl, pb, pr = (int(p) for p in padding)
-    oh = _simplified((h + pt + pb - (kh - 1) * dh - 1) // sh + 1)
-    ow = _simplified((w + pl + pr - (kw - 1) * dw - 1) // sw + 1)
+    oh = _out_extent(h, pt, pb, kh, dh, sh)
+    ow = _out_extent(w, pl, pr, kw, dw, sw)
     depthwise = groups == c == f and cpg == 1
     xt = symbolic_nchw_columns(ow, f // groups, depthwise)
     full = tvm.te.max((ow + xt - 1) // xt, 1) * xt  # provably one tile or more
     # the extra columns read zeros: the width they read, as in conv2d_nchwc
-    pr = (full - 1) * sw + (kw - 1) * dw + 1 - pl - w
+    pr = _right_pad(full, w, pl, kw, dw, sw)
     pad = topi.nn.pad(data, [0, 0, pt, pl], [0, 0, pb, pr], name="pad_temp")
     rc = te.reduce_axis((0, cpg), "rc")
     ry = te.reduce_axis((0, kh), "ry")
@@ -319,6 +319,18 @@ def _symbolic_nchw(call) -> bool:
         return False
     static = all(isinstance(d, tvm.tirx.IntImm) for d in (xs[1], *ks))
     return static and not isinstance(out[3], tvm.tirx.IntImm)
+
+
+def _out_extent(n, before: int, after: int, k: int, d: int, s: int):
+    """A conv's output extent along one axis of input extent ``n`` (simplified)."""
+    return _simplified((n + before + after - (k - 1) * d - 1) // s + 1)
+
+
+def _right_pad(full, w, left: int, k: int, d: int, s: int):
+    """The right padding under which ``full`` output columns read only the padded input
+    (the extra columns of a widened row read zeros), written so that the simplifier sees
+    the pad's extent cover the conv's reads."""
+    return (full - 1) * s + (k - 1) * d + 1 - left - w
 
 
 def _simplified(e):

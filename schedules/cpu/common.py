@@ -497,12 +497,20 @@ def row_multiple(extent) -> int | None:
         return int(extent.b)
     if isinstance(extent, tirx.IntImm):
         return None
+    return tile_columns(extent, 32)
+
+
+def tile_columns(extent, cap: int) -> int | None:
+    """The widest tile (at most ``cap``, above 1) that provably divides a symbolic
+    extent: a legalization or pass padded it to whole tiles, ``max((ow + xt - 1) // xt,
+    1) * xt`` (conv columns) or ``(M + r - 1) // r * r`` (matmul rows), which the
+    simplifier rewrites; None when none does."""
     from tvm.sym.analyzer import Analyzer
 
     ana = Analyzer()
-    for r in range(32, 1, -1):
-        if ana.can_prove(tirx.floormod(extent, r) == 0):
-            return r
+    for xt in range(cap, 1, -1):
+        if ana.can_prove(tirx.floormod(extent, xt) == 0):
+            return xt
     return None
 
 

@@ -175,7 +175,7 @@ def _schedule_symbolic(sch, conv, ext, around, target):
     columns under symbolic rows): one-row tiles of ``nr`` output channels x ``xt``
     columns within a tile of ``STACK_BYTES`` (in registers), the rows alone parallel
     (``conv2d_nchwc``'s ``_row_tasks``), the channel tiles a serial loop in each."""
-    from .conv2d_nchwc import symbolic_budget, tile_columns
+    from .conv2d_nchwc import symbolic_budget
 
     pads, after, tail = around
     lanes = common.lanes_fp32(target)
@@ -183,7 +183,7 @@ def _schedule_symbolic(sch, conv, ext, around, target):
         return None
     n, f, y, x, rc, ry, rx = sch.get_loops(conv)
     if ext[3] is None:
-        xt = tile_columns(sch.get(x).extent, 4 * lanes)
+        xt = common.tile_columns(sch.get(x).extent, 4 * lanes)
         if xt is None or xt % lanes:
             return None  # not padded by the legalization (no CPU tile registered)
     else:

@@ -25,7 +25,7 @@ pixels a strided 1x1 conv reads (``SUBSAMPLE``, made by the legalization); depth
 unpadded input with the bounds test inlined.  Tiles are divisors of the output
 height, width and channel blocks, so every shape is exact.  A symbolic image size (height
 and width symbolic, channels static) has one-row tiles over columns the legalization
-padded to whole tiles (``tile_columns`` reads the tile back off the padded extent).
+padded to whole tiles (``common.tile_columns`` reads the tile back off the padded extent).
 """
 
 from __future__ import annotations
@@ -141,20 +141,6 @@ def max_columns(budget: int, width: int) -> int:
     return max(1, min(16, budget // width))
 
 
-def tile_columns(extent, cap: int) -> int | None:
-    """The widest column tile (at most ``cap``, above 1) that provably divides a
-    symbolic column extent: the legalization padded it to whole tiles,
-    ``max((ow + xt - 1) // xt, 1) * xt``, which the simplifier rewrites; None when none
-    does."""
-    from tvm.sym.analyzer import Analyzer
-
-    ana = Analyzer()
-    for xt in range(cap, 1, -1):
-        if ana.can_prove(tirx.floormod(extent, xt) == 0):
-            return xt
-    return None
-
-
 # _row_tasks: over symbolic rows the tasks are the rows alone (the channel tiles a serial
 # loop inside each): a row index split off a fused (channel tile, row) loop is a modulo by
 # the symbolic row count, which TVM cannot prove non-negative, so it compacted the register
@@ -213,7 +199,7 @@ class Conv2dNCHWc(MatchingCPURule):
         budget = common.acc_budget(target)
         if ext[3] is None:
             budget = symbolic_budget(lanes, budget)
-            columns = tile_columns(sch.get(loops[3]).extent, max_columns(budget, width))
+            columns = common.tile_columns(sch.get(loops[3]).extent, max_columns(budget, width))
         if any(e is None for k, e in enumerate(ext) if k not in (0, 2, 3)) or (
                 ext[3] is None and columns is None):
             return None

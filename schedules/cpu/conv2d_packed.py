@@ -297,8 +297,6 @@ def _schedule_symbolic(sch, conv, b: int, nd: int, around, target):
     memory: ``conv2d_nchwc``), tasks of about ``TASK_COLUMNS`` columns x one channel
     block, the symbolic loop outermost in the parallel fusion (a static extent's modulo,
     never a symbolic one's: ``conv2d_nchwc._row_tasks``)."""
-    from .conv2d_nchwc import tile_columns
-
     pads, after, tail = around
     lanes, ncores = common.lanes_fp32(target), common.cores(target)
     loops = sch.get_loops(conv)
@@ -308,7 +306,7 @@ def _schedule_symbolic(sch, conv, b: int, nd: int, around, target):
         return None
     n, f, x, rc, *rs = loops
     vectors = b // lanes if b % lanes == 0 else 1
-    xt = tile_columns(sch.get(x).extent, 16)
+    xt = common.tile_columns(sch.get(x).extent, 16)
     if xt is None:
         return None  # not padded by pack_conv_weights
     fo, fi = sch.split(f, [None, b])
@@ -319,7 +317,7 @@ def _schedule_symbolic(sch, conv, b: int, nd: int, around, target):
                                     write_layout=lambda a, c, p: (a, p, c))
     common.parallel(sch, [xs, fo], ncores)
     sch.unroll(xi)
-    if b // vectors > lanes:  # a block of several vectors: one register each
+    if vectors > 1:  # a block of several vectors: one register each
         fv, fi = sch.split(fi, [None, lanes])
         sch.unroll(fv)
     sch.vectorize(fi)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from ..base import MatchingCPURule
 from . import common
-from .conv2d_nchwc import tile_columns
 
 
 def match_depthwise(sch):
@@ -101,7 +100,7 @@ def schedule_window(sch, conv, pad, target):
         return None
     ny, nx = ext[2], ext[3]
     if nx is None:  # a symbolic image: columns padded to whole vectors (legalize_conv_nchwc)
-        xt = tile_columns(sch.get(x).extent, 4 * lanes)
+        xt = common.tile_columns(sch.get(x).extent, 4 * lanes)
         if xt is None or xt % lanes:
             return None
     else:

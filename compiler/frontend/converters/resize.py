@@ -542,14 +542,21 @@ def _bilinear_align_corners(x, size):
     return te.compute((n, c, oh, ow), value, name="resize")
 
 
+def _known_sizes(ctx):
+    """The node's ``sizes`` input as the shape value the importer knows (ints and dims:
+    ``Shape -> Slice -> Concat``), or None."""
+    names = ctx.node.input
+    if len(names) <= 3 or not names[3]:
+        return None
+    return getattr(ctx.importer, "_known", {}).get(names[3])
+
+
 def _symbolic_sizes(ctx) -> bool:
     """Whether the node's ``sizes`` input is a shape value holding symbolic dims (an ASPP
     pooling branch resized from 1 x 1 back to a symbolic image's size)."""
     from ..shape_arith import symbolic
 
-    names = ctx.node.input
-    known = getattr(ctx.importer, "_known", {}).get(names[3]) if len(names) > 3 and \
-        names[3] else None
+    known = _known_sizes(ctx)
     return known is not None and symbolic(np.asarray(known, dtype=object))
 
 
@@ -592,7 +599,7 @@ def resize_symbolic(bb, ctx, x, roi, scales, attrs):
     node = ctx.node
     sizes = None
     if len(node.input) > 3 and node.input[3]:
-        known = getattr(ctx.importer, "_known", {}).get(node.input[3])
+        known = _known_sizes(ctx)
         value = known if known is not None else constant_value(ctx.tensors[node.input[3]])
         if value is None:
             refuse(ctx, f"sizes computed from tensor values {what}")
