@@ -8,7 +8,7 @@ extracts the kernel calls and plans storage (``inplace``: outputs reusing a dyin
 
 from . import (legalize_conv_nchwc, legalize_hyperbolic, legalize_layout_transform,
                legalize_nan, legalize_pool, legalize_reductions, legalize_reshape,
-               legalize_topk, legalize_vector_math)
+               legalize_shape_to_tensor, legalize_topk, legalize_vector_math)
 
 _installed = False
 
@@ -32,7 +32,8 @@ def install() -> dict:
     ``LegalizeOps`` in the process do not ask for; and layout transforms over their
     output's index space (``legalize_layout_transform``: the same values, another loop
     nest), and reshapes over symbolic shapes left views (``legalize_reshape``: TVM's
-    copy kernel is not recognised as a reshape there).
+    copy kernel is not recognised as a reshape there), and symbolic shapes as tensors kept
+    out of fusion (``legalize_shape_to_tensor``: TVM's FuseTIR aborts on them).
     """
     global _installed
     if not _installed:  # TVM refuses a second registration at the same level
@@ -44,4 +45,4 @@ def install() -> dict:
         legalize_hyperbolic.install()
         _installed = True
     return {**legalize_vector_math.LEGALIZE_MAP, **legalize_layout_transform.LEGALIZE_MAP,
-            **legalize_reshape.LEGALIZE_MAP}
+            **legalize_reshape.LEGALIZE_MAP, **legalize_shape_to_tensor.LEGALIZE_MAP}

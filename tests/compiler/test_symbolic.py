@@ -447,3 +447,59 @@ def test_padded_row_counts_in_any_form_are_tiled():
     assert row_multiple((s - c(400)) // c(3840) * c(12) + c(12)) == 12
     assert row_multiple(((s + c(11)) // c(12)) * c(12)) == 12
     assert row_multiple(s + c(1)) is None
+
+
+def _dynamo_mask_model():
+    """transformers' padding mask as torch's dynamo exporter writes it when each input has
+    its own batch symbol (``Dim.DYNAMIC`` per input): ``mask[batch_idx, kv_idx]`` is a
+    GatherND of the mask (batch ``mb``) at indices built from Range over the ids' batch
+    ``b`` and length ``s``, broadcast with Max / Expand and concatenated."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def c(name, value):
+        return numpy_helper.from_array(np.asarray(value, np.int64), name)
+
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["maskb"], to=TensorProto.BOOL),
+        helper.make_node("Shape", ["ids"], ["b1"], start=0, end=1),
+        helper.make_node("Squeeze", ["b1"], ["b"]),
+        helper.make_node("Range", ["zero", "b", "one"], ["ar_b"]),
+        helper.make_node("Unsqueeze", ["ar_b", "ax1"], ["ub"]),  # [b, 1]
+        helper.make_node("Shape", ["ids"], ["s1"], start=1, end=2),
+        helper.make_node("Squeeze", ["s1"], ["s"]),
+        helper.make_node("Range", ["zero", "s", "one"], ["ar_s"]),
+        helper.make_node("Unsqueeze", ["ar_s", "ax0"], ["us"]),  # [1, s]
+        helper.make_node("Max", ["ub", "us"], ["mx"]),
+        helper.make_node("Shape", ["mx"], ["bs"]),
+        helper.make_node("Expand", ["ub", "bs"], ["eb"]),
+        helper.make_node("Unsqueeze", ["eb", "axm1"], ["ib"]),
+        helper.make_node("Expand", ["us", "bs"], ["es"]),
+        helper.make_node("Unsqueeze", ["es", "axm1"], ["is_"]),
+        helper.make_node("Concat", ["ib", "is_"], ["idx"], axis=-1),  # [b, s, 2]
+        helper.make_node("GatherND", ["maskb", "idx"], ["keep"]),  # [b, s]
+        helper.make_node("Cast", ["ids"], ["idsf"], to=TensorProto.FLOAT),
+        helper.make_node("Where", ["keep", "idsf", "neg"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "dynamo_mask",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, ["mb", "s"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s"])],
+        [c("zero", 0), c("one", 1), c("ax0", [0]), c("ax1", [1]), c("axm1", [-1]),
+         numpy_helper.from_array(np.asarray(-1e4, np.float32), "neg")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_mask_with_its_own_batch_symbol_compiles_once():
+    """The mask's shape as a tensor (GatherND's index bounds over ``(mb, s)``) is a kernel
+    of its own: fused with the Range kernels defining ``s``, TVM's FuseTIR aborted
+    ("VarRemapGet(source) == nullptr"; MiniLM / BERT / LLaMA / T5 exported by dynamo)."""
+    m = _dynamo_mask_model()
+    cm = compiler.compile(m, dims={"b": (1, 4, 1), "mb": (1, 4, 1), "s": (1, 40, 8)})
+    assert isinstance(cm, compiler.CompiledModel)  # one artifact, not per shape
+    sess = cm.session()
+    for b, s in [(1, 1), (2, 5), (4, 40)]:
+        rng = np.random.default_rng(b * 100 + s)
+        feeds = {"ids": rng.integers(0, 100, (b, s)).astype(np.int64),
+                 "mask": (rng.random((b, s)) > 0.3).astype(np.int64)}
+        assert_close(sess.run(None, feeds), ort_run(m, feeds))

@@ -1,0 +1,31 @@
+"""A symbolic shape as a tensor is a kernel of its own, kept out of fusion.
+
+``relax.shape_to_tensor`` of a shape holding dims (``Shape(mask)`` fed to a tensor op:
+the index arithmetic of transformers' mask functions, ``mask[batch_idx, kv_idx]``, as
+torch's dynamo exporter writes it) legalizes to a kernel that takes the dims as scalar
+arguments.  Fused with kernels whose buffer shapes define the same dims, TVM 0.27's
+FuseTIR defines each such dim twice and ``RenewDefs`` aborts ("VarRemapGet(source) ==
+nullptr"): MiniLM / BERT / LLaMA / T5 exported with a separate batch symbol for the mask
+failed to lower.  TVM's kernel is kept and marked opaque (``op_pattern`` 8), so FuseOps
+leaves it alone, as ``shape_arith.materialize`` does for the importer's own shape
+kernels; it writes a few ints.  Returned for our pipeline's ``LegalizeOps``
+(``compiler.lowering.install``).
+"""
+
+from __future__ import annotations
+
+_OPAQUE = 8  # TVM's OpPatternKind kOpaque; AnnotateTIROpPattern keeps one already set
+
+
+def legalize_shape_to_tensor(bb, call):
+    from tvm import relax
+    from tvm.relax.transform.legalize_ops.create import _shape_to_tensor
+
+    out = _shape_to_tensor(bb, call)  # the call itself when the shape has no values
+    if out is not call and isinstance(out.args[0], relax.GlobalVar):  # call_tir(kernel, ...)
+        gv = out.args[0]
+        bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", _OPAQUE))
+    return out
+
+
+LEGALIZE_MAP = {"relax.shape_to_tensor": legalize_shape_to_tensor}
