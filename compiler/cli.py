@@ -333,7 +333,7 @@ def cmd_bench(args) -> int:
     import tempfile
 
     import compiler
-    from compiler.tools.bench import measure
+    from compiler.tools.bench import match_for, measure
 
     if args.rounds < 1 or args.runs < 1:
         raise UsageError("--rounds and --runs must be >= 1")
@@ -357,8 +357,9 @@ def cmd_bench(args) -> int:
         print(_tuning_line(cm.report))
     with tempfile.TemporaryDirectory(prefix="onnxc-") as tmp:
         so = cm.export(os.path.join(tmp, "model.so"))
+        match = match_for(args.model)
         r = measure(args.model, so, rounds=args.rounds, runs=args.runs,
-                    compare=args.compare == "onnxruntime", shapes=shapes)
+                    compare=args.compare == "onnxruntime", shapes=shapes, match=match)
     for meta, out in zip(cm.meta["manifest"]["outputs"], r["onnxc_outputs"]):
         print(f"output {meta['name']}: {out.dtype}{list(out.shape)} {_summary(out)}")
     print(f"onnxc       median {r['onnxc']['median_ms']:9.3f} ms  "
@@ -370,7 +371,8 @@ def cmd_bench(args) -> int:
               f"{o['samples']} runs)")
         verdict = "match" if r["allclose"] else "DIFFER"
         print(f"onnxc / onnxruntime latency: {r['ratio']:.2f}x; outputs {verdict} "
-              f"(max abs diff {max(r['max_abs_diff'], default=0):.3g}, rtol 1e-4 atol 1e-5)")
+              f"(max abs diff {max(r['max_abs_diff'], default=0):.3g}, rtol {match['rtol']:g} "
+              f"of each element, {match['scale_tol']:g} of the largest)")
         return 0 if r["allclose"] else 1
     return 0
 

@@ -373,11 +373,13 @@ def _choose_layout(layout: str, tinfo, pass_config, disabled) -> tuple:
 
 def _kv_caches(tinfo, pass_config) -> dict:
     """pass_config with seq_major_cache off (``cpu`` False) on non-CPU targets: the GPU
-    runtime (runtime/device.py) has no permuted inputs or offsets that are expressions."""
+    runtime (runtime/device.py) has no permuted inputs or offsets that are expressions;
+    and widen_half off there (GPUs compute float16 natively)."""
     if tinfo.is_cpu:
         return pass_config
     config = {k: dict(v) for k, v in (pass_config or {}).items()}
     config.setdefault("seq_major_cache", {}).setdefault("cpu", False)
+    config.setdefault("widen_half", {}).setdefault("enabled", False)
     return config
 
 

@@ -24,6 +24,9 @@ FUSE = relax.transform.FuseOps()
 def graph_passes() -> list:
     """Our Relax graph passes, in order (fresh instances per compile)."""
     return [
+        # float16 models compute in float32 on CPU targets (onnxruntime's CPU provider
+        # does the same; x86 rules are fp32): first, so every later pass sees float32
+        passes.WidenHalf(),
         # Q(op(DQ(q))) of data movement (reshape, transpose, slice, concat) or max pooling
         # with the same scale and zero point => op(q): bytes move, not floats; first, while
         # the Q / DQ ops are still ops

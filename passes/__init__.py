@@ -36,9 +36,11 @@ from .stable_softmax import StableSoftmax
 from .stable_softplus import StableSoftplus
 from .stable_variance import StableVariance
 from .accumulate_fp32 import AccumulateFp32
+from .widen_half import WidenHalf
 
 __all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqDataMovement", "QdqLookupTable", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "SplitDilatedConv", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
-           "FoldPadIntoConv", "TrimConvTaps", "PlaceConcat", "SeqMajorCache", "SinkReshape"]
+           "FoldPadIntoConv", "TrimConvTaps", "PlaceConcat", "SeqMajorCache", "SinkReshape",
+           "WidenHalf"]

@@ -1,7 +1,7 @@
 """What onnxruntime runs but ``onnx.checker`` or strict shape inference refuse: read as
 onnxruntime reads it, with one warning naming everything that was read leniently.
 
-Five things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
+Six things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
 ``tests/compiler/frontend/test_lenient.py``):
 
 * a ``-1`` dimension in a declared shape (onnx's checker reads it literally and strict
@@ -26,7 +26,12 @@ Five things exporters write that onnxruntime 1.32 accepts (checked on tiny model
 * a ``value_info`` whose shape contradicts the initializer of the same name (transformers'
   ``OnnxExporter`` with ``ort_fusions="cpu"`` declares its attention scale, a ``[1]``
   initializer, as a scalar; strict inference: "Inferred shape and existing shape differ
-  in rank"): onnxruntime takes the initializer's shape, the declaration is dropped.
+  in rank"): onnxruntime takes the initializer's shape, the declaration is dropped;
+* nodes out of topological order (onnxruntime's fp16 converter,
+  ``onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)``,
+  appends the input casts after their consumers; the checker: "Nodes in a graph must be
+  topologically sorted"): onnxruntime sorts the graph, and so does :func:`prepare`,
+  keeping the written order wherever the dependencies allow.
 """
 
 from __future__ import annotations
@@ -126,11 +131,67 @@ def _initializer_shapes(model: onnx.ModelProto, leniency: Leniency) -> onnx.Mode
     return fixed
 
 
+def _outer_names(graph, found: set) -> set:
+    """The names a subgraph's nodes read, its own and its outer scope's (a node reading a
+    value of the enclosing graph depends on its producer there)."""
+    for n in graph.node:
+        found.update(n.input)
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _outer_names(g, found)
+    return found
+
+
+def _sorted(model: onnx.ModelProto, leniency: Leniency) -> onnx.ModelProto:
+    """``model``, or a copy with its main graph's nodes in topological order: each node
+    after its producers, otherwise in the written order.  A graph with a cycle or a value
+    nobody produces is returned as it is, for the checker to name."""
+    nodes = model.graph.node
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    deps = []
+    for n in nodes:
+        names = set(n.input)
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _outer_names(g, names)
+        deps.append({producer[x] for x in names if x in producer})
+    if all(d < k for k, ds in enumerate(deps) for d in ds):
+        return model
+    import heapq
+
+    waiting = [len(ds) for ds in deps]
+    users: list[list[int]] = [[] for _ in nodes]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(nodes):  # a cycle (or a self-loop): the checker names it
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    del fixed.graph.node[:]
+    fixed.graph.node.extend(nodes[k] for k in order)
+    moved = sum(1 for i, k in enumerate(order) if i != k)
+    leniency.notes.append(f"the graph's nodes are not in topological order ({moved} moved; "
+                          "sorted as onnxruntime sorts them)")
+    return fixed
+
+
 def prepare(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, Leniency]:
     """(a copy of ``model`` that the checker and strict shape inference accept, what was
     read leniently).  The copy's late ops are local-function calls: pass the inferred
     model to :func:`restore`.  ``model`` itself is returned when nothing is lenient."""
     leniency = Leniency()
+    model = _sorted(model, leniency)  # first: the rest index nodes by position
     model = read_declarations(model, leniency)
     model = _initializer_shapes(model, leniency)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)

@@ -48,10 +48,11 @@ def test_tails_against_float64():
         assert not np.allclose(y0, _ref(x), rtol=1e-5, atol=0)
     # fp16: the converter's log(1 + e) loses digits (x=-5 off by 1.5%) and flushes to 0
     x16 = np.linspace(-9.5, 11, N).astype(np.float16)
-    y = compile_run(softplus_op(np.float16), {"x": x16})[0][0]
+    # computed in float16 (GPU targets; widen_half computes it in fp32 on CPU)
+    y = compile_run(softplus_op(np.float16), {"x": x16}, disabled_passes=["widen_half"])[0][0]
     np.testing.assert_allclose(y.astype(np.float64), _ref(x16), rtol=2e-3, atol=0)
     y0 = compile_run(softplus_op(np.float16), {"x": x16},
-                     disabled_passes=["stable_softplus"])[0][0]
+                     disabled_passes=["stable_softplus", "widen_half"])[0][0]
     assert not np.allclose(y0.astype(np.float64), _ref(x16), rtol=2e-3, atol=0)
 
 

@@ -207,3 +207,35 @@ def test_value_info_contradicting_its_initializer_reads_the_initializer():
     warnings = _compile_like_ort(model, {"x": RNG.standard_normal((2, 3)).astype(np.float32)})
     assert any("value_info 's' declares shape [], its initializer has [1]" in w
                for w in warnings)
+
+
+def _out_of_order(cycle: bool = False):
+    """x -> Relu -> Neg -> If(cond, then: Add(neg, x)) written consumers first (what
+    onnxruntime's fp16 converter writes); ``cycle``: Relu reads Neg's output too."""
+    then = helper.make_graph([helper.make_node("Add", ["neg", "x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [3])])
+    other = helper.make_graph([helper.make_node("Sub", ["neg", "x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then,
+                              else_branch=other),  # reads neg inside its branches only
+             helper.make_node("Neg", ["relu"], ["neg"], name="neg"),
+             helper.make_node("Relu", ["neg" if cycle else "x"], ["relu"], name="relu")]
+    g = helper.make_graph(nodes, "unsorted",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                           helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nodes_out_of_topological_order_are_sorted():
+    m = _out_of_order()
+    cm = compiler.compile(m)
+    assert any("not in topological order (2 moved" in w for w in cm.report["warnings"])
+    for cond in (True, False):
+        feeds = {"x": np.array([-1.0, 2.0, -3.0], np.float32), "cond": np.array(cond)}
+        assert_close(cm.session().run(None, feeds), ort_run(m, feeds))
+
+
+def test_a_cycle_is_still_refused():
+    with pytest.raises(ModelError, match="topologically sorted"):
+        compiler.compile(_out_of_order(cycle=True))
