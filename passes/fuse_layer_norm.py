@@ -148,12 +148,16 @@ def _plan(m: Match):
     def build(em):
         x = m.info["x"]
         dtype = str(x.ty.dtype)
-        if m.info["gamma"] is None:  # a symbolic normalised axis: ones and zeros of it
+        if m.info["gamma"] is None:
+            # a symbolic normalised axis: ones and zeros of it, for the op's signature;
+            # without scale / center onnxc's legalization reads neither (legalize_vector_
+            # math), and the kernels computing them are then dead
             feat = relax.ShapeExpr([x.ty.shape.values[a] for a in m.info["axes"]])
-            gamma, beta = relax.op.ones(feat, dtype), relax.op.zeros(feat, dtype)
-        else:
-            gamma = relax.const(m.info["gamma"].astype(dtype))
-            beta = relax.const(m.info["beta"].astype(dtype))
+            return relax.op.nn.layer_norm(x, relax.op.ones(feat, dtype),
+                                          relax.op.zeros(feat, dtype), axes=m.info["axes"],
+                                          epsilon=m.info["eps"], center=False, scale=False)
+        gamma = relax.const(m.info["gamma"].astype(dtype))
+        beta = relax.const(m.info["beta"].astype(dtype))
         return relax.op.nn.layer_norm(x, gamma, beta, axes=m.info["axes"],
                                       epsilon=m.info["eps"])
 

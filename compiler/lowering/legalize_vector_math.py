@@ -96,6 +96,9 @@ def _legalize_gelu_tanh(bb, call):
 
 
 ROW_CHUNK = 16
+# a symbolic row's vector part: a multiple of two vectors of every CPU's fp32 lanes, so the
+# row rule keeps two vector accumulators (AVX-512: 2 x 16); its tail is under 32 elements
+SYMBOLIC_CHUNK = 32
 """Rows are reduced over a multiple of this many elements, then over the rest: a multiple
 of every CPU's fp32 vector (4 / 8 / 16 lanes), so cpu.row_reduction can keep vector
 partial sums over the first part of a row of any length (197 tokens, Whisper's 1500)."""
@@ -106,9 +109,18 @@ def _row_reduce(reducer, combine, a, rows, n, name):
     multiple of ``ROW_CHUNK``, over ``[0, n - n % ROW_CHUNK)`` (``name``) and over the
     ``n % ROW_CHUNK`` remaining elements (``name_tail``), the two joined per row by
     ``combine`` (``name_row``): the first part splits into whole vectors, the tail is a short
-    scalar loop.  (TE drops a reduction's ``init=``, so the tail cannot start from the head.)"""
-    tail = int(n) % ROW_CHUNK if isinstance(n, tirx.IntImm) else 0
-    main = int(n) - tail if tail and int(n) > ROW_CHUNK else n  # short rows: one reduction
+    scalar loop.  A symbolic row (softmax over ``seq``, an InstanceNorm over a dynamic
+    length) the same way over ``[0, n - n % SYMBOLIC_CHUNK)`` and its tail: the
+    row rule splits the first part into vectors without a guard (its length is a provable
+    multiple).  (TE drops a reduction's ``init=``, so the tail cannot start from the
+    head.)"""
+    if isinstance(n, tirx.IntImm):
+        tail = int(n) % ROW_CHUNK
+        main = int(n) - tail if tail and int(n) > ROW_CHUNK else n  # short: one reduction
+    else:  # (n - n % c, not n // c * c: TVM's region checks cannot bound the latter by n
+        # when n is a product like h * w * 10, and rfactor then refuses the row)
+        tail = tirx.floormod(n, SYMBOLIC_CHUNK)
+        main = n - tail
     k = te.reduce_axis((0, main), name="k")
     head = te.compute(rows, lambda *r: reducer(a(*r, k), axis=k), name=name)
     if main is n:
@@ -142,7 +154,12 @@ def _softmax(bb, call):
             return tirx.Select(d < cut, const(0.0),
                                exp_normal_f32(tirx.Select(d < cut, cut, d)))
 
-        e = te.compute(a.shape, exp_row, name="T_softmax_exp")
+        # a symbolic row: each exp computed where read, in the sum and again in the
+        # normalisation (vector code twice beats a stored row: computed at the row, its
+        # bounds are the union of the split sum's reads, which TVM cannot simplify
+        # without knowing seq >= 0, and the row loop came out guarded and scalar)
+        e = te.compute(a.shape, exp_row, name="T_softmax_exp") \
+            if isinstance(n, tirx.IntImm) else exp_row
         s = _row_reduce(te.sum, lambda u, v: u + v, e, rows, n, "T_softmax_expsum")
         # times the reciprocal (as onnxruntime): one division per row, hoisted out of the
         # row's loop, instead of one per element (vdivps: a quarter of vmulps' throughput)
@@ -164,29 +181,34 @@ def _legalize_softmax(bb, call):
 
 def _legalize_layer_norm(bb, call):
     """Layer norm over the last axis of a float32 row whose length is no multiple of
-    ``ROW_CHUNK`` (wav2vec2's InstanceNorm over 3199 frames, fused to a layer norm): two
-    passes over the row shifted by its first element, each sum over whole chunks then the
-    tail (``_row_reduce``), so the row rule vectorises both; TOPI's sums over such a row
-    stayed a scalar chain of dependent adds (3.7x onnxruntime's time).  Other layer norms
-    keep TVM's legalization."""
+    ``ROW_CHUNK`` (wav2vec2's InstanceNorm over 3199 frames, fused to a layer norm), or is
+    symbolic (an InstanceNorm / GroupNorm over a dynamic length or image: 3.5x
+    onnxruntime's time on a [1, 32, h * w * 10] GroupNorm): two passes over the row
+    shifted by its first element, each sum over whole chunks then the tail
+    (``_row_reduce``), so the row rule vectorises both; TOPI's sums over such a row stayed
+    a scalar chain of dependent adds (3.7x onnxruntime's time).  Without ``scale`` /
+    ``center`` (fuse_layer_norm's ones and zeros over a symbolic axis) gamma / beta are
+    not read.  Other layer norms keep TVM's legalization."""
     from tvm.relax.transform.legalize_ops.nn import _nn_layer_norm
 
     x = call.args[0]
     axes = [int(a) % x.ty.ndim for a in call.attrs.axes] if x.ty.ndim else []
     n = x.ty.shape[-1] if x.ty.ndim else None
-    if (str(x.ty.dtype) != "float32" or axes != [x.ty.ndim - 1]
-            or not isinstance(n, tirx.IntImm) or int(n) % ROW_CHUNK == 0
-            or int(n) <= ROW_CHUNK):
+    static = isinstance(n, tirx.IntImm)
+    if (str(x.ty.dtype) != "float32" or axes != [x.ty.ndim - 1] or n is None
+            or (static and (int(n) % ROW_CHUNK == 0 or int(n) <= ROW_CHUNK))):
         return _nn_layer_norm(bb, call)
     eps = float(call.attrs.epsilon)
+    scale, center = bool(call.attrs.scale), bool(call.attrs.center)
 
-    def te_layer_norm(a, gamma, beta):
+    def te_layer_norm(a, *affine):
         *rows, n = a.shape
         # shifted by the row's first element: x - x0 is of the order of the spread, so
         # its sum, the mean of it and d = (x - x0) - that mean keep the bits a mean of
         # |mean| >> std loses (float32 sums of x itself: 3x onnxruntime's error against
         # float64 at mean 100, std 1; shifted: below it)
-        fn = tirx.const(int(n), "float32")
+        fn = tirx.const(int(n), "float32") if isinstance(n, tirx.IntImm) \
+            else tirx.Cast("float32", n)
         add = lambda u, v: u + v  # noqa: E731
         shifted = te.compute(a.shape, lambda *i: a(*i) - a(*i[:-1], 0),
                              name="T_layer_norm_shifted")
@@ -196,11 +218,16 @@ def _legalize_layer_norm(bb, call):
         sq = te.compute(a.shape, lambda *i: d(*i) * d(*i), name="T_layer_norm_sq")
         v = _row_reduce(te.sum, add, sq, rows, n, "T_layer_norm_var")
         one = tirx.const(1.0, "float32")
-        return te.compute(
-            a.shape, lambda *i: d(*i) * (one / tirx.sqrt(v(*i[:-1]) / fn + tirx.const(
-                eps, "float32"))) * gamma(i[-1]) + beta(i[-1]), name="T_layer_norm")
 
-    return bb.call_te(te_layer_norm, x, call.args[1], call.args[2],
+        def norm(*i):
+            y = d(*i) * (one / tirx.sqrt(v(*i[:-1]) / fn + tirx.const(eps, "float32")))
+            y = y * affine[0](i[-1]) if scale else y
+            return y + affine[-1](i[-1]) if center else y
+        return te.compute(a.shape, norm, name="T_layer_norm")
+
+    # only the operands read: the ones / zeros kernels of an unscaled one are then dead
+    affine = [call.args[1]] * scale + [call.args[2]] * center
+    return bb.call_te(te_layer_norm, x, *affine,
                       primfunc_name_hint="layer_norm")
 
 

@@ -23,6 +23,8 @@ constant extents give every core a share (softmax's ``batch * heads``), else the
 
 from __future__ import annotations
 
+import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..base import MatchingCPURule
@@ -79,18 +81,41 @@ def _reduces_rows(block, nrow: int) -> bool:
         idx = common.region_vars(r)
         if not (common.same_vars(idx, rows) or (common.same_vars(idx[:-1], rows)
                                                 and len(idx) == nrow + 1
-                                                and _is_k_plus_const(idx[-1], k))):
+                                                and _is_k_plus_const(idx[-1], k, ivs))):
             return False
     return True
 
 
-def _is_k_plus_const(expr, k) -> bool:
-    """``k`` or ``k + c``: a row's tail read from a constant offset (a row of 197 reduced
-    over 192 elements, then the last 5; compiler/lowering/legalize_vector_math.py)."""
+def _is_k_plus_const(expr, k, ivs=()) -> bool:
+    """``k`` or ``k + c``: a row's tail read from an offset that is constant along the row,
+    a constant or an expression of the dims, no iteration var (``ivs``, the block's) in
+    it (a row of 197 reduced over 192 elements, then the last 5; a symbolic row over
+    ``n - n % 32``, then the rest; compiler/lowering/legalize_vector_math.py)."""
     if expr.same_as(k):
         return True
-    return (isinstance(expr, tirx.Add) and expr.a.same_as(k)
-            and isinstance(expr.b, tirx.IntImm))
+    if isinstance(expr, tirx.Add) and isinstance(expr.b, tirx.IntImm):
+        return expr.a.same_as(k)
+    from tvm.sym.analyzer import Analyzer
+
+    offset = Analyzer().simplify(expr - k)
+    return common.uses_var(expr, k) and not any(common.uses_var(offset, v)
+                                                 for v in [k, *ivs])
+
+
+def _dividing_width(sch, loop, lanes: int, vectors: int):
+    """The widest ``v * lanes`` (v <= ``vectors``) that provably divides a symbolic loop's
+    extent (a symbolic row's ``n - n % 32``), or None (the row stays a scalar loop)."""
+    from tvm.sym.analyzer import Analyzer
+
+    ext = sch.get(loop).extent
+    an = Analyzer()
+    # n - n % c: a multiple of c's divisors (the analyzer proves it for c itself only)
+    c = ext.b.b.value if (isinstance(ext, tirx.Sub) and isinstance(ext.b, tirx.FloorMod)
+                          and isinstance(ext.b.b, tirx.IntImm)
+                          and tvm_ffi.structural_equal(ext.a, ext.b.a)) else 0
+    return next((v * lanes for v in range(vectors, 0, -1)
+                 if (c and c % (v * lanes) == 0)
+                 or an.can_prove(tirx.floormod(ext, v * lanes) == 0)), None)
 
 
 class RowReduction(MatchingCPURule):
@@ -105,14 +130,18 @@ class RowReduction(MatchingCPURule):
     def schedule(self, sch, m, target):
         nrow, reds = m
         lanes, ncores = common.lanes_fp32(target), common.cores(target)
+        if any(common.const_extent(sch, sch.get_loops(sch.get_sblock(r))[-1]) is None
+               for r in reds):
+            _inline_row_arithmetic(sch, nrow)
         for name in reds:
             blk = sch.get_sblock(name)
             k = sch.get_loops(blk)[-1]
             kext = common.const_extent(sch, k)
-            if kext is None:
-                continue  # symbolic row length: a scalar reduction, as odd rows
-            width = next((v * lanes for v in range(self.vectors, 0, -1)
-                          if kext % (v * lanes) == 0 and kext > v * lanes), None)
+            if kext is None:  # symbolic: its part that is a provable multiple of vectors
+                width = _dividing_width(sch, k, lanes, self.vectors)
+            else:
+                width = next((v * lanes for v in range(self.vectors, 0, -1)
+                              if kext % (v * lanes) == 0 and kext > v * lanes), None)
             if width is None:
                 continue  # short or odd rows: a scalar reduction
             _, ki = sch.split(k, [None, width])
@@ -145,7 +174,45 @@ class RowReduction(MatchingCPURule):
                 common.vectorize_row(sch, blk, lanes)
         if ncores > 1:
             _parallel_rows(sch, last, row, nrow, symbolic_rows, ncores)
+        _init_before_symbolic_reductions(sch)  # after parallel, which refuses it
         return _exp_in_output(sch)
+
+
+def _inline_row_arithmetic(sch, nrow: int) -> None:
+    """A symbolic row (its reductions split at ``n - n % 32``): the elementwise row blocks
+    of plain arithmetic (a layer norm's ``x - x0``, ``d``, ``d * d``) are recomputed where
+    read instead of stored per row.  Computed at the row, such a block's extent is the
+    union of what the split reductions read, which TVM cannot bound by ``n`` when ``n`` is
+    a product (a GroupNorm's ``h * w * 10``): the loops came out guarded, with min / max
+    index arithmetic per element (2.7 ms against the static kernel's 1.6).  Blocks calling
+    functions (softmax's exp) stay stored: recomputing them costs more than the row."""
+    for blk in common.blocks(sch)[:-1]:
+        b = sch.get(blk)
+        if (len(b.iter_vars) == nrow + 1 and "R" not in common.iter_kinds(b)
+                and not list(common.nodes(b.body, tvm.ir.expr.Call))):
+            try:
+                sch.compute_inline(blk)
+            except Exception:  # noqa: BLE001 - not inlinable: computed at the row
+                pass
+
+
+def _init_before_symbolic_reductions(sch) -> None:
+    """Each reduction over a symbolic extent gets its init ahead of its loops: a symbolic
+    row split at ``n - n % 32`` has a tail of no elements whenever 32 divides ``n`` (and
+    no whole chunks below 32), and a reduction's init inside a loop of no trips never runs:
+    the row read the buffer's stale value (a [1, 32, 40960] GroupNorm was wrong on its
+    first call, right on later ones)."""
+    blocks = common.blocks(sch)
+    nests = [[sch.get(lp) for lp in sch.get_loops(b)] for b in blocks]
+    depth = 0  # the row loops every block is under (fused and parallel by now)
+    while all(len(n) > depth and n[depth].same_as(nests[0][depth]) for n in nests):
+        depth += 1
+    for blk in blocks:
+        b = sch.get(blk)
+        loops = sch.get_loops(blk)[depth:]
+        if "R" in common.iter_kinds(b) and loops and any(
+                common.const_extent(sch, lp) is None for lp in loops):
+            sch.decompose_reduction(blk, loops[0])
 
 
 def _exp_in_output(sch):

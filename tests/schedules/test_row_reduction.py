@@ -120,7 +120,10 @@ def test_rejects_a_tail_read_at_a_variable_offset():
 
     k, j = tirx.Var("k", "int64"), tirx.Var("j", "int64")
     assert _is_k_plus_const(k + tirx.const(192, "int64"), k)
-    assert not _is_k_plus_const(k + j, k) and not _is_k_plus_const(k * 2, k)
+    assert not _is_k_plus_const(k + j, k, [j]) and not _is_k_plus_const(k * 2, k)
+    # a symbolic row's tail: an offset of the dims, not of the block's iteration vars
+    n = tirx.Var("n", "int64")
+    assert _is_k_plus_const(n - tirx.floormod(n, 32) + k, k, [j])
 
 
 @pytest.mark.parametrize("shape", [(2, 12, 16, 128), (3, 10), (4, 96), (3, 197), (2, 41),
@@ -211,3 +214,84 @@ def test_symbolic_layer_norm_rows_parallel_over_seq():
     text = RowReduction().apply(f, TARGET).mod["main"].script()
     assert "in T.parallel(seq)" in text and "T.parallel(batch" not in text
     assert "T.vectorized" in text  # the constant 768-wide row stays vectorised
+
+
+def _symbolic(shape_fn):
+    from tvm import tirx
+
+    return shape_fn(tirx.Var("batch", "int64"), tirx.Var("seq", "int64"))
+
+
+def test_structure_symbolic_rows_split_into_vectors_and_a_tail():
+    """onnxc's softmax over a symbolic seq: each row reduced over ``seq - seq % 32`` in two
+    vectors of partial sums, then a scalar tail; every init ahead of its loop (a tail or a
+    vector part of no elements never runs its loop: its init must still run)."""
+    import compiler.lowering as lowering
+
+    f = fused_primfunc(lambda bb, x: bb.emit(relax.op.nn.softmax(x, axis=-1)),
+                       [_symbolic(lambda b, s: (b, 12, s, s))], "softmax",
+                       legalize_map=lowering.install())
+    text = RowReduction().apply(f, TARGET).mod["main"].script()
+    for red in ("T_softmax_maxelem", "T_softmax_expsum"):
+        for part in ("_rf_init", "_rf_update", "_tail_init", "_tail_update"):
+            assert f'T.sblock("{red}{part}")' in text, (red, part)
+    assert "T.grid(T.int64(1), T.int64(1), T.int64(1), seq % T.int64(32))" in text  # tails
+    assert text.count("T.vectorized(T.int64(32))") >= 2
+    assert "in T.parallel(batch * T.int64(12))" in text
+    # the exps are recomputed where read (no stored row: its bounds came out guarded)
+    assert 'T.sblock("T_softmax_exp")' not in text and "T.where" not in text
+    assert "for i3 in range(seq):" in text  # the normalisation: one plain loop per row
+
+
+def test_structure_symbolic_layer_norm_row_recomputes_its_arithmetic():
+    """A layer norm over a symbolic row (fuse_layer_norm's, unscaled): x - x0, d and d * d
+    are recomputed where read (no per-row buffers, whose extents TVM cannot bound)."""
+    import compiler.lowering as lowering
+
+    def ln(bb, x):
+        from tvm import relax as r
+
+        n = x.ty.shape.values[-1]
+        return bb.emit(r.op.nn.layer_norm(x, r.op.ones(r.ShapeExpr([n]), "float32"),
+                                          r.op.zeros(r.ShapeExpr([n]), "float32"),
+                                          axes=[-1], center=False, scale=False))
+    f = fused_primfunc(ln, [_symbolic(lambda b, s: (b, 32, s * 10))], "layer_norm",
+                       legalize_map=lowering.install())
+    # x, the dim and the output: the ones / zeros are not read
+    assert [p.name for p in f.params] == ["p0", "seq", "T_layer_norm"]
+    text = RowReduction().apply(f, TARGET).mod["main"].script()
+    for inlined in ("shifted", "diff", "sq"):
+        assert f'T.sblock("T_layer_norm_{inlined}")' not in text
+    assert 'T.sblock("T_layer_norm_sum_rf_update")' in text
+    assert 'T.sblock("T_layer_norm_var_tail_init")' in text
+    assert "T.where" not in text  # no guarded row loops (of min / max bounds)
+
+
+@pytest.mark.parametrize("op", ["softmax", "layer_norm"])
+def test_numerics_symbolic_rows_at_every_tail(op):
+    """Symbolic rows of 1-200 elements (no vector part, no tail, both), each shape run
+    twice on one session (a skipped init shows on the first call), against onnxruntime."""
+    import compiler
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(3)
+    if op == "softmax":
+        nodes = [helper.make_node("Softmax", ["x"], ["y"], axis=-1, name="sm")]
+        inits = {}
+    else:  # GroupNorm as torch exports it: InstanceNorm over [b, groups, rows * seq]
+        nodes = [helper.make_node("InstanceNormalization", ["x", "g", "b"], ["y"],
+                                  epsilon=1e-5, name="in")]
+        inits = {"g": rng.standard_normal(4).astype("float32"),
+                 "b": rng.standard_normal(4).astype("float32")}
+    model = onnx_model(nodes, [("x", ("batch", 4, "seq"))], [("y", ("batch", 4, "seq"))],
+                       inits)
+    cm = compiler.compile(model, target="host", dims={"batch": (1, 3, 1), "seq": (1, 256, 64)})
+    assert cm.report["schedules"].get("cpu.row_reduction", 0) >= 1, cm.report["schedules"]
+    sess = cm.session()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b, n in [(1, 64), (2, 1), (1, 31), (3, 32), (1, 33), (2, 77), (1, 200), (1, 64)]:
+        x = (rng.standard_normal((b, 4, n)) * 3 + 2).astype("float32")
+        want = ref.run(None, {"x": x})[0]
+        for _ in range(2):
+            np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4,
+                                       atol=2e-5)
