@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 import tvm
-from tvm import relax, te
+from tvm import relax, te, tirx
 
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
@@ -89,7 +89,11 @@ def _geometry(a, wp, strides, padding, dilation) -> tuple:
     cp, b, sh, sw, dh, dw, (top, left, bottom, right), oh, ow, sub), ``sub`` when an
     unpadded 1x1 conv of stride > 1 (ResNet's downsampling shortcuts) reads only the
     pixels of its output grid (a quarter of the input at stride 2)."""
-    n, h, w = (int(a.shape[k]) for k in (0, 2, 3))
+    # a symbolic batch (an export with a dynamic batch) stays an expression: the kernel
+    # takes it as its extent, and the batch loop (lowering/batch_loop.py) may then build
+    # it for one sample
+    n = a.shape[0] if not isinstance(a.shape[0], (int, tirx.IntImm)) else int(a.shape[0])
+    h, w = (int(a.shape[k]) for k in (2, 3))
     fo, co_n, kh, kw, cp_n, b, _ = (int(d) for d in wp.shape)
     sh, sw = (int(s) for s in strides)
     dh, dw = (int(d) for d in dilation)
@@ -267,6 +271,8 @@ def _packed(m, df, call, options: dict):
         return None
     if blocked and w.shape[4] % 2:  # input channel blocks of whole pairs
         return None
+    if not all(isinstance(d, tirx.IntImm) for d in x.ty.shape.values[1:]):
+        return None  # a symbolic image: no integer rule (only the batch may be symbolic)
     widened = _widened(df, x)
     if widened is None:
         return None

@@ -57,15 +57,15 @@ def matmul_int_packed(a, za, wp, n: int, rows: int = 1):
     ``za`` is a scalar tensor or None."""
     *bat, m, kk = a.shape
     no, k2, nr, _ = (int(d) for d in wp.shape)
-    kk, m = int(kk), int(m)
-    mp = -(-m // rows) * rows
+    kk = int(kk)
+    m, mp, padded = _rows(m, rows)
 
     def widen(*idx):
         i, k = idx[-2:]
-        v = a[(*idx[:-2], te.min(i, m - 1) if mp != m else i, k)].astype("int16")
+        v = a[(*idx[:-2], te.min(i, m - 1) if padded else i, k)].astype("int16")
         if za is not None:
             v = v - za().astype("int16")
-        inside = [c for c, pad in ((k < kk, kk != 2 * k2), (i < m, mp != m)) if pad]
+        inside = [c for c, pad in ((k < kk, kk != 2 * k2), (i < m, padded)) if pad]
         if not inside:
             return v
         cond = inside[0] if len(inside) == 1 else tvm.tirx.all(*inside)
@@ -81,9 +81,25 @@ def matmul_int_packed(a, za, wp, n: int, rows: int = 1):
             * wp[te.indexdiv(idx[-1], nr), ko, te.indexmod(idx[-1], nr), ki].astype("int32"),
             axis=[ko, ki]),
         name="matmul_int")
-    if n == no * nr and mp == m:
+    if n == no * nr and not padded:
         return acc
     return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cut")
+
+
+def _rows(m, rows: int):
+    """(M, the rows computed, whether they are padded past M): a static M rounded up to a
+    multiple of ``rows``; a symbolic one (batch x seq tokens of a dynamic export) always to
+    whole multiples (``SYMBOLIC_ROWS``), reads of the padded rows clamped to row M - 1."""
+    if isinstance(m, (int, tvm.tirx.IntImm)):
+        m = int(m)
+        mp = -(-m // rows) * rows
+        return m, mp, mp != m
+    return m, te.indexdiv(m + (rows - 1), rows) * rows, True
+
+
+# A symbolic M's row padding: a multiple of cpu.matmul_int8's register tiles (6 rows on
+# AVX-512's 6 x 4-vector tile, 6 or 3 on AVX2), which the rule proves divides the rows
+SYMBOLIC_ROWS = 6
 
 
 def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1):
@@ -94,12 +110,12 @@ def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1):
     correction)."""
     *bat, m, kk = a.shape
     no, k4, nr, _ = (int(d) for d in wq.shape)
-    kk, m = int(kk), int(m)
-    mp = -(-m // rows) * rows
+    kk = int(kk)
+    m, mp, padded = _rows(m, rows)
 
     def copy(*idx):
         i, k = idx[-2:]
-        v = a[(*idx[:-2], te.min(i, m - 1) if mp != m else i, k)]
+        v = a[(*idx[:-2], te.min(i, m - 1) if padded else i, k)]
         if kk == 4 * k4:
             return v
         return te.if_then_else(k < kk, v, tvm.tirx.const(0, "uint8"))
@@ -115,7 +131,7 @@ def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1):
             axis=[ko, ki]),
         name="matmul_int")
     if za is None:
-        if n == no * nr and mp == m:
+        if n == no * nr and not padded:
             return acc
         return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cut")
     return te.compute((*bat, m, n),
@@ -245,9 +261,14 @@ def _packed(m, df, call, options: dict):
     if act is None:
         return None
     a, za = act
-    shape = _static(a)
-    if shape is None or len(shape) < 2 or shape[-1] != w.shape[0] or w.shape[0] < 2:
+    shape = getattr(a.ty, "shape", None)
+    shape = list(shape.values) if shape is not None and hasattr(shape, "values") else None
+    # K static; M and batch dims may be symbolic (a dynamic export's batch x seq tokens)
+    if (shape is None or len(shape) < 2 or not isinstance(shape[-1], tvm.tirx.IntImm)
+            or int(shape[-1]) != w.shape[0] or w.shape[0] < 2):
         return None
+    rows = pad_rows(int(shape[-2])) if isinstance(shape[-2], tvm.tirx.IntImm) \
+        else SYMBOLIC_ROWS
     if np.abs(w).max(initial=0) > 32767:  # not an 8-bit weight minus its zero point
         return None
     quads = int8_quads.use_quads(options, str(a.ty.dtype), w)
@@ -262,10 +283,9 @@ def _packed(m, df, call, options: dict):
         wq = pack_quads(w, panel)
         colsum = relax.const(w.sum(axis=0).astype(np.int32))
         out = m.builder_.call_te(matmul_u8s8_packed, a, za, relax.const(wq), colsum,
-                                 int(w.shape[1]), pad_rows(shape[-2]),
-                                 primfunc_name_hint="matmul_integer")
+                                 int(w.shape[1]), rows, primfunc_name_hint="matmul_integer")
         return out, True, int8_quads.can_saturate(options, wq)
     wp = pack_int(w, panel)
     out = m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),
-                             pad_rows(shape[-2]), primfunc_name_hint="matmul_integer")
+                             rows, primfunc_name_hint="matmul_integer")
     return out, False, False

@@ -99,8 +99,8 @@ class Conv2dInt8(MatchingCPURule):
                                                  keep=(sch.get(a16[0]).name_hint,))
         loops = sch.get_loops(conv)
         ext = [common.const_extent(sch, lp) for lp in loops]
-        if any(e is None for e in ext):
-            return None
+        if any(e is None for e in ext[1:]):
+            return None  # a symbolic batch is fine (a QDQ export's dynamic batch), not more
         n, f, y, x, v, co, ry, rx, cp, k = loops
         width = b // lanes  # accumulator registers per channel block
         yt, xt, ft = tile(ext[2], ext[3], ext[1], width, common.acc_budget(target))
@@ -112,7 +112,7 @@ class Conv2dInt8(MatchingCPURule):
         # four row tiles or more: the widened activation rows a chunk reads are computed
         # inside it (a few KB per task, its halo rows recomputed by the next), so the
         # kernel is one parallel loop, not two with a barrier between
-        rows, ftiles = ext[0] * (ext[2] // yt), ext[1] // ft
+        rows, ftiles = (ext[0] or 1) * (ext[2] // yt), ext[1] // ft
         want = -(-4 * max(ncores, 1) // rows)
         chunks = min(d for d in common.divisors(ftiles) if d >= min(want, ftiles))
         fc, fo = sch.split(fo, [chunks, None])

@@ -119,3 +119,31 @@ def test_exact_option_keeps_pairs_and_does_not_saturate():
                                  providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     assert np.abs(got - exact).max() <= 0.03 + 1e-6 and np.mean(got != exact) < 0.02
     assert np.abs(_ort(model, feeds) - exact).max() > 0.5   # the data does saturate
+
+
+def _symbolic_batch(model):
+    m = type(model)()
+    m.CopyFrom(model)
+    for vi in (*m.graph.input, *m.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_param = "batch"
+    return m
+
+
+@pytest.mark.parametrize("batch_loop", [True, False])
+def test_symbolic_batch_packs_and_loops(batch_loop):
+    """A QDQ conv net exported with a dynamic batch (quantize_static of a torch export):
+    the symbolic build packs its integer conv (pack_int_conv read the batch as an int
+    and failed the compile), then runs as a batch loop of the one-sample build, or stays
+    symbolic; within one output step of onnxruntime at batches 1 and 3."""
+    model = _symbolic_batch(qdq_conv_model(16, 16, 8, 3, pad=1, relu=True))
+    cm = compiler.compile(model, target="host", dims={"batch": (1, 4, 1)},
+                          batch_loop=batch_loop)
+    assert ("batch_loop" in cm.report) == batch_loop
+    assert any(r["rule"] == "cpu.conv2d_int8" for r in cm.report["kernel_table"]), \
+        cm.report["kernel_table"]
+    sess = cm.session()
+    for b in (1, 3):
+        x = np.random.default_rng(b).standard_normal((b, 16, 8, 8)).astype(np.float32)
+        ref = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert np.abs(sess.run(None, {"x": x})[0] - ref).max() <= 0.03 + 1e-6

@@ -279,3 +279,30 @@ def test_panel_set_from_the_targets_registers():
         weights = [tuple(int(d) for d in p.shape) for f in graph.prim_funcs.values()
                    for p in f.params if str(p.dtype) == "int8"]
         assert shape in weights, (name, weights)
+
+
+@pytest.mark.parametrize("wtype", ["int8", "uint8"])
+def test_symbolic_rows_of_a_dynamic_export(wtype):
+    """quantize_dynamic of a transformer exported with dynamic (batch, seq): M = batch x
+    seq tokens is symbolic.  The integer matmul packs (M padded to whole multiples of
+    SYMBOLIC_ROWS, reads clamped) and takes cpu.matmul_int8 (before: dlight / the generic
+    fallback, MiniLM 66x onnxruntime's time); one artifact against onnxruntime at every
+    row count, odd ones, one and the range's edge included."""
+    from passes.pack_int_matmul import SYMBOLIC_ROWS
+
+    rng = np.random.default_rng(4)
+    k, n = 96, 80
+    lo, hi = (-64, 64) if wtype == "int8" else (0, 256)
+    w = rng.integers(lo, hi, (k, n)).astype(NP[wtype])
+    wz = np.array(0 if wtype == "int8" else 128).astype(NP[wtype])
+    model = dynamic_model("m", k, n, w, wz, rng.standard_normal(n).astype(np.float32))
+    cm = compiler.compile(model, target="host", dims={"m": (1, 50, 16)})
+    rows = [r for r in cm.report["kernel_table"] if "mmi" in r["nodes"]]
+    assert len(rows) == 1 and rows[0]["rule"] == "cpu.matmul_int8", rows
+    assert SYMBOLIC_ROWS > 1 and _pass(cm)["nodes"] == ["mmi"]
+    sess = cm.session()
+    for m in (1, 5, 16, 37, 50):
+        x = rng.standard_normal((m, k)).astype(np.float32) + 0.3
+        ref = ort_run(model, {"x": x})[0]
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-5,
+                                   atol=1e-4 * np.abs(ref).max())
