@@ -502,7 +502,7 @@ def resize(bb, inputs, attrs, ctx):
         refuse(ctx, f"scales={scales.tolist()} (must be > 0)")
     out_sizes, factors = output_plan(in_shape, axes, scales, sizes, policy)
     pairs = None
-    if roi is not None:
+    if roi is not None and coord == "tf_crop_and_resize":  # the other modes ignore roi
         if roi.size != 2 * len(axes):
             refuse(ctx, f"roi of {roi.size} values for {len(axes)} axes")
         # kept in roi's own type: ``lo * (n_in - 1)`` rounds there, in the reference and
