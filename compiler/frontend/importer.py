@@ -315,6 +315,13 @@ class _Importer(_importer_base()):
             except Exception as e:
                 raise CompileError(f"{self.where}: {label}: conversion failed: "
                                    f"{_last_line(e)}") from e
+            if self._makes_sequence(node):
+                # one output holding the whole sequence, as TVM's importer keeps it (its
+                # "return_tuple_ops"): the sequence converters take a relax.Tuple of it
+                self._nodes[node.output[0]] = self._as_sequence(
+                    out, "sub" if scope else f"n{idx}")
+                self._sequences.add(node.output[0])
+                continue
             outs = self._bind_outputs(out, len(node.output), "sub" if scope else f"n{idx}",
                                      label)
             for name, value in zip(node.output, outs):
@@ -323,6 +330,15 @@ class _Importer(_importer_base()):
         # a graph output that is a shape value (e.g. Shape's) is returned as an int64 tensor
         for vi in graph.output:
             value = self._nodes.get(vi.name)
+            if scope is None and (vi.name in self._sequences
+                                  or not isinstance(value, (relax.Expr, type(None)))):
+                what = ("an ONNX sequence" if vi.name in self._sequences
+                        else "an empty ONNX optional")
+                raise UnsupportedError(
+                    f"{self.where}: graph output {vi.name!r} is {what}; onnxc's runtime "
+                    "returns tensors only" + (". Return its tensors as separate outputs "
+                    "(SequenceAt) or one (ConcatFromSequence)" if vi.name in self._sequences
+                    else ""))
             if value is not None and isinstance(value.ty, relax.ShapeType):
                 (self._nodes[vi.name],) = self._shape_values_as_tensors([value], vi.name)
 
@@ -382,7 +398,8 @@ class _Importer(_importer_base()):
 
         out = onnx_input()
         for i, x in enumerate(inputs):
-            if x is not None and isinstance(x.ty, (relax.ShapeType, tvm.ir.PrimType)):
+            # (getattr: an empty optional is TVM's marker object, with no type)
+            if isinstance(getattr(x, "ty", None), (relax.ShapeType, tvm.ir.PrimType)):
                 value = getattr(self, "_known", {}).get(names[i] if i < len(names) else None)
                 value = shape_arith.known_of(x) if value is None else value
                 if value is None and isinstance(x.ty, tvm.ir.PrimType):
@@ -408,10 +425,43 @@ class _Importer(_importer_base()):
             out.append(x)
         return out
 
+    @property
+    def _sequences(self) -> set:
+        """The names of the tensors that hold ONNX sequences (relax.Tuple values)."""
+        if not hasattr(self, "_sequence_names"):
+            self._sequence_names = set()
+        return self._sequence_names
+
+    def _makes_sequence(self, node) -> bool:
+        """``node``'s one output is an ONNX sequence: a sequence op's, or an Optional /
+        OptionalGetElement / Identity passing one through."""
+        if node.op_type in _SEQUENCE_OPS:
+            return True
+        return (node.op_type in ("Optional", "OptionalGetElement", "Identity")
+                and len(node.input) > 0 and node.input[0] in self._sequences)
+
+    def _as_sequence(self, out, tag: str):
+        """A sequence converter's result as a relax.Tuple of bound tensors (each element
+        computed once however many nodes read it); an empty optional stays TVM's marker."""
+        from tvm import relax
+
+        if not isinstance(out, relax.Expr):
+            return out  # onnx_frontend._EmptyOptional
+        if isinstance(out, relax.Tuple):
+            items = list(out.fields)
+        else:  # a call returning a tuple (SplitToSequence's split)
+            whole = self.bb.emit(out, name_hint=tag)
+            items = [relax.TupleGetItem(whole, i) for i in range(len(whole.ty.fields))]
+        return relax.Tuple([self.bb.emit(x, name_hint=f"{tag}_o{k}")
+                            if isinstance(x, (relax.Call, relax.TupleGetItem)) else x
+                            for k, x in enumerate(items)])
+
     def _bind_outputs(self, out, n_outputs: int, tag: str, label: str) -> list:
         """Bind each output to a variable tagged with the node; return them in order."""
         from tvm import relax
 
+        if not isinstance(out, relax.Expr) and n_outputs == 1:
+            return [out]  # an empty optional (onnx_frontend._EmptyOptional): no value
         if isinstance(out, relax.Tuple):
             items = list(out.fields)
         elif isinstance(out.ty, relax.TupleType) and n_outputs > 1:
@@ -541,6 +591,11 @@ def _fold_shape_arithmetic(expr):
     except Exception:  # not foldable here: leave it to the graph passes
         return expr
 
+
+# Ops whose one output is an ONNX sequence (TVM's importer's "return_tuple_ops" that make
+# one; Optional and OptionalGetElement pass theirs through: Importer._makes_sequence).
+_SEQUENCE_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
+                 "SplitToSequence"}
 
 # Ops whose TVM converters accept shape values (as TVM's importer lists them).
 _SHAPE_OK = {"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand",

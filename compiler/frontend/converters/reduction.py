@@ -52,6 +52,29 @@ def _reduce_axes(inputs, attrs, ctx, ndim):
     return sorted({a + ndim if a < 0 else a for a in axes})
 
 
+# What a reduction over no axes (noop_with_empty_axes=1, axes empty or omitted) leaves of
+# the composite ops: ONNX defines them as functions (ReduceSumSquare = ReduceSum(Mul(x, x)),
+# ReduceL1 = ReduceSum(Abs(x)), ...) whose inner ReduceSum is the noop, so the elementwise
+# part still applies, as onnxruntime and onnx.reference compute it.  TVM's converters
+# return x.  ReduceLogSumExp of nothing is log(exp(x)) = x, which TVM's identity gives.
+_NOOP_ELEMENTWISE = {
+    "ReduceSumSquare": lambda x: relax.op.multiply(x, x),
+    "ReduceL1": relax.op.abs,
+    "ReduceL2": lambda x: relax.op.sqrt(relax.op.multiply(x, x)),
+    "ReduceLogSum": relax.op.log,
+}
+
+
+def _reduces_nothing(inputs, attrs) -> bool:
+    """noop_with_empty_axes=1 with no axes: none given, or a constant empty list."""
+    if not attrs.get("noop_with_empty_axes", 0) or attrs.get("axes") is not None:
+        return False
+    if len(inputs) < 2 or inputs[1] is None:
+        return True
+    axes = constant_value(inputs[1])
+    return axes is not None and np.asarray(axes).size == 0
+
+
 def _reduce_with_identity(op):
     @register(op, override=True)
     def convert(bb, inputs, attrs, ctx):
@@ -63,7 +86,7 @@ def _reduce_with_identity(op):
             dims = [int(v) for v in values]
             axes = _reduce_axes(inputs, attrs, ctx, len(dims))
             if not axes:
-                return x  # noop_with_empty_axes
+                return x  # noop_with_empty_axes (of an empty tensor: nothing to compute)
             keep = bool(attrs.get("keepdims", 1))
             out = [1 if i in axes else d for i, d in enumerate(dims) if keep or i not in axes]
             ident = _empty_identity(op, np.dtype(dtype))
@@ -71,6 +94,10 @@ def _reduce_with_identity(op):
                 raise UnsupportedError(f"node {ctx.node.name!r} ({op}): reducing an empty "
                                        f"{dtype} tensor (shape {dims}) has no value")
             return tensor_const(np.full(out, ident, dtype=dtype))
+        if op in _NOOP_ELEMENTWISE and _reduces_nothing(inputs, attrs):
+            if op == "ReduceL2" and not is_float(dtype):
+                return relax.op.abs(x)  # sqrt(x * x) of integers, without the float trip
+            return _NOOP_ELEMENTWISE[op](x)
         if dtype == "bool" and op in ("ReduceMax", "ReduceMin"):
             # any / all: TVM has no min/max value for bool; uint8 0/1 reduces the same
             as_u8 = bb.normalize(relax.op.astype(x, "uint8"))
@@ -80,6 +107,9 @@ def _reduce_with_identity(op):
 
     convert.__doc__ = (f"{op} (TVM's); over an empty input the constant ONNX's reference "
                        "gives (TVM returns the wrong identity)"
+                       + ("; with noop_with_empty_axes and no axes, the elementwise part of "
+                          "ONNX's function body (TVM returns x)" if op in _NOOP_ELEMENTWISE
+                          else "")
                        + ("; bool inputs as uint8" if op in ("ReduceMax", "ReduceMin") else ""))
     return convert
 

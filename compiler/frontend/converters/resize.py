@@ -339,6 +339,15 @@ def resize_guarded(bb, inputs, attrs, ctx):
     axes = attrs.get("axes")
     policy = attr_text(attrs.get("keep_aspect_ratio_policy"), "stretch")
     mode = attr_text(attrs.get("mode"), "nearest")
+    coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
+    if coord == "tf_crop_and_resize" and len(getattr(x.ty, "shape", None) or ()) == 5:
+        # TVM's topi _resize_3d drops the depth test of the extrapolation (its height test
+        # starts again from the unmasked value): a depth coordinate outside the input gave
+        # an interpolated value, not extrapolation_value.  Refused here, a session binds
+        # the roi as a value and the exact converter (below) computes it.
+        refuse(ctx, "coordinate_transformation_mode=tf_crop_and_resize on a 5-D input with "
+                    "a roi that is not a constant (TVM's resize3d ignores the depth "
+                    "extrapolation)")
     if mode != "nearest" and _static_shape(x) is None:
         # a symbolic image's bilinear / bicubic resize (a segmentation head back to the
         # input size): nothing below applies (the ties are nearest mode's)
@@ -356,7 +365,6 @@ def resize_guarded(bb, inputs, attrs, ctx):
             out_shape = [int(n * s) for n, s in zip(in_shape, sv.reshape(-1).tolist())]
         elif zv is not None and zv.size == len(in_shape):
             out_shape = [int(v) for v in zv.reshape(-1)]
-    coord = attr_text(attrs.get("coordinate_transformation_mode"), "half_pixel")
     nearest = attr_text(attrs.get("nearest_mode"), "round_prefer_floor")
     if out_shape is not None and mode == "nearest" and nearest.startswith("round"):
         for d, (n, m) in enumerate(zip(in_shape, out_shape)):
@@ -494,7 +502,7 @@ def resize(bb, inputs, attrs, ctx):
         refuse(ctx, f"scales={scales.tolist()} (must be > 0)")
     out_sizes, factors = output_plan(in_shape, axes, scales, sizes, policy)
     pairs = None
-    if roi is not None:
+    if roi is not None and coord == "tf_crop_and_resize":  # the other modes ignore roi
         if roi.size != 2 * len(axes):
             refuse(ctx, f"roi of {roi.size} values for {len(axes)} axes")
         # kept in roi's own type: ``lo * (n_in - 1)`` rounds there, in the reference and

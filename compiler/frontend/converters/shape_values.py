@@ -214,4 +214,20 @@ def unique_op(bb, inputs, attrs, ctx):
 
 
 register("NonZero", since=9, override=True)(_evaluated_or_refused("NonZero"))
-register("NonMaxSuppression", since=10, override=True)(_evaluated_or_refused("NonMaxSuppression"))
+_nms_evaluated = _evaluated_or_refused("NonMaxSuppression")
+
+
+@register("NonMaxSuppression", since=10, override=True)
+def non_max_suppression(bb, inputs, attrs, ctx):
+    """NonMaxSuppression on constant inputs, evaluated at import by onnx's reference, which
+    fails on the defaults ONNX gives its optional inputs: max_output_boxes_per_class omitted
+    (or empty) is 0, so no box is selected whatever the data (a [0, 3] output, as
+    onnxruntime's, also for a count <= 0); iou_threshold omitted is 0."""
+    count = inputs[2] if len(inputs) > 2 else None
+    value = None if count is None else constant_value(count)
+    if count is None or (value is not None and (value.size == 0
+                                                or int(value.reshape(-1)[0]) <= 0)):
+        return _const(np.zeros((0, 3), np.int64))
+    if len(inputs) < 4 or inputs[3] is None:
+        inputs = list(inputs[:3]) + [_const(np.zeros((1,), np.float32))] + list(inputs[4:])
+    return _nms_evaluated(bb, inputs, attrs, ctx)

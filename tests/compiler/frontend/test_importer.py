@@ -98,3 +98,55 @@ def test_constant_scalars_of_tvms_shape_handling_reach_tensor_ops_as_tensors():
     assert out[0].value.numpy() == np.float32(24000.0) and out[0].value.numpy().ndim == 0
     assert isinstance(out[1], GenericConst) and str(out[1].ty.dtype) == "int64"
     assert out[2].same_as(n)
+
+
+def _seq_model(nodes, n_inputs, out_name="y", out_type=None, opset=18):
+    inputs = [helper.make_tensor_value_info(f"x{i}", F, [2, 3]) for i in range(n_inputs)]
+    out = out_type or helper.make_tensor_value_info(out_name, F, None)
+    return _model(nodes, inputs, [out], opsets=(("", opset),))
+
+
+def _run_both(model, n_inputs):
+    from tests.conftest import assert_close, ort_run
+
+    model.ir_version = 8
+    rng = np.random.default_rng(0)
+    feeds = {f"x{i}": rng.standard_normal((2, 3)).astype(np.float32) for i in range(n_inputs)}
+    # isolated with a timeout: TVM's ConcatFromSequence looped forever over a tensor
+    cm = compiler.compile(model, isolate=True, timeout=120)
+    assert_close(cm.session().run(None, feeds), ort_run(model, feeds))
+
+
+@pytest.mark.parametrize("new_axis", [0, 1])
+def test_a_sequence_is_one_value_for_the_ops_that_read_it(new_axis):
+    """SequenceConstruct's one output is the whole sequence: it was bound to its first
+    tensor (ConcatFromSequence then hung, SequenceAt / SequenceInsert failed)."""
+    nodes = [helper.make_node("SequenceConstruct", ["x0", "x1"], ["s"]),
+             helper.make_node("SequenceInsert", ["s", "x2"], ["s2"]),
+             helper.make_node("ConcatFromSequence", ["s2"], ["y"], axis=1, new_axis=new_axis)]
+    _run_both(_seq_model(nodes, 3), 3)
+
+
+def test_split_to_sequence_then_sequence_at():
+    pos = helper.make_tensor("pos", TensorProto.INT64, [], [1])
+    nodes = [helper.make_node("SplitToSequence", ["x0"], ["s"], axis=1, keepdims=1),
+             helper.make_node("Constant", [], ["p"], value=pos),
+             helper.make_node("SequenceAt", ["s", "p"], ["y"])]
+    _run_both(_seq_model(nodes, 1), 1)
+
+
+def test_a_sequence_graph_output_is_refused_by_name():
+    seq_type = helper.make_tensor_sequence_value_info("s", F, [2, 3])
+    model = _seq_model([helper.make_node("SequenceConstruct", ["x0", "x1"], ["s"])], 2,
+                       out_type=seq_type)
+    with pytest.raises(UnsupportedError, match="graph output 's' is an ONNX sequence"):
+        compiler.compile(model)
+
+
+def test_an_empty_optional_has_no_element():
+    tensor_type = helper.make_tensor_type_proto(F, [2, 3])
+    nodes = [helper.make_node("Optional", [], ["o"], type=tensor_type),
+             helper.make_node("OptionalHasElement", ["o"], ["y"])]
+    model = _model(nodes, [], [helper.make_tensor_value_info("y", TensorProto.BOOL, [])],
+                   opsets=(("", 18),))
+    assert compiler.compile(model).session().run(None, {})[0].item() is False

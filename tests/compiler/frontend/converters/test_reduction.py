@@ -57,3 +57,22 @@ def test_reduce_max_min_of_all_infinite_rows():
         model = onnx_model(node, [value_info("x", F, [2, 4])], [value_info("y", F, [2, 1])], 13)
         got = compiler.compile(model).session().run(None, {"x": data})[0]
         np.testing.assert_array_equal(got, np.array(want, np.float32))
+
+
+@pytest.mark.parametrize("op", ["ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                                "ReduceLogSumExp"])
+@pytest.mark.parametrize("axes", [None, np.zeros((0,), np.int64)])
+def test_reduce_nothing_keeps_the_elementwise_part(op, axes):
+    """noop_with_empty_axes=1 without axes: ONNX's function bodies (ReduceSumSquare =
+    ReduceSum(x * x), ...) still square / abs / log; TVM's converters returned x."""
+    from tests.conftest import assert_close, ort_run
+
+    inits = [] if axes is None else [initializer("axes", axes)]
+    node = helper.make_node(op, ["x"] + (["axes"] if inits else []), ["y"],
+                            keepdims=1, noop_with_empty_axes=1)
+    model = onnx_model(node, [value_info("x", F, [4, 3])], [value_info("y", F, [4, 3])], 18,
+                       inits)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    x[0, 0] = 2.0 if op == "ReduceLogSum" else x[0, 0]  # log of a negative is NaN in both
+    got = compiler.compile(model).session().run(None, {"x": x})
+    assert_close(got, ort_run(model, {"x": x}))

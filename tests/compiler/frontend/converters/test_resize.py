@@ -350,3 +350,34 @@ def test_resize_over_a_symbolic_image_refuses_non_integer_scales():
     assert "kernel_table" not in cm.report
     assert "Resize" in cm.report["why"] and "integer scales only" in cm.report["why"], \
         cm.report["why"]
+
+
+def test_tf_crop_and_resize_5d_with_a_roi_input_extrapolates_in_depth():
+    """TVM's resize3d dropped the depth test of tf_crop_and_resize's extrapolation: with a
+    roi input reaching outside the volume in depth only, interpolated values came out where
+    onnxruntime gives extrapolation_value."""
+    from tests.conftest import assert_close, ort_run
+
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="linear",
+                            coordinate_transformation_mode="tf_crop_and_resize")
+    model = onnx_model(node, [value_info("x", F, [1, 1, 3, 4, 5]), value_info("roi", F, [10])],
+                       [value_info("y", F, [1, 1, 6, 8, 10])], 18,
+                       [initializer("scales", np.array([1, 1, 2, 2, 2], np.float32))])
+    x = np.random.default_rng(0).standard_normal((1, 1, 3, 4, 5)).astype(np.float32)
+    roi = np.array([0, 0, -0.3, 0.1, 0.1, 1, 1, 1.4, 0.9, 0.9], np.float32)
+    got = compiler.compile(model).session().run(None, {"x": x, "roi": roi})
+    assert_close(got, ort_run(model, {"x": x, "roi": roi}))
+
+
+def test_a_roi_that_only_tf_crop_and_resize_reads_is_ignored_by_the_others():
+    """A roi whose length fits no axis count, given with coordinate_transformation_mode
+    half_pixel (which ignores roi, as onnxruntime does), was refused."""
+    from tests.conftest import assert_close, ort_run
+
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="cubic")
+    model = onnx_model(node, [value_info("x", F, [1, 3, 8, 8])],
+                       [value_info("y", F, [1, 3, 16, 16])], 18,
+                       [initializer("roi", np.array([0.1, 0.2, 0.9, 0.8], np.float32)),
+                        initializer("scales", np.array([1, 1, 2, 2], np.float32))])
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    assert_close(compiler.compile(model).session().run(None, {"x": x}), ort_run(model, {"x": x}))

@@ -179,3 +179,25 @@ def test_unique_refuses_nan_and_large_inputs_by_name():
         compiler.compile(_unique(x.shape)).session().run(None, {"x": x})
     with pytest.raises(compiler.UnsupportedError, match=r"node 'uq'.*input 'x'.*not known"):
         compiler.compile(_unique([16, 16]))  # 256 elements: too many to bind
+
+
+@pytest.mark.parametrize("count", [None, 0, 2])
+def test_nms_with_its_optional_inputs_omitted(count):
+    """onnx.reference's NonMaxSuppression failed on an omitted max_output_boxes_per_class
+    (ONNX's default 0: nothing selected), on a count of 0 and on an omitted iou_threshold:
+    the session refused the model ("could not evaluate")."""
+    from tests.conftest import ort_run
+
+    names, inits = ["boxes", "scores"], []
+    if count is not None:
+        names.append("count")
+        inits.append(numpy_helper.from_array(np.array([count], np.int64), "count"))
+    node = helper.make_node("NonMaxSuppression", names, ["sel"])
+    model = _model(node, [_vi("boxes", F, [1, 4, 4]), _vi("scores", F, [1, 1, 4])],
+                   [_vi("sel", I64, None)], inits, opset=11)
+    model.ir_version = 8
+    rng = np.random.default_rng(0)
+    feeds = {"boxes": rng.random((1, 4, 4)).astype(np.float32),
+             "scores": rng.random((1, 1, 4)).astype(np.float32)}
+    got = compiler.compile(model).session().run(None, feeds)
+    assert_close(got, ort_run(model, feeds))
