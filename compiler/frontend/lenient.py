@@ -1,7 +1,7 @@
 """What onnxruntime runs but ``onnx.checker`` or strict shape inference refuse: read as
 onnxruntime reads it, with one warning naming everything that was read leniently.
 
-Six things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
+Seven things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
 ``tests/compiler/frontend/test_lenient.py``):
 
 * a ``-1`` dimension in a declared shape (onnx's checker reads it literally and strict
@@ -27,6 +27,8 @@ Six things exporters write that onnxruntime 1.32 accepts (checked on tiny models
   ``OnnxExporter`` with ``ort_fusions="cpu"`` declares its attention scale, a ``[1]``
   initializer, as a scalar; strict inference: "Inferred shape and existing shape differ
   in rank"): onnxruntime takes the initializer's shape, the declaration is dropped;
+* an op onnx deprecated at the model's opset that onnxruntime still runs there
+  (GroupNormalization-18, ``DEPRECATED_ORT_RUNS``): read as that version, the same way;
 * nodes out of topological order (onnxruntime's fp16 converter,
   ``onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)``,
   appends the input casts after their consumers; the checker: "Nodes in a graph must be
@@ -205,7 +207,11 @@ def prepare(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, Lenien
     ort_only = [(k, n) for k, n in enumerate(model.graph.node)
                 if n.domain in ("", "ai.onnx") and n.op_type in ORT_DEFAULT_DOMAIN_OPS
                 and not onnx.defs.has(n.op_type)]
-    if not late and not ort_only and not leniency.shapeless:
+    deprecated = [] if opset is None else [
+        (k, n) for k, n in enumerate(model.graph.node)
+        if n.domain in ("", "ai.onnx") and n.op_type in DEPRECATED_ORT_RUNS
+        and _deprecated(n.op_type, opset)]
+    if not late and not ort_only and not deprecated and not leniency.shapeless:
         return model, leniency
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
@@ -223,7 +229,13 @@ def prepare(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, Lenien
         leniency.notes.append(f"node {node.name or f'#{k}'!r} ({node.op_type}) is not an ONNX "
                               "op: onnxruntime registers it in the default domain (read as "
                               "onnxruntime's)")
-    if late or ort_only:
+    for k, node in deprecated:
+        _wrap(fixed, k, node, f"{node.op_type}_deprecated_n{k}",
+              DEPRECATED_ORT_RUNS[node.op_type](node), ORT_BODY_OPSET, leniency)
+        leniency.notes.append(f"node {node.name or f'#{k}'!r} ({node.op_type}) is deprecated "
+                              f"at opset {opset}, which onnx's checker refuses; onnxruntime "
+                              f"runs it (read as {node.op_type}-{opset})")
+    if late or ort_only or deprecated:
         fixed.opset_import.append(helper.make_opsetid(LATE_DOMAIN, 1))
     for name in leniency.shapeless:
         leniency.notes.append(f"output {name!r} is declared without a "
@@ -282,6 +294,21 @@ def _simplified_layer_norm_body(node) -> list:
 
 
 ORT_DEFAULT_DOMAIN_OPS = {"SimplifiedLayerNormalization": _simplified_layer_norm_body}
+
+# Default-domain ops onnx marks deprecated at some opsets (its checker then refuses the
+# node) that onnxruntime still registers and runs there, with the body that gives checker
+# and shape inference their outputs' type and shape: GroupNormalization-18, deprecated by
+# onnx 1.16 for its per-group scale (redefined per channel at opset 21), which exporters of
+# opsets 18-20 write.
+DEPRECATED_ORT_RUNS = {"GroupNormalization": lambda node: [
+    helper.make_node("Identity", ["i0"], ["o0"])]}
+
+
+def _deprecated(op: str, opset: int) -> bool:
+    try:
+        return bool(onnx.defs.get_schema(op, opset).deprecated)
+    except onnx.defs.SchemaError:
+        return False
 
 
 def _has_type(model, name: str) -> bool:

@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 from onnx import helper
+import tvm
 from tvm import relax
 
 from .common import (register, refuse, static_shape, np_dtype, scalar, dtype_of, is_float,
@@ -648,6 +649,65 @@ def layer_norm(bb, inputs, attrs, ctx):
     var = relax.op.mean(relax.op.multiply(centered, centered), axis=axes, keepdims=True)
     inv = relax.op.rsqrt(relax.op.add(var, relax.const(eps, xs.ty.dtype)))
     return relax.Tuple([y, mean, bb.emit(inv)])
+
+
+def _group_norm(bb, inputs, attrs, ctx, per_group: bool):
+    """GroupNormalization as a layer norm over each group's row ``[N, G, C/G * spatial]``
+    (onnxc's row kernel: ``cpu.row_reduction``, vector partial sums, a symbolic row too),
+    then the per-channel affine: TVM's group_norm reduces over (C/G, *spatial) axes at
+    once, which no CPU rule takes (2.5x onnxruntime static, 1000x over a symbolic image).
+    ``per_group``: opset 18's scale / bias, one value per group (repeated per channel)."""
+    x, scale, bias = inputs[:3]
+    shape = list(x.ty.shape.values) if getattr(x.ty, "shape", None) is not None else None
+    groups = int(attrs["num_groups"])
+    if shape is None or len(shape) < 2 or not isinstance(shape[1], tvm.tirx.IntImm):
+        refuse(ctx, "an input without a static channel count")
+    channels = int(shape[1])
+    if groups <= 0 or channels % groups:
+        refuse(ctx, f"num_groups={groups} with {channels} channels (must divide them)")
+    stash = int(attrs.get("stash_type", 1))
+    dtype = str(x.ty.dtype)
+    if stash != 1 and dtype != "float32":
+        refuse(ctx, f"stash_type={stash} on {dtype} (only float32 statistics)")
+    xs = relax.op.astype(x, "float32") if dtype != "float32" else x
+    row = channels // groups
+    for d in shape[2:]:
+        row = row * d
+    row = tvm.tirx.const(int(row), "int64") if isinstance(row, int) else row
+    rows = bb.normalize(relax.op.reshape(xs, relax.ShapeExpr([shape[0], groups, row])))
+    eps = float(attrs.get("epsilon", 1e-5))
+    if isinstance(row, tvm.tirx.IntImm):
+        n = int(row)
+        y = relax.op.nn.layer_norm(rows, _const(np.ones(n, np.float32)),
+                                   _const(np.zeros(n, np.float32)), axes=[-1], epsilon=eps)
+    else:  # the row's ones / zeros unread (center / scale off: legalize_vector_math)
+        feat = relax.ShapeExpr([row])
+        y = relax.op.nn.layer_norm(rows, relax.op.ones(feat, "float32"),
+                                   relax.op.zeros(feat, "float32"), axes=[-1],
+                                   epsilon=eps, center=False, scale=False)
+    y = relax.op.reshape(bb.normalize(y), relax.ShapeExpr(shape))
+    affine = [channels] + [1] * (len(shape) - 2)
+
+    def per_channel(v):
+        v = relax.op.astype(v, "float32") if str(v.ty.dtype) != "float32" else v
+        if per_group:
+            v = relax.op.repeat(relax.op.reshape(v, [groups, 1]), channels // groups, axis=1)
+        return relax.op.reshape(v, affine)
+    y = relax.op.add(relax.op.multiply(y, per_channel(scale)), per_channel(bias))
+    return relax.op.astype(y, dtype) if dtype != "float32" else y
+
+
+@register("GroupNormalization", since=18, until=20, override=True)
+def group_norm_18(bb, inputs, attrs, ctx):
+    """GroupNormalization-18 (scale and bias per group): ``_group_norm``."""
+    return _group_norm(bb, inputs, attrs, ctx, per_group=True)
+
+
+@register("GroupNormalization", since=21, override=True)
+def group_norm(bb, inputs, attrs, ctx):
+    """GroupNormalization-21 (scale and bias per channel, statistics in float32):
+    ``_group_norm``."""
+    return _group_norm(bb, inputs, attrs, ctx, per_group=False)
 
 
 @register("Conv", override=True)
