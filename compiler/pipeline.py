@@ -74,6 +74,10 @@ def graph_passes() -> list:
         passes.StableSoftplus(),
         # decomposed LayerNorm (opset < 17 exports): nine ops => one fused kernel
         passes.FuseLayerNorm(),
+        # a layer norm over several trailing axes (LayerNormalization axis=1 of NCHW) =>
+        # one over their flattened row, reshapes as views: the row rule takes it; after
+        # fuse_layer_norm, whose norms may span several axes
+        passes.FlattenNormAxes(),
         # decomposed RMSNorm (T5, LLaMA exports): the square's kernel and the reduction's
         # => one row kernel reading x once
         passes.FuseRmsNorm(),

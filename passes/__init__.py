@@ -37,10 +37,11 @@ from .stable_softplus import StableSoftplus
 from .stable_variance import StableVariance
 from .accumulate_fp32 import AccumulateFp32
 from .widen_half import WidenHalf
+from .flatten_norm_axes import FlattenNormAxes
 
 __all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqDataMovement", "QdqLookupTable", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "SplitDilatedConv", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
            "FoldPadIntoConv", "TrimConvTaps", "PlaceConcat", "SeqMajorCache", "SinkReshape",
-           "WidenHalf"]
+           "WidenHalf", "FlattenNormAxes"]
