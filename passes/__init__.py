@@ -38,10 +38,11 @@ from .stable_variance import StableVariance
 from .accumulate_fp32 import AccumulateFp32
 from .widen_half import WidenHalf
 from .flatten_norm_axes import FlattenNormAxes
+from .softmax_last_axis import SoftmaxLastAxis
 
 __all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqDataMovement", "QdqLookupTable", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "SplitDilatedConv", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",
            "FoldPadIntoConv", "TrimConvTaps", "PlaceConcat", "SeqMajorCache", "SinkReshape",
-           "WidenHalf", "FlattenNormAxes"]
+           "WidenHalf", "FlattenNormAxes", "SoftmaxLastAxis"]
