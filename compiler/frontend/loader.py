@@ -92,6 +92,7 @@ def load_model(model, warnings: list | None = None,
     elif note:
         logging.getLogger("onnxc").warning("%s", note)
     _check_inputs(inferred, where)
+    _check_outputs(inferred, where)
     _check_types(inferred, where)
     _check_attributes(inferred.graph, where)
     _check_tensors(inferred, where)
@@ -369,6 +370,25 @@ def _check_inputs(model: onnx.ModelProto, where: str) -> None:
             if d.HasField("dim_value") and d.dim_value < 0:
                 raise ModelError(f"{where}: input {vi.name!r} has a negative dimension "
                                  f"{d.dim_value}")
+
+
+def _check_outputs(model: onnx.ModelProto, where: str) -> None:
+    """Refuse a graph output declared as a sequence or map (an optional of one included)
+    before conversion: the runtime returns tensors only, and a control-flow node that
+    yields one (an If whose branch returns an empty optional sequence) would otherwise fail
+    inside the converter with a bare Python error."""
+    for vi in model.graph.output:
+        t, optional = vi.type, vi.type.HasField("optional_type")
+        if optional:
+            t = t.optional_type.elem_type
+        kind = t.WhichOneof("value")
+        if kind in ("sequence_type", "map_type"):
+            noun = "ONNX sequence" if kind == "sequence_type" else "ONNX map"
+            raise UnsupportedError(
+                f"{where}: graph output {vi.name!r} is an {'optional ' if optional else ''}"
+                f"{noun}; onnxc's runtime returns tensors only" + (
+                    ". Return its tensors as separate outputs (SequenceAt) or one "
+                    "(ConcatFromSequence)" if kind == "sequence_type" else ""))
 
 
 def _check_types(model: onnx.ModelProto, where: str) -> None:

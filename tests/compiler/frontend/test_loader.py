@@ -369,3 +369,25 @@ def _copy(m):
     out = onnx.ModelProto()
     out.CopyFrom(m)
     return out
+
+
+def test_an_optional_sequence_graph_output_is_refused_by_name():
+    """If -> optional(seq) (onnxruntime's optional_sequence_tensor.onnx): refused at load,
+    naming the output, not by a bare AttributeError from the If converter."""
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [5]))
+    opt = helper.make_optional_type_proto(seq)
+    x = numpy_helper.from_array(np.arange(5, dtype=np.float32))
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["x"], value=x),
+         helper.make_node("SequenceConstruct", ["x"], ["s"]),
+         helper.make_node("Optional", ["s"], ["o"])], "else", [],
+        [helper.make_value_info("o", opt)])
+    then_g = helper.make_graph([helper.make_node("Optional", [], ["e"], type=seq)], "then", [],
+                               [helper.make_value_info("e", opt)])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["out"], then_branch=then_g,
+                                            else_branch=else_g)], "g",
+                          [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_value_info("out", opt)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    with pytest.raises(UnsupportedError, match="graph output 'out' is an optional ONNX sequence"):
+        compiler.compile(model).session().run(None, {"c": np.array(True)})
