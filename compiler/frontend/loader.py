@@ -59,6 +59,7 @@ def load_model(model, warnings: list | None = None,
     elif not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected a path or onnx.ModelProto, got {type(model).__name__}")
     model, text_warnings = check_text(model, where)  # first: later checks quote names
+    model = _inlined(model, where)
     if warnings is not None:
         warnings.extend(text_warnings)
     for w in text_warnings if warnings is None else ():
@@ -370,6 +371,23 @@ def _check_inputs(model: onnx.ModelProto, where: str) -> None:
             if d.HasField("dim_value") and d.dim_value < 0:
                 raise ModelError(f"{where}: input {vi.name!r} has a negative dimension "
                                  f"{d.dim_value}")
+
+
+def _inlined(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """``model`` with its model-local functions inlined (torch.onnx's dynamo exports call
+    onnxscript's ``torch_lib`` functions; onnxruntime inlines them too): the registry
+    converts ONNX ops, and a call of a local function is none.  Calls inside subgraphs
+    are inlined as well."""
+    if not model.functions:
+        return model
+    from onnx import inliner
+
+    try:
+        return inliner.inline_local_functions(model)
+    except Exception as e:  # noqa: BLE001 - onnx's C++ inliner raises plain errors
+        raise ModelError(f"{where}: could not inline the model's local functions "
+                         f"({', '.join(f.domain + '.' + f.name for f in model.functions)}): "
+                         f"{_first_line(e)}") from None
 
 
 def _check_outputs(model: onnx.ModelProto, where: str) -> None:
