@@ -18,7 +18,18 @@ a signal, or a timeout) or SKIP (onnxruntime rejects the model or its inputs).  
 runs the tests in a child pytest, resumes after the test of a check that killed it or ran
 past ``--timeout`` seconds, and appends JSON lines to ``--log``.
 
+A second mode, ``models``, runs a folder of ``.onnx`` files (written for onnxruntime's own
+``onnxruntime/test/testdata``): each model is fed seeded random inputs built from its
+declared types and shapes (every symbolic or unnamed dim fed as ``SYM_DIM``; floats normal,
+integers in ``[0, SYM_DIM)``, bools random), run by onnxruntime first (SKIP when it refuses
+the model or the feeds), then compiled by ``compiler.compile(path)`` and run by its session.
+Outputs are compared as ``onnxc bench`` compares them (``compiler.tools.bench.match_for``:
+fp32 rtol 1e-4 with an absolute part scaled by max |ref|, fp16 and quantized models looser;
+integers, bools and strings exactly).  One worker process runs the models in turn; a model
+that kills it or runs past ``--timeout`` seconds is a CRASH and a fresh worker goes on.
+
     python scripts/external_suite.py run /work/suite/test_frontend_onnx.py --log L.jsonl [-k EXPR]
+    python scripts/external_suite.py models /work/ortsuite/models --log L.jsonl [--timeout 120]
     python scripts/external_suite.py summary L.jsonl [--list CLASS...]
 """
 
@@ -345,6 +356,216 @@ def summary(args) -> None:
                   f"opset={r.get('opset')}: {r['detail'][:400]}")
 
 
+
+# --------------------------------------------------------------------------- models mode
+
+def _model_feeds(model, seed: int = 0):
+    """Seeded random feeds for the graph inputs that are not initializers, or a string
+    saying why none can be made (a non-tensor input)."""
+    import numpy as np
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        if not vi.type.HasField("tensor_type"):
+            return f"input {vi.name!r} is a {vi.type.WhichOneof('value')}, not a tensor"
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else SYM_DIM
+                 for d in tt.shape.dim]  # some models declare an unknown dim as -1
+        if tt.elem_type == 8:  # STRING
+            feeds[vi.name] = rng.choice(np.array(["a", "bc", "Def"], dtype=object), size=shape)
+            continue
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        except Exception:  # noqa: BLE001 - float8, int4, ...: nothing numpy can feed
+            return f"input {vi.name!r} has element type {tt.elem_type} that numpy cannot feed"
+        if dtype.kind == "f":
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(bool)
+        elif dtype.kind in "iu":
+            feeds[vi.name] = rng.integers(0, SYM_DIM, size=shape).astype(dtype)
+        else:
+            return f"input {vi.name!r} has numpy dtype {dtype} (not fed)"
+    return feeds
+
+
+def _compare_scaled(ours, ref, tol: dict, where: str):
+    """None when ``ours`` matches ``ref`` under ``bench.outputs_match``'s rule, else why."""
+    import numpy as np
+
+    if isinstance(ref, list):
+        if not isinstance(ours, list) or len(ours) != len(ref):
+            return f"{where}: sequence of {len(ref)} expected, got {type(ours).__name__}"
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            why = _compare_scaled(a, b, tol, f"{where}[{i}]")
+            if why:
+                return why
+        return None
+    if isinstance(ref, dict) or not isinstance(ref, np.ndarray):
+        ref = np.asarray(ref)
+    ours = np.asarray(ours)
+    if ours.shape != ref.shape:
+        return f"{where}: shape {list(ours.shape)} != onnxruntime {list(ref.shape)}"
+    if ours.dtype != ref.dtype:
+        return f"{where}: dtype {ours.dtype} != onnxruntime {ref.dtype}"
+    if ref.dtype.kind not in "fc":
+        return _compare(ours, ref, 0.0, 0.0, where)
+    b = ref.astype(np.float64)
+    finite = np.isfinite(b)
+    scale = float(np.abs(b[finite]).max()) if finite.any() else 0.0
+    atol = max(tol.get("atol", 1e-5), tol["scale_tol"] * scale)
+    return _compare(ours, ref, tol["rtol"], atol, where)
+
+
+def _check_model(path: str, rel: str) -> dict:
+    """One model of the folder: the case record (cls, detail, ...)."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+
+    import compiler
+    from compiler.errors import CompileError
+    from compiler.tools.bench import match_for
+
+    rec = {"ev": "case", "test": rel, "idx": 0, "kind": "model", "ops": [], "opset": None}
+    t0 = time.time()
+
+    def done(cls, detail="", **kw):
+        rec.update(cls=cls, detail=detail, seconds=round(time.time() - t0, 2), **kw)
+        return rec
+
+    try:
+        model = onnx.load(path)
+    except Exception as e:  # noqa: BLE001
+        return done("SKIP", f"onnx.load: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    rec["ops"] = sorted({f"{n.domain + '.' if n.domain else ''}{n.op_type}"
+                         for n in model.graph.node})
+    rec["opset"] = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    try:
+        feeds = _model_feeds(model)
+    except Exception as e:  # noqa: BLE001 - the harness's fault, not onnxc's
+        feeds = f"{type(e).__name__}: {e}"
+    if isinstance(feeds, str):
+        return done("SKIP", f"harness: {feeds}")
+    try:
+        so = onnxruntime.SessionOptions()
+        so.intra_op_num_threads = 1  # its idle spinning threads would slow onnxc down
+        so.inter_op_num_threads = 1
+        # onnxruntime's kernels as the model states them: its fusions are no reference (the
+        # fused Attention reads a 0/1 mask, the graph's Sub/Mul any value; its Reshape
+        # fusion accepts a shape input that the plain Reshape refuses)
+        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        sess = onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        ref = sess.run(None, feeds)
+    except Exception as e:  # noqa: BLE001 - onnxruntime rejects the model or its feeds
+        return done("SKIP", f"onnxruntime: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    names = [o.name for o in sess.get_outputs()]
+    del sess
+    tol = match_for(model)
+    stage = "compile"
+    dims = None
+    try:
+        cm = compiler.compile(path, target="host")
+        stage = "run"
+        try:
+            sess = cm.session()
+        except Exception as e:  # noqa: BLE001
+            if type(e).__name__ != "MemoryLimitError":
+                raise
+            # the default range of a symbolic dim (1..128) over many dims needs more memory
+            # than this host has: declare every dim's range as what the harness feeds
+            dims = {d.dim_param: (1, SYM_DIM, SYM_DIM) for vi in model.graph.input
+                    for d in vi.type.tensor_type.shape.dim if d.dim_param}
+            stage = "compile (dims)"
+            cm = compiler.compile(path, target="host", dims=dims)
+            stage = "run"
+            sess = cm.session()
+        ours = sess.run(None, feeds)
+    except CompileError as e:
+        return done("REFUSED", f"{stage}: {type(e).__name__}: {str(e)[:600]}")
+    except Exception as e:  # noqa: BLE001
+        tb = traceback.format_exception(type(e), e, e.__traceback__)
+        return done("CRASH", f"{stage}: {type(e).__name__}: {str(e)[:600]}",
+                    where="".join(tb[-4:])[-1500:])
+    if len(ours) != len(ref):
+        return done("WRONG", f"{len(ours)} outputs, onnxruntime {len(ref)}")
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        if b is None:
+            continue
+        why = _compare_scaled(a, b, tol, f"output {i} ({names[i]})")
+        if why:
+            return done("WRONG", why, tol=tol, dims=dims)
+    return done("PASS", dims=dims)
+
+
+def _models_worker(args) -> None:
+    """Runs in the child: every model listed in ``args.todo``, one case record each."""
+    import compiler  # noqa: F401  (imported before the first model's clock starts)
+
+    _state["log"] = args.log
+    for rel in open(args.todo).read().split("\n"):
+        if not rel:
+            continue
+        _emit({"ev": "begin", "test": rel, "idx": 0})
+        _emit(_check_model(os.path.join(args.folder, rel), rel))
+
+
+def models(args) -> None:
+    folder = os.path.abspath(args.folder)
+    rels = sorted(os.path.relpath(os.path.join(d, f), folder)
+                  for d, _, fs in os.walk(folder) for f in fs if f.endswith(".onnx"))
+    if args.match:
+        import fnmatch
+
+        rels = [r for r in rels if any(fnmatch.fnmatch(r, m) for m in args.match)]
+    log = os.path.abspath(args.log)
+    done_models = {r["test"] for r in _read(log) if r["ev"] == "case"}
+    todo = [r for r in rels if r not in done_models]
+    print(f"{len(rels)} models, {len(todo)} to run", flush=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
+    todo_file = log + ".todo"
+    while todo:
+        with open(todo_file, "w") as f:
+            f.write("\n".join(todo))
+        cmd = [sys.executable, os.path.abspath(__file__), "_models_worker", folder,
+               "--log", log, "--todo", todo_file]
+        start = len(_read(log))
+        with open(log + ".out", "a") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+            why = None
+            while proc.poll() is None:
+                time.sleep(1)
+                recs = _read(log)[start:]
+                if recs and recs[-1]["ev"] == "begin" and \
+                        time.time() - recs[-1]["t"] > args.timeout:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    why = f"timeout: over {args.timeout}s"
+                    break
+        recs = _read(log)[start:]
+        if recs and recs[-1]["ev"] == "begin":  # the model in flight killed the worker
+            why = why or f"process died: returncode {proc.returncode}"
+            _append(log, {"ev": "case", "test": recs[-1]["test"], "idx": 0, "kind": "model",
+                          "cls": "CRASH", "detail": why, "ops": []})
+        finished = {r["test"] for r in _read(log) if r["ev"] == "case"}
+        left = [r for r in todo if r not in finished]
+        if len(left) == len(todo):
+            print("no progress; stopping", flush=True)
+            break
+        todo = left
+        print(f"{len(todo)} models left", flush=True)
+    summary(argparse.Namespace(log=log, list=["WRONG", "CRASH", "REFUSED"]))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -354,11 +575,22 @@ def main(argv=None) -> None:
     r.add_argument("-k", help="pytest -k expression")
     r.add_argument("--timeout", type=float, default=240,
                    help="seconds without progress before the test is killed")
+    m = sub.add_parser("models", help="run every .onnx file under a folder through onnxc")
+    m.add_argument("folder")
+    m.add_argument("--log", required=True, help="JSON lines, appended (a rerun resumes)")
+    m.add_argument("--timeout", type=float, default=120,
+                   help="seconds one model may take (onnxruntime, compile, run)")
+    m.add_argument("--match", nargs="*", help="fnmatch patterns of the models to run")
+    w = sub.add_parser("_models_worker")  # the child process of `models`
+    w.add_argument("folder")
+    w.add_argument("--log", required=True)
+    w.add_argument("--todo", required=True)
     s = sub.add_parser("summary", help="counts per class, and the listed classes' cases")
     s.add_argument("log")
     s.add_argument("--list", nargs="*", default=["WRONG", "CRASH", "REFUSED"])
     args = p.parse_args(argv)
-    (run if args.cmd == "run" else summary)(args)
+    {"run": run, "models": models, "_models_worker": _models_worker,
+     "summary": summary}[args.cmd](args)
 
 
 if __name__ == "__main__":

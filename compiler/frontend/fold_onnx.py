@@ -120,7 +120,9 @@ def _fold_qdq(node, values: list) -> list | None:
         if str(x.dtype) not in _INTS or scale.dtype not in (np.float32, np.float64):
             return None
         z = 0 if zero is None else int(zero.reshape(()))
-        return [np.asarray((int(x.reshape(())) - z) * scale.reshape(()), dtype=scale.dtype)]
+        # x's shape, not a scalar's: a [1] or [1, 1, 1, 1] tensor keeps its rank
+        return [np.asarray((int(x.reshape(())) - z) * scale.reshape(()),
+                           dtype=scale.dtype).reshape(x.shape)]
     out = np.dtype(zero.dtype) if zero is not None else np.dtype(np.uint8)
     if "output_dtype" in attrs and attrs["output_dtype"].i:
         out = onnx.helper.tensor_dtype_to_np_dtype(attrs["output_dtype"].i)
@@ -129,7 +131,7 @@ def _fold_qdq(node, values: list) -> list | None:
     z = 0 if zero is None else int(zero.reshape(()))
     q = np.rint(x.reshape(()) / scale.reshape(()).astype(x.dtype)) + z  # in x's float type
     info = np.iinfo(out)
-    return [np.asarray(np.clip(q, info.min, info.max), dtype=out)]
+    return [np.asarray(np.clip(q, info.min, info.max), dtype=out).reshape(x.shape)]
 
 
 def _inputs_with_subgraphs(node) -> set:

@@ -1,7 +1,7 @@
 """What onnxruntime runs but ``onnx.checker`` or strict shape inference refuse: read as
 onnxruntime reads it, with one warning naming everything that was read leniently.
 
-Seven things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
+Eight things exporters write that onnxruntime 1.32 accepts (checked on tiny models in
 ``tests/compiler/frontend/test_lenient.py``):
 
 * a ``-1`` dimension in a declared shape (onnx's checker reads it literally and strict
@@ -29,6 +29,9 @@ Seven things exporters write that onnxruntime 1.32 accepts (checked on tiny mode
   in rank"): onnxruntime takes the initializer's shape, the declaration is dropped;
 * an op onnx deprecated at the model's opset that onnxruntime still runs there
   (GroupNormalization-18, ``DEPRECATED_ORT_RUNS``): read as that version, the same way;
+* an initializer that is not a graph input in a model of IR version 3 (the checker: "in
+  initializer but not in graph input"; onnxruntime's own older test models): onnxruntime
+  reads it as a constant, as IR 4 does, and the model is read as IR 4;
 * nodes out of topological order (onnxruntime's fp16 converter,
   ``onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)``,
   appends the input casts after their consumers; the checker: "Nodes in a graph must be
@@ -133,6 +136,27 @@ def _initializer_shapes(model: onnx.ModelProto, leniency: Leniency) -> onnx.Mode
     return fixed
 
 
+def _unlisted_initializers(model: onnx.ModelProto, leniency: Leniency) -> onnx.ModelProto:
+    """``model``, or a copy read as IR version 4 when it is older and has initializers that
+    are not graph inputs (the checker: "W in initializer but not in graph input"; IR 3
+    lists every initializer as an input).  onnxruntime reads such an initializer as a
+    constant, which is what IR 4 made it; nothing else changed between the two versions."""
+    if model.ir_version >= 4:
+        return model
+    inputs = {vi.name for vi in model.graph.input}
+    unlisted = [t.name for t in model.graph.initializer if t.name not in inputs]
+    if not unlisted:
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    fixed.ir_version = 4
+    more = f" and {len(unlisted) - 3} more" if len(unlisted) > 3 else ""
+    leniency.notes.append(f"initializer(s) {', '.join(map(repr, unlisted[:3]))}{more} are not "
+                          f"graph inputs, which IR version {model.ir_version} requires (read "
+                          "as constants, as IR 4 reads them)")
+    return fixed
+
+
 def _outer_names(graph, found: set) -> set:
     """The names a subgraph's nodes read, its own and its outer scope's (a node reading a
     value of the enclosing graph depends on its producer there)."""
@@ -196,6 +220,7 @@ def prepare(model: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, Lenien
     model = _sorted(model, leniency)  # first: the rest index nodes by position
     model = read_declarations(model, leniency)
     model = _initializer_shapes(model, leniency)
+    model = _unlisted_initializers(model, leniency)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     late = [] if opset is None else [
         (k, n, since) for k, n in enumerate(model.graph.node)

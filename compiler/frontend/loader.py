@@ -59,6 +59,7 @@ def load_model(model, warnings: list | None = None,
     elif not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected a path or onnx.ModelProto, got {type(model).__name__}")
     model, text_warnings = check_text(model, where)  # first: later checks quote names
+    model = _inlined(model, where)
     if warnings is not None:
         warnings.extend(text_warnings)
     for w in text_warnings if warnings is None else ():
@@ -92,6 +93,7 @@ def load_model(model, warnings: list | None = None,
     elif note:
         logging.getLogger("onnxc").warning("%s", note)
     _check_inputs(inferred, where)
+    _check_outputs(inferred, where)
     _check_types(inferred, where)
     _check_attributes(inferred.graph, where)
     _check_tensors(inferred, where)
@@ -369,6 +371,42 @@ def _check_inputs(model: onnx.ModelProto, where: str) -> None:
             if d.HasField("dim_value") and d.dim_value < 0:
                 raise ModelError(f"{where}: input {vi.name!r} has a negative dimension "
                                  f"{d.dim_value}")
+
+
+def _inlined(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """``model`` with its model-local functions inlined (torch.onnx's dynamo exports call
+    onnxscript's ``torch_lib`` functions; onnxruntime inlines them too): the registry
+    converts ONNX ops, and a call of a local function is none.  Calls inside subgraphs
+    are inlined as well."""
+    if not model.functions:
+        return model
+    from onnx import inliner
+
+    try:
+        return inliner.inline_local_functions(model)
+    except Exception as e:  # noqa: BLE001 - onnx's C++ inliner raises plain errors
+        raise ModelError(f"{where}: could not inline the model's local functions "
+                         f"({', '.join(f.domain + '.' + f.name for f in model.functions)}): "
+                         f"{_first_line(e)}") from None
+
+
+def _check_outputs(model: onnx.ModelProto, where: str) -> None:
+    """Refuse a graph output declared as a sequence or map (an optional of one included)
+    before conversion: the runtime returns tensors only, and a control-flow node that
+    yields one (an If whose branch returns an empty optional sequence) would otherwise fail
+    inside the converter with a bare Python error."""
+    for vi in model.graph.output:
+        t, optional = vi.type, vi.type.HasField("optional_type")
+        if optional:
+            t = t.optional_type.elem_type
+        kind = t.WhichOneof("value")
+        if kind in ("sequence_type", "map_type"):
+            noun = "ONNX sequence" if kind == "sequence_type" else "ONNX map"
+            raise UnsupportedError(
+                f"{where}: graph output {vi.name!r} is an {'optional ' if optional else ''}"
+                f"{noun}; onnxc's runtime returns tensors only" + (
+                    ". Return its tensors as separate outputs (SequenceAt) or one "
+                    "(ConcatFromSequence)" if kind == "sequence_type" else ""))
 
 
 def _check_types(model: onnx.ModelProto, where: str) -> None:

@@ -131,6 +131,35 @@ def test_scalar_dequantize_folds_and_weights_stay_integers():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_one_element_quantize_folds_to_its_shape_not_a_scalar():
+    """Q / DQ of a one-element constant that is not a scalar ([1] -> Unsqueeze -> [1, 1, 1,
+    1], onnxruntime's constant_folding_qdq_node_unit test model) fold to a tensor of that
+    shape: a 0-d result made the graph output [] and the compile was refused."""
+    from tests.conftest import ort_run
+
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Unsqueeze", ["d"], ["u"], axes=[0, 1, 2]),
+             helper.make_node("QuantizeLinear", ["u", "s", "z"], ["uq"]),
+             helper.make_node("Add", ["x", "u"], ["y"])]
+    g = helper.make_graph(
+        nodes, "g", [value_info("x", F, [1, 3, 1, 1])],
+        [value_info("uq", 2, [1, 1, 1, 1]), value_info("d", F, [1]),
+         value_info("y", F, [1, 3, 1, 1])],
+        [initializer("q", np.array([7], np.uint8)), initializer("s", np.float32(0.5)),
+         initializer("z", np.uint8(255))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    folded, _ = fold_constants(load_model(model))
+    shapes = {t.name: list(t.dims) for t in folded.graph.initializer}
+    assert shapes["d"] == [1] and shapes["uq"] == [1, 1, 1, 1]
+    x = RNG.standard_normal((1, 3, 1, 1)).astype(np.float32)
+    got = compiler.compile(model).session().run(None, {"x": x})
+    want = ort_run(model, {"x": x})
+    assert [g.shape for g in got] == [w.shape for w in want]
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-6)
+
+
 def test_pad_value_computed_at_run_time():
     """A Pad value that is not a constant (here the input's max): the model compiles per
     value of it (a DynamicModel), the answer as onnxruntime's."""

@@ -239,3 +239,27 @@ def test_nodes_out_of_topological_order_are_sorted():
 def test_a_cycle_is_still_refused():
     with pytest.raises(ModelError, match="topologically sorted"):
         compiler.compile(_out_of_order(cycle=True))
+
+
+def test_ir3_initializer_not_a_graph_input_reads_as_a_constant():
+    # onnxruntime's older test models (mul_1.onnx: IR 3, W an initializer only); the
+    # checker refused "W in initializer but not in graph input"
+    model = _model([helper.make_node("Mul", ["x", "w"], ["y"])],
+                   [helper.make_tensor_value_info("x", F, [2, 3])],
+                   [helper.make_tensor_value_info("y", F, [2, 3])],
+                   [numpy_helper.from_array(RNG.standard_normal((2, 3)).astype(np.float32),
+                                            "w")], opset=7)
+    model.ir_version = 3
+    warnings = _compile_like_ort(model, {"x": RNG.standard_normal((2, 3)).astype(np.float32)})
+    assert any("initializer(s) 'w' are not graph inputs, which IR version 3 requires" in w
+               for w in warnings)
+
+
+def test_ir3_initializer_listed_as_an_input_is_not_lenient():
+    model = _model([helper.make_node("Mul", ["x", "w"], ["y"])],
+                   [helper.make_tensor_value_info("x", F, [2, 3]),
+                    helper.make_tensor_value_info("w", F, [2, 3])],
+                   [helper.make_tensor_value_info("y", F, [2, 3])],
+                   [numpy_helper.from_array(np.ones((2, 3), np.float32), "w")], opset=7)
+    model.ir_version = 3
+    assert not lenient.prepare(model, "m")[1].notes

@@ -369,3 +369,52 @@ def _copy(m):
     out = onnx.ModelProto()
     out.CopyFrom(m)
     return out
+
+
+def test_an_optional_sequence_graph_output_is_refused_by_name():
+    """If -> optional(seq) (onnxruntime's optional_sequence_tensor.onnx): refused at load,
+    naming the output, not by a bare AttributeError from the If converter."""
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [5]))
+    opt = helper.make_optional_type_proto(seq)
+    x = numpy_helper.from_array(np.arange(5, dtype=np.float32))
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["x"], value=x),
+         helper.make_node("SequenceConstruct", ["x"], ["s"]),
+         helper.make_node("Optional", ["s"], ["o"])], "else", [],
+        [helper.make_value_info("o", opt)])
+    then_g = helper.make_graph([helper.make_node("Optional", [], ["e"], type=seq)], "then", [],
+                               [helper.make_value_info("e", opt)])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["out"], then_branch=then_g,
+                                            else_branch=else_g)], "g",
+                          [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_value_info("out", opt)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    with pytest.raises(UnsupportedError, match="graph output 'out' is an optional ONNX sequence"):
+        compiler.compile(model).session().run(None, {"c": np.array(True)})
+
+
+def test_model_local_functions_are_inlined():
+    """A call of a model-local function (torch.onnx dynamo exports call onnxscript's
+    torch_lib functions; onnxruntime's function_with_variadics.onnx) compiles as its body,
+    also inside an If branch; it was refused as an op with no converter."""
+    from tests.conftest import assert_close, ort_run
+
+    fn = helper.make_function(
+        "my.domain", "axpy", ["a", "x"], ["y"],
+        [helper.make_node("Mul", ["a", "x"], ["ax"]), helper.make_node("Add", ["ax", "x"], ["y"])],
+        [helper.make_opsetid("", 17)])
+    branch = helper.make_graph([helper.make_node("axpy", ["x", "y"], ["z"], domain="my.domain")],
+                               "b", [], [helper.make_tensor_value_info("z", TensorProto.FLOAT,
+                                                                       [2, 3])])
+    nodes = [helper.make_node("axpy", ["a", "x"], ["y"], domain="my.domain"),
+             helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+                     helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(np.array(True), "c")])
+    model = helper.make_model(g, functions=[fn], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)])
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.standard_normal((2, 3)).astype(np.float32) for k in ("a", "x")}
+    assert_close(compiler.compile(model).session().run(None, feeds), ort_run(model, feeds))
