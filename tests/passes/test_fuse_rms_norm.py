@@ -49,7 +49,8 @@ def rms(shape=(1, 6, 16), form="t5", gamma=True, gamma_shape=None, axes=(-1,), c
 @pytest.mark.parametrize("form,casts", [("t5", False), ("t5", True), ("div", False)])
 def test_structure(form, casts):
     before, after, r = run_pass(FuseRmsNorm(), rms(form=form, casts=casts))
-    assert before["relax.power"] == 1 and before["relax.mean"] == 1
+    # Pow(x, 2) imports as x * x (converters/math.py), the mean of it as mean
+    assert "relax.power" not in before and before["relax.mean"] == 1
     assert after == {"relax.nn.rms_norm": 1}
     assert r.rewrites == {RULE: 1}
     assert {"sq", "ms", "ve", "std", "norm", "y"} <= set(r.nodes)
@@ -95,7 +96,7 @@ def test_not_fused():
     assert not r.rewrites
     # the square is also an output: it must stay, so the chain is not private
     _, after, r = run_pass(FuseRmsNorm(), rms(extra_output=True))
-    assert not r.rewrites and after["relax.power"] == 1
+    assert not r.rewrites and after["relax.multiply"] >= 1 and "relax.nn.rms_norm" not in after
 
 
 def test_not_fused_over_every_axis():
