@@ -15,7 +15,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassReport
-from .dataflow import nodes_of, rebind
+from .dataflow import rebind, record_bindings
 
 RULE = "x = y; f(x) => f(y)"
 
@@ -31,12 +31,7 @@ class CanonicalizeBindings(GraphPass):
         func = dropper.visit_expr(mod["main"])
         if not dropper.dropped:
             return mod
-        report.rewrites[RULE] = len(dropper.dropped)
-        labels = report.node_names or []
-        for k in sorted({k for name in dropper.dropped for k in nodes_of(name)}):
-            label = labels[k] if k < len(labels) else f"n{k}"
-            if label not in report.nodes:
-                report.nodes.append(label)
+        record_bindings(report, RULE, dropper.dropped)
         out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs,
                            global_infos=mod.global_infos)
         out["main"] = func

@@ -317,6 +317,19 @@ def record_calls(report, rule: str, replaced: list) -> None:
                      for v in replaced for k in nodes_of(v.name) or [len(names)]]
 
 
+def record_bindings(report, rule: str, names: list) -> None:
+    """Count the rewritten bindings ``names`` (binding names, tagged ``n<k>``) under
+    ``rule`` in ``report`` and add the ONNX nodes behind them to its list, once each."""
+    if not names:
+        return
+    report.rewrites[rule] = len(names)
+    labels = report.node_names or []
+    for k in sorted({k for name in names for k in nodes_of(name)}):
+        label = labels[k] if k < len(labels) else f"n{k}"
+        if label not in report.nodes:
+            report.nodes.append(label)
+
+
 class Emitter:
     """What a rewrite callback gets: ``emit`` binds a helper value, named after the nodes
     of the match or of the binding ``like`` (the one it stands for, so that its kernel

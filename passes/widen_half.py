@@ -27,7 +27,7 @@ from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassReport
-from .dataflow import nodes_of
+from .dataflow import record_bindings
 
 RULE = "op_fp16(x) => op_fp32(x)"
 HALF, FLOAT = "float16", "float32"
@@ -47,11 +47,7 @@ class WidenHalf(GraphPass):
         func = w.visit_expr(mod["main"])
         if not w.widened:
             return mod
-        report.rewrites[RULE] = len(w.widened)
-        labels = report.node_names or []
-        for k in sorted({k for name in w.widened for k in nodes_of(name)}):
-            label = labels[k] if k < len(labels) else f"n{k}"
-            report.nodes.append(label)
+        record_bindings(report, RULE, w.widened)
         out = w.builder_.get()
         out["main"] = func
         return relax.transform.DeadCodeElimination(["main"])(out)
