@@ -41,7 +41,7 @@ from collections import OrderedDict
 from . import threads
 from .artifact import library_kernel
 from .cpu_features import nominal_peak_gflops
-from .dims import ShapeExpr, bind_dims, use_variant
+from .dims import DimError, ShapeExpr, bind_dims, use_variant
 from .instruments import Profiler, SessionOptions, check_outputs, inplace_inputs
 from .memory_plan import MemoryPlan
 from .output_pool import DEFAULT_DEPTH, OutputPool, aligned_bytes
@@ -326,6 +326,9 @@ class Session:
         # Symbolic dims (runtime/dims.py): shapes are expressions of them, bound per run
         self.dims = graph.get("dims") or []
         names = {d["name"] for d in self.dims}
+        # what a binding must satisfy beyond the ranges (compiler/lowering/graph.py checks)
+        self._checks = [(ShapeExpr([c["lhs"], c["rhs"]], names), c["what"])
+                        for c in graph.get("checks", ())]
         # one-row kernels' padded-tile variants (compiler/lowering/row_variants.py): run
         # when the kernel's matmul has more than one row at the bound dims
         self._row_variants = [
@@ -707,13 +710,27 @@ class Session:
 
         return IOBinding(self)
 
+    def _bound_dims(self, arrays: dict) -> dict:
+        """The dims bound from the fed ``arrays`` (``runtime/dims.py``), with the graph's
+        checks (a symbolic reshape's element counts) evaluated: DimError naming the node
+        when the feeds break them."""
+        if not self.dims:
+            return {}
+        binding = bind_dims(self.dims, self._declared, arrays)
+        for counts, what in self._checks:
+            have, want = counts(binding)
+            if have != want:
+                raise DimError(f"{what}: {have} elements cannot become {want} at {binding}; "
+                               "the inputs' shapes do not fit together")
+        return binding
+
     def run_with_iobinding(self, iobinding) -> None:
         """Run with the inputs and outputs bound in ``iobinding`` (see
         :class:`runtime.iobinding.IOBinding`); its ``get_outputs()`` gives the results."""
         if getattr(iobinding, "_session", None) is not self:
             raise ValueError("this IOBinding was not made by this session's io_binding()")
         arrays = self._check_feed(iobinding._inputs)
-        binding = bind_dims(self.dims, self._declared, arrays) if self.dims else {}
+        binding = self._bound_dims(arrays)
         names, memory = iobinding._prepare_run(arrays, binding)
         iobinding._set_results(self._execute(names, arrays, memory, binding))
 
@@ -735,7 +752,7 @@ class Session:
         outputs are written into (directly when the kernels can, else copied), None for
         fresh arrays.  Returns the outputs ``names``."""
         if binding is None:
-            binding = bind_dims(self.dims, self._declared, arrays) if self.dims else {}
+            binding = self._bound_dims(arrays)
         arena = self._acquire()  # an arena of the pool; waits when all are busy
         try:
             prepared = self._prepare(arena, binding)

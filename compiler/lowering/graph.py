@@ -89,6 +89,9 @@ class KernelGraph:
     kv_caches: dict = field(default_factory=dict)  # {"placed": [...], "kept": [...]}
     # input name -> bytes of alignment the kernels assume of its data (input_alignment.py)
     input_align: dict = field(default_factory=dict)
+    # what a run's dims must satisfy beyond their ranges: a symbolic reshape's element
+    # counts ({"what", "lhs", "rhs"}, expression texts), checked when the dims are bound
+    checks: list = field(default_factory=list)
 
     def add(self, t: Tensor) -> int:
         self.tensors.append(t)
@@ -191,11 +194,35 @@ def _binding(g: KernelGraph, b, tid_of, mod, where: str):
                 shape, dtype = _sinfo_tensor(v.ty, name, where)
                 return g.add(Tensor(name, shape, dtype, "param",
                                     param=base.param.reshape(shape)))
+            _check_elements(g, v, name, where)
             return g.add(_new_tensor(v.ty, name, "intermediate", where, names, base=src))
         raise UnsupportedError(f"{where}: operator {v.op.name} (binding {name!r}) was not "
                                "lowered to a kernel; the graph runtime cannot run it")
     raise UnsupportedError(f"{where}: binding {name!r} ({type(v).__name__}) cannot run in "
                            "the graph runtime")
+
+
+def _check_elements(g: KernelGraph, v, name: str, where: str) -> None:
+    """A reshape between symbolic shapes whose element counts are not provably equal (a
+    target computed from another input's shape): the run checks them once the dims are
+    bound (``runtime/session.py``), so a feed that breaks the model's assumption is an
+    error naming the node, not a view over too few or too many elements."""
+    from tvm.sym.analyzer import Analyzer
+
+    def count(ty):
+        n = tvm.tirx.const(1, "int64")
+        for d in ty.shape.values:
+            n = n * d
+        return n
+
+    a, b = count(v.args[0].ty), count(v.ty)
+    if Analyzer().can_prove_equal(a, b):
+        return
+    nodes = [g.onnx_nodes[k] for k in nodes_of_binding(name) if k < len(g.onnx_nodes)]
+    what = (f"node {nodes[0][0]!r} ({nodes[0][1]})" if nodes else f"binding {name!r}")
+    g.checks.append({"what": f"{what}: reshape of {v.args[0].ty.shape} to {v.ty.shape}",
+                     "lhs": expr_text(a, g.dim_names, f"{where}: {what}"),
+                     "rhs": expr_text(b, g.dim_names, f"{where}: {what}")})
 
 
 def _call_tir(g: KernelGraph, call, name: str, tid_of, mod, where: str):
@@ -645,5 +672,6 @@ def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None,
         **({"kv_caches": g.kv_caches["placed"]} if g.kv_caches.get("placed") else {}),
         "params_payload": payload,  # uint8 array (bytes-like)
         **({"dims": list(dims)} if dims else {}),
+        **({"checks": g.checks} if g.checks else {}),
     }
     return meta, plan

@@ -503,3 +503,30 @@ def test_mask_with_its_own_batch_symbol_compiles_once():
         feeds = {"ids": rng.integers(0, 100, (b, s)).astype(np.int64),
                  "mask": (rng.random((b, s)) > 0.3).astype(np.int64)}
         assert_close(sess.run(None, feeds), ort_run(m, feeds))
+
+
+def test_reshape_to_another_inputs_shape_is_checked_at_run():
+    """Reshape(x, Shape(y)) with x [b, s] and y [b, t]: nothing at compile time says s = t.
+    A run whose feeds break it is refused naming the node (it was a view over the wrong
+    number of elements: onnxruntime's test model reshape_fusion_input_is_graph_input)."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Shape", ["y"], ["shape"], name="shape"),
+             helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("Add", ["r", "y"], ["z"], name="add")]
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s"]),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t"])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["b", "t"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(m, dims={"b": (1, 4, 1), "s": (1, 32, 8), "t": (1, 32, 8)},
+                          batch_loop=False)
+    assert isinstance(cm, compiler.CompiledModel)
+    sess = cm.session()
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 6)).astype(np.float32),
+             "y": rng.standard_normal((2, 6)).astype(np.float32)}
+    assert_close(sess.run(None, feeds), ort_run(m, feeds))
+    feeds["y"] = rng.standard_normal((2, 3)).astype(np.float32)
+    with pytest.raises(DimError, match="'reshape' \\(Reshape\\).* 12 elements cannot become 6"):
+        sess.run(None, feeds)
