@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from onnx import numpy_helper
+import tvm
 from tvm import relax
 
 from .common import (register, refuse, static_shape, scalar, dtype_of, attr_text,
@@ -157,7 +158,39 @@ def pad(bb, inputs, attrs, ctx):
                 and before[:2] == [0, 0] and after[:2] == [0, 0]):
             width = [w for b, a in zip(before, after) for w in (b, a)]
             return relax.op.nn.pad(x, width, "constant", 0.0)
+    if mode == "reflect" and axes is None and pads is not None and rank is not None \
+            and len(pads) == 2 * rank:
+        out = _reflect_by_concat(bb, x, [int(p) for p in np.asarray(pads).reshape(-1)])
+        if out is not None:
+            return out
     return tvm_converter("Pad")(bb, inputs, attrs, ctx)
+
+
+def _reflect_by_concat(bb, x, pads: list):
+    """Reflect padding as, per padded axis, the concatenation of the mirrored border
+    slices and the tensor (``x[b:0:-1], x, x[n-2:n-2-a:-1]``): copies at the concat rule's
+    speed.  TVM's ``mirror_pad`` computes every output element's source index with
+    selects, one scalar gather each (8.4x onnxruntime's time over [1, 64, 56, 56]).  None
+    (TVM's) for a symbolic padded axis or a pad reaching the far border."""
+    rank = len(pads) // 2
+    dims = list(x.ty.shape.values)
+    y = x
+    for ax in range(rank):
+        b, a = pads[ax], pads[rank + ax]
+        if not b and not a:
+            continue
+        n = dims[ax]
+        if (b < 0 or a < 0 or not isinstance(n, tvm.tirx.IntImm) or b > int(n) - 1
+                or a > int(n) - 2):
+            return None
+        n = int(n)
+        parts = ([relax.op.strided_slice(y, axes=[ax], begin=[b], end=[0], strides=[-1])]
+                 if b else []) + [y]
+        if a:
+            parts.append(relax.op.strided_slice(y, axes=[ax], begin=[n - 2],
+                                                end=[n - 2 - a], strides=[-1]))
+        y = bb.normalize(relax.op.concat(parts, axis=ax))
+    return y
 
 
 @register("Range", since=11, override=True)
