@@ -96,7 +96,7 @@ def _widen_attrs(attrs):
 
 def _widened_scalar(e):
     """A float16 PrimValue (clip's bounds) as float32, else None."""
-    if isinstance(e, tirx.FloatImm) and str(e.dtype) == HALF:
+    if isinstance(e, tirx.FloatImm) and str(e.ty) == HALF:
         return relax.prim_value(tirx.FloatImm(FLOAT, float(e.value)))
     return None
 
@@ -166,7 +166,8 @@ class _Widen(PyExprMutator):
         self.set_var_remap(binding.var, var)
 
     def _widened_op(self, call):
-        args = [_widened_scalar(a) or self.visit_expr(a) for a in call.args]
+        args = [w if (w := _widened_scalar(a)) is not None else self.visit_expr(a)
+                for a in call.args]
         if call.op.name == "relax.astype" and str(call.attrs.dtype) == HALF:
             x = args[0]
             if str(getattr(x.ty, "dtype", "")) == FLOAT:

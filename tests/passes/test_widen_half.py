@@ -110,3 +110,30 @@ def test_float32_model_and_disabled_pass_are_left_alone():
     outs, cm = compile_run(m, {"x": x}, disabled_passes=["widen_half"])
     assert report(cm, "widen_half")["skipped"] == "disabled"
     assert_close(outs, ort_run(m, {"x": x}), rtol=1e-2, atol=1e-3)
+
+
+def test_float16_scalar_operands_are_widened():
+    """An op with float16 scalar operands (clip's bounds as PrimValues) gets float32 ones:
+    the widened op must not mix dtypes (and a PrimValue has no truth value to test)."""
+    import tvm
+    from tvm import relax, tirx
+
+    from passes import PassContext
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float16"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            lo = relax.prim_value(tirx.FloatImm("float16", -1.0))
+            hi = relax.prim_value(tirx.FloatImm("float16", 2.0))
+            y = bb.emit(relax.op.clip(x, lo, hi), name_hint="n0")
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    mod = PassContext(required=["widen_half"]).run([WidenHalf()], bb.get())
+    text = mod["main"].script()
+    assert 'R.clip(x_f32, T.float32(-1.0), T.float32(2.0))' in text
+    assert str(mod["main"].ret_ty.dtype) == "float16"
+    ex = tvm.compile(relax.transform.LegalizeOps()(mod), "llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    a = np.linspace(-3, 3, 32, dtype=np.float16).reshape(4, 8)
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(a)).numpy(), np.clip(a, -1, 2))
