@@ -15,6 +15,7 @@ from tvm import relax
 
 from .context import GraphPass, PassReport
 from .dataflow import Dataflow, Match, record, rewrite
+from .relax_util import with_fields
 
 _LOW = ("float16", "bfloat16")
 # reductions whose kernel accumulates in the input dtype: cast the input up, result down
@@ -59,13 +60,6 @@ def _match(df: Dataflow, root, value):
     return None
 
 
-def _with_out_dtype(attrs, out_dtype: str):
-    info = type(attrs).__tvm_ffi_type_info__
-    fields = {f.name: getattr(attrs, f.name) for f in info.fields}
-    fields["out_dtype"] = out_dtype
-    return tvm.ir.make_node(info.type_key, **fields)
-
-
 def _plan(df: Dataflow, m: Match, casts: dict):
     call = m.info["call"]
     dtype = str(call.ty.dtype)
@@ -78,7 +72,7 @@ def _plan(df: Dataflow, m: Match, casts: dict):
 
     def build(em):
         if call.op.name[len("relax."):] in _OUT_DTYPE:
-            wide = relax.Call(call.op, call.args, _with_out_dtype(call.attrs, "float32"),
+            wide = relax.Call(call.op, call.args, with_fields(call.attrs, out_dtype="float32"),
                               call.ty_args)
         else:
             wide = relax.Call(call.op, [up(em, a) for a in call.args], call.attrs,

@@ -12,11 +12,11 @@ the row).  Runs after fuse_layer_norm, whose decomposed norms may span several a
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax
 
 from .context import GraphPass, PassReport
 from .dataflow import record_calls, rewrite_calls
+from .relax_util import element_count
 
 RULE = "layer_norm(x, axes=[k..n-1]) => reshape(layer_norm(reshape(x, [.., prod]), [-1]))"
 
@@ -43,12 +43,7 @@ def _flattened(m, call):
     axes = sorted(int(a) % n for a in call.attrs.axes) if n else []
     if len(axes) < 2 or axes != list(range(n - len(axes), n)):
         return None  # one axis already, or not the trailing ones
-    lead, trail = dims[:n - len(axes)], dims[n - len(axes):]
-    row = trail[0]
-    for d in trail[1:]:
-        row = row * d
-    row = tvm.sym.analyzer.Analyzer().simplify(row) if not isinstance(
-        row, tvm.tirx.IntImm) else row
+    lead, row = dims[:n - len(axes)], element_count(dims[n - len(axes):])
     flat = relax.ShapeExpr([*lead, row])
     a = call.attrs
     tag = m.binding.var.name  # the kernels keep naming the ONNX node (``n<k>_<j>``)

@@ -30,6 +30,7 @@ from tvm import relax, te
 
 from . import int8_quads
 from .context import GraphPass, PassReport
+from .pack_matmul_weights import padded_rows
 
 RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(int16(a) - int16(za), [N/nr, K/2, nr, 2](W))"
 RULE_U8 = ("matmul(int32(a) - int32(za), W) => matmul_u8s8_packed(u8 a, [N/nr, K/4, nr, 4](W)) "
@@ -58,7 +59,7 @@ def matmul_int_packed(a, za, wp, n: int, rows: int = 1):
     *bat, m, kk = a.shape
     no, k2, nr, _ = (int(d) for d in wp.shape)
     kk = int(kk)
-    m, mp, padded = _rows(m, rows)
+    m, mp, padded = padded_rows(m, rows)
 
     def widen(*idx):
         i, k = idx[-2:]
@@ -86,17 +87,6 @@ def matmul_int_packed(a, za, wp, n: int, rows: int = 1):
     return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cut")
 
 
-def _rows(m, rows: int):
-    """(M, the rows computed, whether they are padded past M): a static M rounded up to a
-    multiple of ``rows``; a symbolic one (batch x seq tokens of a dynamic export) always to
-    whole multiples (``SYMBOLIC_ROWS``), reads of the padded rows clamped to row M - 1."""
-    if isinstance(m, (int, tvm.tirx.IntImm)):
-        m = int(m)
-        mp = -(-m // rows) * rows
-        return m, mp, mp != m
-    return m, te.indexdiv(m + (rows - 1), rows) * rows, True
-
-
 # A symbolic M's row padding: a multiple of cpu.matmul_int8's register tiles (6 rows on
 # AVX-512's 6 x 4-vector tile, 6 or 3 on AVX2), which the rule proves divides the rows
 SYMBOLIC_ROWS = 6
@@ -111,7 +101,7 @@ def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1):
     *bat, m, kk = a.shape
     no, k4, nr, _ = (int(d) for d in wq.shape)
     kk = int(kk)
-    m, mp, padded = _rows(m, rows)
+    m, mp, padded = padded_rows(m, rows)
 
     def copy(*idx):
         i, k = idx[-2:]

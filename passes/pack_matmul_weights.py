@@ -62,16 +62,10 @@ def matmul_packed(x, wp, rows: int = 1, n: int | None = None):
     no, _, nr = (int(d) for d in wp.shape)
     n = no * nr if n is None else int(n)
     k = te.reduce_axis((0, kk), "k")
-    if isinstance(m, tvm.tirx.IntImm) or isinstance(m, int):
-        m = int(m)
-        mp = -(-m // rows) * rows
-    elif rows > 1:  # symbolic rows: rounded up to whole multiples of ``rows``, clamped reads
-        mp = te.indexdiv(m + (rows - 1), rows) * rows
-    else:  # symbolic rows at one row a call (a decode step): M as it is
-        mp = m
+    m, mp, padded = padded_rows(m, rows)
 
     def row(i):
-        return i if mp is m or (isinstance(mp, int) and mp == m) else te.min(i, m - 1)
+        return te.min(i, m - 1) if padded else i
 
     out = te.compute(
         (*bat, mp, no * nr),
@@ -79,9 +73,23 @@ def matmul_packed(x, wp, rows: int = 1, n: int | None = None):
             x[(*idx[:-2], row(idx[-2]), k)]
             * wp[te.indexdiv(idx[-1], nr), k, te.indexmod(idx[-1], nr)], axis=k),
         name="matmul_packed")
-    if (mp is m or (isinstance(mp, int) and mp == m)) and n == no * nr:
+    if not padded and n == no * nr:
         return out
     return te.compute((*bat, m, n), lambda *idx: out[idx], name="matmul_rows")
+
+
+def padded_rows(m, rows: int):
+    """(M, the rows a packed matmul computes, whether they run past M): a static M rounded
+    up to a multiple of ``rows``; a symbolic one (batch x seq tokens) to whole multiples of
+    ``rows`` when it is above 1, else M as it is (a decode step's one row a call).  Rows
+    past M read row M - 1 (no branch in the inner loop)."""
+    if isinstance(m, (int, tvm.tirx.IntImm)):
+        m = int(m)
+        mp = -(-m // rows) * rows
+        return m, mp, mp != m
+    if rows > 1:
+        return m, te.indexdiv(m + (rows - 1), rows) * rows, True
+    return m, m, False
 
 
 def pad_rows(m: int, rows: int, vectors: int = 2) -> int:

@@ -7,6 +7,26 @@ import tvm
 from tvm import relax, tirx
 
 
+def with_fields(attrs, **changes):
+    """An op's attrs node with the fields in ``changes`` replaced (TVM 0.27's attrs are
+    immutable FFI objects: rebuilt from every field)."""
+    info = type(attrs).__tvm_ffi_type_info__
+    fields = {f.name: getattr(attrs, f.name) for f in info.fields}
+    fields.update(changes)
+    return tvm.ir.make_node(info.type_key, **fields)
+
+
+def element_count(shape_values):
+    """The element count of a shape (TIR values, static or symbolic) as one simplified
+    TIR expression."""
+    from tvm.sym.analyzer import Analyzer
+
+    n = tirx.IntImm("int64", 1)
+    for d in shape_values:
+        n = n * d
+    return Analyzer().simplify(n)
+
+
 def bindings(mod, func: str = "main") -> list:
     """All variable bindings of ``func``, in order, across its binding blocks."""
     body = mod[func].body

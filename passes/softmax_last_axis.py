@@ -13,6 +13,8 @@ tensor, each a fraction of what the strided reduction cost.  Runs after stable_s
 
 from __future__ import annotations
 
+import functools
+
 from tvm import relax
 
 from .context import GraphPass, PassReport
@@ -31,8 +33,7 @@ class SoftmaxLastAxis(GraphPass):
         replaced = []
         for op, make in (("relax.nn.softmax", relax.op.nn.softmax),
                          ("relax.nn.log_softmax", relax.op.nn.log_softmax)):
-            mod, done = rewrite_calls(mod, op, lambda m, call, make=make: _moved(m, call,
-                                                                                   make))
+            mod, done = rewrite_calls(mod, op, functools.partial(_moved, make=make))
             replaced += done
         record_calls(report, RULE, replaced)
         return mod

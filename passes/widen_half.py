@@ -27,7 +27,8 @@ from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .context import GraphPass, PassReport
-from .dataflow import record_bindings
+from .dataflow import rebind, record_bindings
+from .relax_util import with_fields
 
 RULE = "op_fp16(x) => op_fp32(x)"
 HALF, FLOAT = "float16", "float32"
@@ -69,7 +70,7 @@ def _is_half(ty) -> bool:
 
 def _widen_ty(ty):
     """A struct info with its float16 tensors float32 (tuples field by field)."""
-    if isinstance(ty, relax.TensorType) and str(ty.dtype) == HALF:
+    if _is_half(ty):
         return relax.TensorType(ty.shape, FLOAT, ty.vdevice) if ty.shape is not None \
             else relax.TensorType(ndim=ty.ndim, dtype=FLOAT)
     if isinstance(ty, relax.TupleType):
@@ -79,19 +80,13 @@ def _widen_ty(ty):
 
 def _widen_attrs(attrs):
     """``attrs`` with every float16 dtype field float32 (out_dtype, dtype), or as given."""
-    if attrs is None:
-        return None
-    info = getattr(type(attrs), "__tvm_ffi_type_info__", None)
+    info = getattr(type(attrs), "__tvm_ffi_type_info__", None) if attrs is not None else None
     if info is None:
         return attrs
     fields = {f.name: getattr(attrs, f.name) for f in info.fields}
-    half = [k for k, v in fields.items() if isinstance(v, tvm.DataType) and str(v) == HALF
-            or isinstance(v, str) and v == HALF]
-    if not half:
-        return attrs
-    for k in half:
-        fields[k] = FLOAT if isinstance(fields[k], str) else tvm.DataType(FLOAT)
-    return tvm.ir.make_node(info.type_key, **fields)
+    half = {k: FLOAT if isinstance(v, str) else tvm.DataType(FLOAT)
+            for k, v in fields.items() if isinstance(v, (tvm.DataType, str)) and str(v) == HALF}
+    return with_fields(attrs, **half) if half else attrs
 
 
 def _widened_scalar(e):
@@ -148,18 +143,14 @@ class _Widen(PyExprMutator):
             new = self.builder_.normalize(self._narrowed(new, old_ty))
         if new.ty != old_ty:
             self.widened.append(binding.var.name)
-        cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
-        if isinstance(new, relax.Var) and cls is relax.DataflowVar:
+        if isinstance(new, relax.Var) and isinstance(binding.var, relax.DataflowVar):
             self.set_var_remap(binding.var, new)  # astype(x32, float32): x32 itself
             return
-        var = cls(binding.var.name, new.ty)
-        self.builder_.emit_normalized(relax.VarBinding(var, new))
-        self.set_var_remap(binding.var, var)
+        rebind(self, binding, new)
 
     def visit_match_cast_(self, binding):
         value = self.visit_expr(binding.value)
-        ty = _widen_ty(binding.ty) if _is_half(binding.ty) or isinstance(
-            binding.ty, relax.TupleType) else binding.ty
+        ty = _widen_ty(binding.ty)
         cls = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
         var = cls(binding.var.name, ty)
         self.builder_.emit_normalized(relax.MatchCast(var, value, ty))

@@ -484,10 +484,16 @@ def _emit_te(bb, build, exprs, name: str, opaque: bool = False):
         return build(lambda e: e if isinstance(e, (int, tirx.IntImm)) else _subst(e, vmap))
 
     call = bb.call_te(fn, *dims, primfunc_name_hint=name)
-    if opaque:  # AnnotateTIROpPattern keeps an op_pattern already set
-        gv = call.args[0]
-        bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", 8))
+    if opaque:
+        mark_opaque(bb, call)
     return bb.emit(call)
+
+
+def mark_opaque(bb, call) -> None:
+    """Mark the kernel of ``call`` (a ``call_tir``) opaque (``op_pattern`` 8, TVM's
+    kOpaque, which AnnotateTIROpPattern keeps), so FuseOps leaves it alone."""
+    gv = call.args[0]
+    bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", 8))
 
 
 def _subst(e, vmap):

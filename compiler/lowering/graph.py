@@ -23,12 +23,13 @@ from runtime.memory_plan import MemoryPlan, MemoryPlanner
 from schedules import flops
 
 from passes.place_concat import ALIGN, CONCAT_ATTR
+from passes.relax_util import element_count
 from passes.seq_major_cache import KV_ATTR, TO_SEQ_MAJOR
 
 from ..errors import UnsupportedError
 from .provenance import nodes_of_binding
 from .inplace import ROWS_ONCE, inplace_candidates
-from .symbolic import expr_text, monotone, size_expr
+from .symbolic import expr_text, monotone
 
 
 @dataclass
@@ -113,7 +114,7 @@ def _new_tensor(sinfo, name: str, kind: str, where: str, names, **kw) -> Tensor:
     shape, dtype = _sinfo_tensor(sinfo, name, where, names)
     t = Tensor(name, shape, dtype, kind, **kw)
     if not t.static:
-        size = size_expr(sinfo.shape.values)
+        size = element_count(sinfo.shape.values)
         if not monotone(size):
             # within the dims' declared ranges (the only values a run may take), where
             # min / max of a slice usually resolve (wav2vec2's positional conv trimmed to
@@ -209,13 +210,7 @@ def _check_elements(g: KernelGraph, v, name: str, where: str) -> None:
     error naming the node, not a view over too few or too many elements."""
     from tvm.sym.analyzer import Analyzer
 
-    def count(ty):
-        n = tvm.tirx.const(1, "int64")
-        for d in ty.shape.values:
-            n = n * d
-        return n
-
-    a, b = count(v.args[0].ty), count(v.ty)
+    a, b = element_count(v.args[0].ty.shape.values), element_count(v.ty.shape.values)
     if Analyzer().can_prove_equal(a, b):
         return
     nodes = [g.onnx_nodes[k] for k in nodes_of_binding(name) if k < len(g.onnx_nodes)]

@@ -14,17 +14,17 @@ kernels; it writes a few ints.  Returned for our pipeline's ``LegalizeOps``
 
 from __future__ import annotations
 
-_OPAQUE = 8  # TVM's OpPatternKind kOpaque; AnnotateTIROpPattern keeps one already set
+from tvm import relax
+
+from ..frontend.shape_arith import mark_opaque
 
 
 def legalize_shape_to_tensor(bb, call):
-    from tvm import relax
     from tvm.relax.transform.legalize_ops.create import _shape_to_tensor
 
     out = _shape_to_tensor(bb, call)  # the call itself when the shape has no values
     if out is not call and isinstance(out.args[0], relax.GlobalVar):  # call_tir(kernel, ...)
-        gv = out.args[0]
-        bb.update_func(gv, bb.get()[gv].with_attr("op_pattern", _OPAQUE))
+        mark_opaque(bb, out)
     return out
 
 

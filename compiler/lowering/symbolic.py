@@ -146,17 +146,6 @@ def monotone(e) -> bool:
     return False
 
 
-def size_expr(shape_values):
-    """The element count of a shape (TIR values) as one simplified TIR expression."""
-    from tvm import tirx
-    from tvm.sym.analyzer import Analyzer
-
-    n = tirx.IntImm("int64", 1)
-    for d in shape_values:
-        n = n * d
-    return Analyzer().simplify(n)
-
-
 def annotate_dim_opt(prim_funcs: dict, at_opt: dict) -> dict:
     """``prim_funcs`` with :data:`DIM_OPT_ATTR` ``{dim: opt}`` on each kernel whose buffer
     shapes or scalar parameters use dims of ``at_opt`` (the others unchanged)."""

@@ -93,8 +93,6 @@ def _is_k_plus_const(expr, k, ivs=()) -> bool:
     ``n - n % 32``, then the rest; compiler/lowering/legalize_vector_math.py)."""
     if expr.same_as(k):
         return True
-    if isinstance(expr, tirx.Add) and isinstance(expr.b, tirx.IntImm):
-        return expr.a.same_as(k)
     from tvm.sym.analyzer import Analyzer
 
     offset = Analyzer().simplify(expr - k)
