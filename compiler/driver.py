@@ -33,7 +33,7 @@ from .errors import CompileError
 from .frontend.fold_onnx import fold_constants as fold_onnx_constants
 from .lowering.graph import extract, flops_at, plan_storage
 from .lowering.kernel_table import generic_warning, kernel_table
-from .frontend.converters.rnn import recurrence_lanes
+from .frontend.converters.common import cpu_kernels
 from .frontend.shape_arith import declared_ranges
 from .frontend.importer import import_onnx, index_bounds, input_signature
 from .frontend.loader import load_model, text
@@ -565,8 +565,9 @@ def _front_in_ranges(model, ctx, stage: _Stages, warnings: list | None, dims):
     ctx.node_names = [n.name or f"#{i}" for i, n in enumerate(proto.graph.node)]  # for reports
     signature = input_signature(proto, stage.where, symbolic=True, per_shape=per_shape)
     output_names = [o.name for o in proto.graph.output]
-    # RNN / GRU / LSTM layers as one recurrence kernel on CPU targets (converters/rnn.py)
-    with recurrence_lanes(ctx.config.get("pack_conv_weights", {}).get("lanes")):
+    # CPU targets: RNN / GRU / LSTM layers as one recurrence kernel (converters/rnn.py),
+    # TopK and CumSum as selection and scan kernels (schedules/cpu/topk.py, scan.py)
+    with cpu_kernels(ctx.config.get("pack_conv_weights", {}).get("lanes")):
         imported = stage("import", import_onnx, proto, stage.where, None, None, True,
                          per_shape)
     mod = stage("graph_passes", ctx.run, graph_passes(), imported)

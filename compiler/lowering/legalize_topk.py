@@ -1,4 +1,6 @@
-"""``relax.topk`` as a TE kernel: TVM 0.27 has no legalization for it.
+"""``relax.topk`` as a TE kernel: TVM 0.27 has no legalization for it.  CPU targets take
+the selection kernel of ``schedules/cpu/topk.py`` instead (the converter emits it); this
+one serves other targets and constant folding.
 
 TVM's own top-k (``topi.topk``) calls a sort routine outside the kernel, which the graph
 runtime cannot run.  This one is a rank count, as a comparison sort without the sort: the

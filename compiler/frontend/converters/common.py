@@ -7,6 +7,9 @@ convert exactly rather than converting it wrongly; most need static shapes
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 from tvm import relax
 
@@ -162,3 +165,26 @@ def normalize_axis(ctx, axis: int, rank: int, what="axis") -> int:
 def int_values(ctx, x, what: str) -> list[int]:
     """The values of a constant integer input, refusing a non-constant one."""
     return [int(v) for v in np.asarray(const_input(x, what, ctx.node)).reshape(-1)]
+
+
+# fp32 lanes of the CPU target being compiled for (the driver sets it around the import);
+# None: not a CPU target (GPU targets, or not compiling).  Converters that emit a kernel
+# written already scheduled for CPUs (``schedules/cpu/recurrence.py``, ``topk.py``,
+# ``scan.py``) do so only under a value, and otherwise emit Relax ops.
+_LANES: contextvars.ContextVar = contextvars.ContextVar("cpu_lanes", default=None)
+
+
+@contextlib.contextmanager
+def cpu_kernels(lanes):
+    """Let converters emit CPU kernels for a CPU of ``lanes`` fp32 lanes while importing;
+    None: Relax ops only."""
+    token = _LANES.set(lanes)
+    try:
+        yield
+    finally:
+        _LANES.reset(token)
+
+
+def cpu_lanes():
+    """fp32 lanes of the CPU target being imported for, None when not a CPU target."""
+    return _LANES.get()

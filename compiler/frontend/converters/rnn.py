@@ -9,13 +9,11 @@ naming the node and what it does not implement, the rest.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import numpy as np
 from tvm import relax
 
-from .common import register, refuse, static_shape, scalar, dtype_of, is_float, attr_text
+from .common import (register, refuse, static_shape, scalar, dtype_of, is_float, attr_text,
+                     cpu_lanes)
 
 
 
@@ -299,22 +297,6 @@ def _activation(ctx, name: str, alpha, beta):
     refuse(ctx, f"activation {name!r}")
 
 
-# fp32 lanes of the CPU target being compiled for (the driver sets it around the import);
-# None: no fused recurrence (GPU targets, or not compiling), the layer is unrolled
-_LANES: contextvars.ContextVar = contextvars.ContextVar("recurrence_lanes", default=None)
-
-
-@contextlib.contextmanager
-def recurrence_lanes(lanes):
-    """Convert RNN / GRU / LSTM layers to one recurrence kernel for a CPU of ``lanes``
-    fp32 lanes (``schedules/cpu/recurrence.py``) while importing; None: unrolled."""
-    token = _LANES.set(lanes)
-    try:
-        yield
-    finally:
-        _LANES.reset(token)
-
-
 def _fused_recurrence(bb, ctx, kind, inputs, acts, clip, attrs, direction, hidden, layout):
     """The layer as an input projection for every step (one matmul) and one recurrence
     kernel per direction (``schedules/cpu/recurrence.py``), for any (symbolic) sequence
@@ -325,7 +307,7 @@ def _fused_recurrence(bb, ctx, kind, inputs, acts, clip, attrs, direction, hidde
     from schedules.cpu.recurrence import pack, recurrence_kernel
     from .common import constant_value
 
-    lanes = _LANES.get()
+    lanes = cpu_lanes()
     x, w, r, b, seq_lens, h0, c0, p = inputs
     n_dir = 2 if direction == "bidirectional" else 1
     n_g = _GATES[kind]

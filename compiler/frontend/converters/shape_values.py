@@ -13,14 +13,16 @@ hand back a specialising session for a model whose inputs fix the value.
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import relax
 
-from .common import register, static_shape, dtype_of, constant_value
+from .common import register, static_shape, dtype_of, constant_value, cpu_lanes
 from ...errors import UnsupportedError
 from ..registry import tvm_converter
 
-# TopK is legalized as a rank count, O(n^2) per row of the reduced axis: longer axes are
-# refused rather than compiled into a kernel that would take seconds.
+# Off CPU targets TopK is legalized as a rank count, O(n^2) per row of the reduced axis:
+# longer axes are refused there rather than compiled into a kernel that would take seconds.
+# CPU targets run the selection kernel (schedules/cpu/topk.py), for any length.
 TOPK_MAX_AXIS = 4096
 
 
@@ -98,7 +100,9 @@ def one_hot(bb, inputs, attrs, ctx):
 
 @register("TopK", since=1, override=True)
 def top_k(bb, inputs, attrs, ctx):
-    """TopK with a constant K (legalized by ``compiler/lowering/legalize_topk.py``)."""
+    """TopK with a constant K: on CPU targets the selection kernel
+    (``schedules/cpu/topk.py``, any shape the axis of which is static), elsewhere
+    ``relax.topk`` (legalized by ``compiler/lowering/legalize_topk.py``)."""
     x = inputs[0]
     if ctx.opset >= 10:
         k = constant_value(inputs[1])
@@ -107,19 +111,51 @@ def top_k(bb, inputs, attrs, ctx):
         k = int(k.reshape(-1)[0])
     else:
         k = int(attrs.get("k", 1))
-    shape = static_shape(x)
+    largest = bool(attrs.get("largest", 1))
+    dims = getattr(getattr(x.ty, "shape", None), "values", None)
+    rank = len(dims) if dims is not None else len(static_shape(x))  # (refuses unknown)
     axis = int(attrs.get("axis", -1))
-    axis = axis + len(shape) if axis < 0 else axis
-    if not 0 <= k <= shape[axis]:
-        raise UnsupportedError(f"{_where(ctx)}: K={k} is outside 0..{shape[axis]} (the length "
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise UnsupportedError(f"{_where(ctx)}: axis {attrs.get('axis', -1)} for an input of "
+                               f"rank {rank}")
+    if not isinstance(dims[axis], tvm.tirx.IntImm):
+        raise UnsupportedError(f"{_where(ctx)}: TopK over axis {axis} of symbolic length "
+                               f"{dims[axis]} (K={k} must be checked against it at compile "
+                               f"time)")
+    n = int(dims[axis])
+    if not 0 <= k <= n:
+        raise UnsupportedError(f"{_where(ctx)}: K={k} is outside 0..{n} (the length "
                                f"of axis {axis})")
-    if shape[axis] > TOPK_MAX_AXIS:
-        raise UnsupportedError(f"{_where(ctx)}: TopK over an axis of {shape[axis]} elements is "
-                               f"not supported (onnxc's TopK kernel handles up to "
-                               f"{TOPK_MAX_AXIS})")
     # sorted=0 leaves the order unspecified: sorted output is a valid answer
-    return relax.op.topk(x, k, axis, ret_type="both", largest=bool(attrs.get("largest", 1)),
-                         dtype="int64")
+    if cpu_lanes() is not None and k > 0 and constant_value(x) is None:
+        return _topk_kernel(bb, x, dims, axis, k, largest)
+    static_shape(x)
+    if n > TOPK_MAX_AXIS:
+        raise UnsupportedError(f"{_where(ctx)}: TopK over an axis of {n} elements is "
+                               f"not supported off CPU targets (onnxc's TopK kernel there "
+                               f"handles up to {TOPK_MAX_AXIS})")
+    return relax.op.topk(x, k, axis, ret_type="both", largest=largest, dtype="int64")
+
+
+def _topk_kernel(bb, x, dims, axis, k, largest):
+    """(values, indices) of TopK from ``schedules/cpu/topk.py`` over ``x`` viewed as
+    [outer dims, axis, inner dims]."""
+    from passes.relax_util import element_count
+    from schedules.cpu.topk import topk_kernel
+
+    outer, inner = element_count(dims[:axis]), element_count(dims[axis + 1:])
+    dtype = dtype_of(x)
+    static_inner = int(inner) if isinstance(inner, tvm.tirx.IntImm) else None
+    gv = bb.add_func(topk_kernel(k, largest, dtype, static_inner), "topk")
+    view = bb.emit(relax.op.reshape(x, [outer, dims[axis], inner]))
+    out3 = [relax.TensorType([outer, k, inner], dtype), relax.TensorType([outer, k, inner],
+                                                                         "int64")]
+    res = bb.emit(relax.call_tir(gv, relax.Tuple([view]), out3))
+    shape = list(dims)
+    shape[axis] = k
+    return relax.Tuple([bb.emit(relax.op.reshape(relax.TupleGetItem(res, i), shape))
+                        for i in range(2)])
 
 
 @register("Reshape", since=14, override=True)

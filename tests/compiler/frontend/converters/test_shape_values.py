@@ -57,12 +57,60 @@ def test_topk_integers_and_the_whole_axis():
     _check(_topk(x.shape, 6, dtype=I64), {"x": x})
 
 
-def test_topk_refuses_axes_past_the_kernel_limit(monkeypatch):
+def test_topk_off_cpu_refuses_axes_past_the_rank_count_limit(monkeypatch):
     from compiler.frontend.converters import shape_values as converters_shape_values
 
     monkeypatch.setattr(converters_shape_values, "TOPK_MAX_AXIS", 4)
     with pytest.raises(compiler.UnsupportedError, match=r"'topk'.*axis of 5 elements"):
-        compiler.compile(_topk((2, 5), 2))
+        compiler.compile(_topk((2, 5), 2), target="cuda:sm_90")
+
+
+def _rule_of_topk(cm):
+    return {r["rule"] for r in cm.report["kernel_table"] if r["ops"] == "TopK"}
+
+
+@pytest.mark.parametrize("shape,k,attrs", [
+    ((64, 1000), 5, {}),                       # classifier top-5
+    ((2, 50257), 50, {}),                      # a decoder's vocabulary (was refused)
+    ((2, 3000), 100, dict(largest=0)),         # the heap form
+    ((3, 40, 7), 40, dict(axis=1, largest=0)),  # the whole axis, in the middle
+    ((4, 1, 9, 2), 1, dict(axis=2)),
+])
+def test_topk_cpu_selection_kernel(shape, k, attrs):
+    """Integers drawn from a small range: many ties, which must come out by lower index."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(-50, 50, size=shape).astype(np.float32)
+    cm = _check(_topk(shape, k, **attrs), {"x": x})
+    assert _rule_of_topk(cm) == {"cpu.topk"}
+
+
+@pytest.mark.parametrize("k", [17, 40, 120])  # the insertion form, then the heap form
+def test_topk_cpu_kernel_rows_sorted_either_way_and_nan(k):
+    """Rows where every element enters the top K (the kernel's worst case), and rows with
+    NaNs (the greatest value: first when largest, last when smallest), tied values
+    among them, more NaNs than K in one row."""
+    x = np.tile(np.arange(300, dtype=np.float32), (5, 1))
+    x[1, ::7] = np.nan
+    x[2] = x[2][::-1]
+    x[3] = np.random.default_rng(2).integers(0, 9, 300)
+    x[3, ::5] = np.nan
+    x[4, ::2] = np.nan
+    for largest in (1, 0):
+        _check(_topk(x.shape, k, largest=largest), {"x": x})
+
+
+def test_topk_cpu_kernel_symbolic_batch():
+    """One artifact over a symbolic leading dim: the kernel's extents are its buffers'."""
+    m = _model(helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk", axis=1),
+               [_vi("x", F, ["b", 300])], [_vi("v", F, ["b", 3]), _vi("i", I64, ["b", 3])],
+               [numpy_helper.from_array(np.array([3], np.int64), "k")])
+    cm = compiler.compile(m, dims={"b": (1, 8)})
+    rng = np.random.default_rng(1)
+    for b in (1, 5, 8):
+        x = rng.standard_normal((b, 300)).astype(np.float32)
+        got = cm.session().run(None, {"x": x})
+        want = ReferenceEvaluator(m).run(None, {"x": x})
+        assert_close(got, want)
 
 
 @pytest.mark.parametrize("axis", [None, 0, -1])
