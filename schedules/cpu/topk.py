@@ -34,6 +34,7 @@ allocator, three calls per row.
 
 from __future__ import annotations
 
+from .axis_views import axis_views
 from .recurrence import PRESCHEDULED
 
 RULE = "cpu.topk"
@@ -42,27 +43,23 @@ _TEMPLATE = """
 @T.prim_func(private=True)
 def main(var_x: T.handle, var_v: T.handle, var_i: T.handle):
     T.func_attr({{"tirx.noalias": True, "{attr}": "{rule}", "op_pattern": 8}})
-    O = T.int64()
-    N = T.int64()
-{I_decl}
-    x = T.match_buffer(var_x, (O, N, {I}), "{dt}")
-    vo = T.match_buffer(var_v, (O, {K}, {I}), "{dt}")
-    io = T.match_buffer(var_i, (O, {K}, {I}), "{it}")
+{decls}
     with T.sblock("root"):
-        for r in T.parallel(O * {I}):
+{views}
+        for r in T.parallel({O} * {I}):
             vals = T.alloc_buffer(({K},), "{dt}", scope="global")
             idxs = T.alloc_buffer(({K},), "int64", scope="global")
             # count held, slot, still moving, any of the block may enter, child, spare
             st = T.alloc_buffer((6,), "int64", scope="global")
             st[0] = T.int64(0)
-            for jb in range(N // T.int64({B})):
+            for jb in range({N} // T.int64({B})):
                 st[3] = T.int64(0)
                 for l in T.unroll({B}):
                     st[3] = T.bitwise_or(st[3], T.Cast("int64", {may_enter}))
                 if T.Or(st[0] < T.int64({K}), st[3] != T.int64(0)):
                     for l in range({B}):
 {step_block}
-            for j in range(N // T.int64({B}) * T.int64({B}), N):
+            for j in range({N} // T.int64({B}) * T.int64({B}), {N}):
 {step_tail}
 {finish}
 """
@@ -198,16 +195,17 @@ def _indent(text: str, n: int) -> str:
     return "\n".join(" " * n + line for line in text.rstrip("\n").split("\n"))
 
 
-def topk_kernel(k: int, largest: bool, dtype: str, inner: int | None = None,
+def topk_kernel(k: int, largest: bool, dtype: str, shape: list, axis: int,
                 index_dtype: str = "int64"):
-    """The PrimFunc (x [O, N, I], values [O, k, I], indices [O, k, I]) of the ``k`` first
-    elements of each row ``x[o, :, i]`` in the top-k order, sorted; ``k`` >= 1.  ``inner``:
-    I when static (1: the rows are contiguous, a block is one vector load), else
-    symbolic."""
+    """The PrimFunc (x, values, indices) of the ``k`` first elements along ``axis`` in the
+    top-k order, sorted; ``k`` >= 1.  ``shape``: x's dims, an int each or None where
+    symbolic (the axis static); values and indices have ``k`` at the axis."""
     import tvm
 
     fl = dtype.startswith("float") or dtype.startswith("bfloat")
-    ii = "I" if inner is None else f"T.int64({int(inner)})"
+    decls, views, o, n, ii = axis_views(shape, axis, [("var_x", "x", dtype, None),
+                                                      ("var_v", "vo", dtype, k),
+                                                      ("var_i", "io", index_dtype, k)])
     heap = k >= HEAP_FROM
     worst = "vals[0]" if heap else f"vals[{k - 1}]"
 
@@ -243,8 +241,8 @@ def topk_kernel(k: int, largest: bool, dtype: str, inner: int | None = None,
         finish = _INSERT_FINISH.format(K=k, it=index_dtype, row_q=f"r // {ii}, q, r % {ii}")
     lane = f"x[r // {ii}, jb * T.int64({BLOCK}) + l, r % {ii}]"
     src = _TEMPLATE.format(
-        attr=PRESCHEDULED, rule=RULE, dt=dtype, it=index_dtype, K=k, B=BLOCK,
-        I=ii, I_decl="    I = T.int64()" if inner is None else "",
+        attr=PRESCHEDULED, rule=RULE, dt=dtype, K=k, B=BLOCK, O=o, N=n, I=ii,
+        decls=_indent("\n".join(decls), 4), views=_indent("\n".join(views), 8),
         may_enter=_may_enter(lane, worst, largest, fl),
         step_block=step(f"jb * T.int64({BLOCK}) + l", 24),
         step_tail=step("j", 16), finish=_indent(finish, 12))

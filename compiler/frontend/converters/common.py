@@ -188,3 +188,12 @@ def cpu_kernels(lanes):
 def cpu_lanes():
     """fp32 lanes of the CPU target being imported for, None when not a CPU target."""
     return _LANES.get()
+
+
+
+def kernel_shape(x) -> list:
+    """``x``'s dims for a kernel template (``schedules/cpu/axis_views.py``): an int each,
+    None where symbolic."""
+    from tvm import tirx
+
+    return [int(d) if isinstance(d, tirx.IntImm) else None for d in x.ty.shape.values]

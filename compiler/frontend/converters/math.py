@@ -18,7 +18,8 @@ import numpy as np
 from tvm import relax
 
 from .common import (register, refuse, static_shape, scalar, dtype_of, constant_value,
-                     constant_values, fold_result, float_only, is_float, normalize_axis, attr_text)
+                     constant_values, fold_result, float_only, is_float, normalize_axis, attr_text,
+                     cpu_lanes, kernel_shape)
 from ..registry import tvm_converter
 
 
@@ -377,7 +378,8 @@ def equal(bb, inputs, attrs, ctx):
 def _cumulative(kind: str):
     def convert(bb, inputs, attrs, ctx):
         """Cumulative sum/product along a constant axis; exclusive and reverse honoured.
-        A TE reduction over the prefix (or suffix): out[i] = op(x[k] for k <= i)."""
+        On CPU targets a scan kernel (``schedules/cpu/scan.py``); elsewhere, and for a
+        constant, a TE reduction over the prefix (or suffix): out[i] = op(x[k] for k <= i)."""
         from tvm import te, tirx
 
         x, axis_in = inputs[0], inputs[1]
@@ -396,6 +398,13 @@ def _cumulative(kind: str):
             static_shape(x)  # refuses: an unknown shape
         if isinstance(dims[axis], tirx.IntImm) and int(dims[axis]) == 0:
             return x
+        if cpu_lanes() is not None and constant_value(x) is None:
+            # CPU targets: one pass along the axis (schedules/cpu/scan.py)
+            from schedules.cpu.scan import scan_kernel
+
+            gv = bb.add_func(scan_kernel(kind, dtype_of(x), exclusive, reverse,
+                                         kernel_shape(x), axis), f"cum{kind}")
+            return relax.call_tir(gv, relax.Tuple([x]), x.ty)
 
         def compute(t):
             # the placeholder's own extent: a symbolic one (BLOOM's position ids,

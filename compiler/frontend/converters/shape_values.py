@@ -16,7 +16,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .common import register, static_shape, dtype_of, constant_value, cpu_lanes
+from .common import (register, static_shape, dtype_of, constant_value, cpu_lanes,
+                     kernel_shape)
 from ...errors import UnsupportedError
 from ..registry import tvm_converter
 
@@ -139,23 +140,16 @@ def top_k(bb, inputs, attrs, ctx):
 
 
 def _topk_kernel(bb, x, dims, axis, k, largest):
-    """(values, indices) of TopK from ``schedules/cpu/topk.py`` over ``x`` viewed as
-    [outer dims, axis, inner dims]."""
-    from passes.relax_util import element_count
+    """(values, indices) of TopK from ``schedules/cpu/topk.py``."""
     from schedules.cpu.topk import topk_kernel
 
-    outer, inner = element_count(dims[:axis]), element_count(dims[axis + 1:])
     dtype = dtype_of(x)
-    static_inner = int(inner) if isinstance(inner, tvm.tirx.IntImm) else None
-    gv = bb.add_func(topk_kernel(k, largest, dtype, static_inner), "topk")
-    view = bb.emit(relax.op.reshape(x, [outer, dims[axis], inner]))
-    out3 = [relax.TensorType([outer, k, inner], dtype), relax.TensorType([outer, k, inner],
-                                                                         "int64")]
-    res = bb.emit(relax.call_tir(gv, relax.Tuple([view]), out3))
+    gv = bb.add_func(topk_kernel(k, largest, dtype, kernel_shape(x), axis), "topk")
     shape = list(dims)
     shape[axis] = k
-    return relax.Tuple([bb.emit(relax.op.reshape(relax.TupleGetItem(res, i), shape))
-                        for i in range(2)])
+    res = bb.emit(relax.call_tir(gv, relax.Tuple([x]), [relax.TensorType(shape, dtype),
+                                                        relax.TensorType(shape, "int64")]))
+    return relax.Tuple([bb.emit(relax.TupleGetItem(res, i)) for i in range(2)])
 
 
 @register("Reshape", since=14, override=True)

@@ -171,6 +171,45 @@ def test_cumsum_over_a_symbolic_axis(exclusive, reverse):
         np.testing.assert_array_equal(sess.run(None, {"m": x})[0], ref.run(None, {"m": x})[0])
 
 
+@pytest.mark.parametrize("op,shape,axis,exclusive,reverse,dtype", [
+    ("CumSum", (64, 1024), 1, 0, 0, np.float32),      # long rows: one pass, not a prefix each
+    ("CumSum", (8, 77), -1, 1, 0, np.int64),          # position ids
+    ("CumSum", (300, 5), 0, 0, 1, np.float32),        # the first axis: inner blocks of 64
+    ("CumSum", (2, 9, 3, 70), 1, 1, 1, np.int32),     # the middle, a partial inner block
+    ("CumProd", (4, 33), 1, 0, 1, np.float64),
+])
+def test_cumulative_scan_kernel(op, shape, axis, exclusive, reverse, dtype):
+    """CPU targets compute CumSum / CumProd with one scan kernel (``cpu.scan``), in the
+    axis order, against onnxruntime (float sums in the same order: close to rounding)."""
+    from onnx import TensorProto
+    from tests.conftest import ort_run
+
+    rng = np.random.default_rng(len(shape) + axis)
+    x = (rng.random(shape) + 0.5 if op == "CumProd" else rng.standard_normal(shape) * 4) \
+        .astype(dtype) if dtype in (np.float32, np.float64) else \
+        rng.integers(-5, 6, shape).astype(dtype)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node(op, ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", t, list(shape))],
+                          [helper.make_tensor_value_info("y", t, list(shape))],
+                          [helper.make_tensor("axis", TensorProto.INT64, [], [axis])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26 if op == "CumProd"
+                                                                 else 17)])
+    cm = compiler.compile(m)
+    assert {r["rule"] for r in cm.report["kernel_table"] if r["ops"] == op} == {"cpu.scan"}
+    got = cm.session().run(None, {"x": x})[0]
+    if op == "CumProd":  # onnxruntime has no CumProd kernel
+        a = np.flip(x, axis) if reverse else x
+        want = np.cumprod(a, axis)
+        if exclusive:
+            want = np.concatenate([np.ones_like(np.take(want, [0], axis)),
+                                   np.delete(want, -1, axis)], axis)
+        want = np.flip(want, axis) if reverse else want
+    else:
+        want = ort_run(m, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("c", [2.0, 3.0, 2.5, -1.0])
 def test_pow_by_a_constant_square_and_cube_are_products(c):
     """Pow(x, 2) / Pow(x, 3) are x * x / x * x * x, as onnxruntime special-cases them (a

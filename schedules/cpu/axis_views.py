@@ -1,0 +1,44 @@
+"""The argument buffers of a CPU kernel over one axis of an N-D tensor, seen as [O, N, I].
+
+``schedules/cpu/topk.py`` and ``scan.py`` index ``[outer, axis, inner]``: each argument is
+matched at its own N-D shape (so the Relax call needs no reshape: a reshape of a kernel's
+result into a graph output stays a copy kernel) and viewed as 3-D over the same data
+(``T.decl_buffer``).  A static dim is a literal, a symbolic one a variable of the kernel
+bound from the argument at each call.
+"""
+
+from __future__ import annotations
+
+
+def product(terms: list) -> str:
+    return " * ".join(terms) if terms else "T.int64(1)"
+
+
+def axis_views(shape: list, axis: int, buffers: list) -> tuple:
+    """(TVMScript lines for the function body's start, O, N, I).
+
+    ``shape``: each dim an int, or None where symbolic; ``buffers``: (handle, view name,
+    dtype, axis length or None for the input's) per argument, in order.  The lines declare
+    the symbolic dims, match each handle at its N-D shape and declare the 3-D view; O, N, I
+    are TVMScript expressions (I a literal when every inner dim is static)."""
+    dims = [f"T.int64({d})" if d is not None else f"d{i}" for i, d in enumerate(shape)]
+    lines = [f"d{i} = T.int64()" for i, d in enumerate(shape) if d is None]
+    inner = shape[axis + 1:]
+    o = product(dims[:axis])
+    i = f"T.int64({_static_product(inner)})" if None not in inner else product(dims[axis + 1:])
+    views = []
+    for handle, name, dtype, length in buffers:
+        nd = list(dims)
+        if length is not None:
+            nd[axis] = f"T.int64({length})"
+        lines.append(f"{name}_nd = T.match_buffer({handle}, ({', '.join(nd)},), \"{dtype}\")")
+        views.append(f"{name} = T.decl_buffer(({o}, {nd[axis]}, {i}), \"{dtype}\", "
+                     f"data={name}_nd.data)")
+    return lines, views, o, dims[axis], i
+
+
+def _static_product(ds) -> int:
+    n = 1
+    for d in ds:
+        n *= int(d)
+    return n
