@@ -12,7 +12,7 @@ import numpy as np
 from tvm import relax
 
 from .common import (register, tensor_const, constant_value, dtype_of, is_float,
-                     normalize_axis)
+                     normalize_axis, cpu_lanes, kernel_shape)
 from ...lowering.legalize_reductions import (ARG_SPLIT_MIN, arg_compute, arg_merge_compute,
                                              arg_partial_compute)
 from ...errors import UnsupportedError
@@ -135,6 +135,16 @@ def _arg_extreme(op: str, kind: str):
         if any(getattr(v, "value", 1) == 0 for v in values):
             return tvm_converter(op)(bb, inputs, attrs, ctx)
         keepdims, last = bool(attrs.get("keepdims", 1)), bool(attrs.get("select_last_index", 0))
+        if axis == len(values) - 1 and 0 < _static(values[-1]) < ARG_SPLIT_MIN and \
+                cpu_lanes() is not None and constant_value(x) is None:
+            # short rows on CPUs: rows folded together (schedules/cpu/arg_rows.py)
+            from schedules.cpu.arg_rows import arg_rows_kernel
+
+            shape = kernel_shape(x)
+            func = arg_rows_kernel(kind, last, dtype_of(x), shape, keepdims)
+            out = list(values[:-1]) + ([1] if keepdims else [])
+            return relax.call_tir(bb.add_func(func, op.lower()), relax.Tuple([x]),
+                                  relax.TensorType(out, "int64"))
         if axis == len(values) - 1 and _static(values[-1]) >= ARG_SPLIT_MIN:
             # a long row (a vocabulary): lanes of independent folds, then one merge
             parts = bb.emit_te(arg_partial_compute, x, kind, last,
