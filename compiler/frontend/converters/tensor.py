@@ -14,7 +14,8 @@ from tvm import relax
 
 from .common import (register, refuse, static_shape, scalar, dtype_of, attr_text,
                      tensor_const, FOLD_MAX_ELEMENTS, constant_value, constant_values,
-                     fold_result, static_dims, normalize_axis, int_values)
+                     fold_result, static_dims, normalize_axis, int_values, cpu_lanes,
+                     kernel_shape)
 from ...errors import UnsupportedError
 from ..registry import tvm_converter
 
@@ -290,6 +291,17 @@ def tile(bb, inputs, attrs, ctx):
         if len(shape) != 1 or shape[0] != rank:
             refuse(ctx, f"repeats of shape {shape} (ONNX's Tile takes 1-D repeats, one entry "
                         f"per input axis: {rank}; onnxruntime refuses it too)")
+        dims = kernel_shape(inputs[0])
+        if cpu_lanes() is not None and dims and None not in dims and \
+                constant_value(inputs[0]) is None and int(np.prod(repeats)) > 1 and \
+                min(dims) > 0 and min(int(r) for r in repeats) > 0:
+            # CPU targets: rows of contiguous copies (schedules/cpu/tile.py)
+            from schedules.cpu.tile import tile_kernel
+
+            reps = [int(r) for r in repeats]
+            gv = bb.add_func(tile_kernel(dims, reps, dtype_of(inputs[0])), "tile")
+            return relax.call_tir(gv, relax.Tuple([inputs[0]]), relax.TensorType(
+                [d * r for d, r in zip(dims, reps)], dtype_of(inputs[0])))
     return tvm_converter("Tile")(bb, inputs, attrs, ctx)
 
 

@@ -201,6 +201,31 @@ def test_tile_of_a_symbolic_input_by_constant_repeats():
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
 
 
+@pytest.mark.parametrize("shape, reps, dtype", [
+    ([1, 64, 28, 28], [2, 1, 2, 2], np.float32),   # the last dim repeated: a copy per repeat
+    ([3, 5, 7], [1, 4, 1], np.int64),              # a middle dim only
+    ([9], [3], np.float32),                        # rank 1
+    ([2, 1, 3, 1, 5], [2, 3, 1, 4, 2], np.int32),
+])
+def test_tile_cpu_copy_kernel(shape, reps, dtype):
+    """Static Tile on CPU targets: rows of contiguous copies (cpu.tile), against
+    onnxruntime exactly."""
+    from onnx import numpy_helper
+    from tests.conftest import ort_run
+
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    out = [d * r for d, r in zip(shape, reps)]
+    g = helper.make_graph([helper.make_node("Tile", ["x", "reps"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", t, shape)],
+                          [helper.make_tensor_value_info("y", t, out)],
+                          [numpy_helper.from_array(np.array(reps, np.int64), "reps")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(m)
+    assert [k["rule"] for k in cm.report["kernel_table"]] == ["cpu.tile"]
+    x = (np.random.default_rng(len(shape)).standard_normal(shape) * 10).astype(dtype)
+    np.testing.assert_array_equal(cm.session().run(None, {"x": x})[0], ort_run(m, {"x": x})[0])
+
+
 @pytest.mark.parametrize("shape, pads, sliced", [
     ([1, 3, 6, 7], [0, 0, 2, 3, 0, 0, 1, 2], True),      # both spatial axes, uneven
     ([2, 5, 9], [0, 0, 4, 0, 0, 7], True),               # conv1d reflect, up to n - 2 after
