@@ -153,7 +153,7 @@ def schedule_loops(sch, infos, target):
             elif ext is not None and ext >= 2 * lanes and n_lead >= 2:
                 # a row of no whole vectors (3199 audio frames, 197 tokens): selects
                 # (pads) partitioned at their bounds tests, whose interior LLVM
-                # vectorises; anything else vectorised as whole vectors and a scalar tail
+                # vectorises; anything else vectorised as whole vectors and a short-vector tail
                 # (wav2vec2's GELU over [512, 3199] with its per-channel scale, fused
                 # into whole vectors above: 2.6 ms, onnxruntime 1.2)
                 row = "partition" if _has_select(sch, info) else "vectors"

@@ -496,7 +496,7 @@ def test_structure_odd_n_cut_per_row_block_and_b_packed_by_panels(transposed):
     # 6 whole panels, each row one 32-lane vector, then the last (guarded) one
     assert re.search(r"T\.grid\(6, 64\):\s*\n\s*for \w+ in T\.vectorized\(32\)", text)
     assert "range(6, 7)" in text
-    assert "range(192, 197)" in text and "T.vectorized(64)" in text    # the cut: 3 x 64 + 5
+    assert "T.vectorized(192, 197)" in text and "T.vectorized(64)" in text  # the cut: 3 x 64 + 5
 
 
 def test_structure_wide_odd_n_keeps_the_cut_per_tile():
