@@ -5,7 +5,8 @@ input and constant repeats on CPU targets::
 
     parallel over the output's rows (every dim but the last):
         for each repeat q of the last dim:
-            y[row, q * W + w] = x[row's input coordinates, w]   for w < W (a contiguous copy)
+            y[row, q * W + w] = x[row's input coordinates, w]   for w < W (a contiguous
+                                                                 copy, explicit vectors)
 
 Each output coordinate ``c`` of a dim of input extent ``I`` reads ``c % I``, computed once
 per row.  TVM's ``topi.tile`` computes ``c % I`` for every element, the last dim's too: a
@@ -16,6 +17,7 @@ vector of outputs crossing a repeat boundary reads through a gather (Tile of [1,
 
 from __future__ import annotations
 
+from .axis_views import row_loop
 from .recurrence import PRESCHEDULED
 
 RULE = "cpu.tile"
@@ -27,8 +29,7 @@ def main(x: T.Buffer(({in_shape}), "{dt}"), y: T.Buffer(({out_shape}), "{dt}")):
     with T.sblock("root"):
         for p in T.parallel(T.int64({rows})):
             for q in range(T.int64({rep})):
-                for w in range(T.int64({width})):
-                    y[{out_idx}] = x[{in_idx}]
+{copy}
 """
 
 
@@ -45,9 +46,12 @@ def tile_kernel(shape: list, repeats: list, dtype: str):
         stride *= d
     coords.reverse()
     width = shape[-1]
-    out_idx = coords + [f"q * T.int64({width}) + w"]
-    in_idx = [f"{c} % T.int64({i})" if r > 1 else c
-              for c, i, r in zip(coords, shape[:-1], repeats[:-1])] + ["w"]
+    in_row = [f"{c} % T.int64({i})" if r > 1 else c
+              for c, i, r in zip(coords, shape[:-1], repeats[:-1])]
+
+    def stmt(w):
+        return (f"y[{', '.join(coords + [f'q * T.int64({width}) + {w}'])}] = "
+                f"x[{', '.join(in_row + [w])}]")
 
     def dims(ds):
         return ", ".join(f"T.int64({d})" for d in ds) + ("," if len(ds) == 1 else "")
@@ -56,6 +60,6 @@ def tile_kernel(shape: list, repeats: list, dtype: str):
     for d in lead:
         rows *= d
     src = _TEMPLATE.format(attr=PRESCHEDULED, rule=RULE, dt=dtype, in_shape=dims(shape),
-                           out_shape=dims(out), rows=rows, rep=repeats[-1], width=width,
-                           out_idx=", ".join(out_idx), in_idx=", ".join(in_idx))
+                           out_shape=dims(out), rows=rows, rep=repeats[-1],
+                           copy="\n".join(" " * 16 + ln for ln in row_loop(width, stmt)))
     return tvm.script.from_source(src, check_well_formed=False)

@@ -137,8 +137,10 @@ def pad(bb, inputs, attrs, ctx):
     """Zero padding of the spatial dims only (constant mode, value 0, pads >= 0, none on
     the first two dims) as ``relax.nn.pad``: the same kernel as TVM's converter emits, but
     an op that ``fold_pad_into_conv`` can see and move into the next conv's padding
-    (exports with explicit "same" padding: HF MobileNetV2, TF-converted models).  Any
-    other Pad is TVM's."""
+    (exports with explicit "same" padding: HF MobileNetV2, TF-converted models).  On CPU
+    targets reflect / edge / wrap padding of a static input is a copy kernel
+    (``schedules/cpu/pad.py``); elsewhere reflect padding is concatenated mirrored slices.
+    Any other Pad is TVM's."""
     x = inputs[0]
     if ctx.opset < 11:
         pads, value, axes = attrs.get("pads"), attrs.get("value", 0.0), None
@@ -159,12 +161,49 @@ def pad(bb, inputs, attrs, ctx):
                 and before[:2] == [0, 0] and after[:2] == [0, 0]):
             width = [w for b, a in zip(before, after) for w in (b, a)]
             return relax.op.nn.pad(x, width, "constant", 0.0)
+    kernel = _pad_kernel(bb, x, mode, pads, axes, rank)
+    if kernel is not None:
+        return kernel
     if mode == "reflect" and axes is None and pads is not None and rank is not None \
             and len(pads) == 2 * rank:
         out = _reflect_by_concat(bb, x, [int(p) for p in np.asarray(pads).reshape(-1)])
         if out is not None:
             return out
     return tvm_converter("Pad")(bb, inputs, attrs, ctx)
+
+
+def _pad_kernel(bb, x, mode, pads, axes, rank):
+    """Reflect / edge / wrap padding on CPU targets: rows of copies
+    (``schedules/cpu/pad.py``) for a static input, constant pads >= 0 (and constant
+    axes); None otherwise."""
+    from schedules.cpu import pad as pad_rule
+
+    if mode not in pad_rule.MODES or cpu_lanes() is None or pads is None or not rank:
+        return None
+    dims = kernel_shape(x)
+    if None in dims or constant_value(x) is not None:
+        return None
+    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
+    if axes is not None:
+        axes = constant_value(axes)
+        if axes is None:
+            return None
+        axes = [int(a) + rank if int(a) < 0 else int(a) for a in np.asarray(axes).reshape(-1)]
+        if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes) or \
+                not all(0 <= a < rank for a in axes):
+            return None
+        full = [0] * (2 * rank)
+        for k, a in enumerate(axes):
+            full[a], full[rank + a] = pads[k], pads[len(axes) + k]
+        pads = full
+    if len(pads) != 2 * rank or not any(pads):
+        return None
+    before, after = pads[:rank], pads[rank:]
+    if not all(pad_rule.fits(mode, n, b, a) for n, b, a in zip(dims, before, after)):
+        return None
+    out = [n + b + a for n, b, a in zip(dims, before, after)]
+    gv = bb.add_func(pad_rule.pad_kernel(mode, dims, before, after, dtype_of(x)), "pad")
+    return relax.call_tir(gv, relax.Tuple([x]), relax.TensorType(out, dtype_of(x)))
 
 
 def _reflect_by_concat(bb, x, pads: list):

@@ -232,9 +232,9 @@ def test_tile_cpu_copy_kernel(shape, reps, dtype):
     ([4, 6], [1, 0, 2, 5], False),                       # n - 1 after: TVM's mirror_pad
 ])
 def test_reflect_pad_by_mirrored_slices(shape, pads, sliced):
-    """Pad mode=reflect as concatenated mirrored slices (TVM's mirror_pad gathered every
-    element: 8.4x onnxruntime); against onnxruntime, and TVM's kept where a pad reaches
-    the far border (n - 1 after the tensor)."""
+    """Pad mode=reflect off CPU targets as concatenated mirrored slices (TVM's mirror_pad
+    gathered every element: 8.4x onnxruntime), TVM's kept where a pad reaches the far
+    border (n - 1 after the tensor); against onnxruntime on the CPU kernel."""
     from onnx import numpy_helper
 
     from tests.conftest import assert_close, ort_run
@@ -250,5 +250,43 @@ def test_reflect_pad_by_mirrored_slices(shape, pads, sliced):
     assert_close(cm.session().run(None, {"x": x}), ort_run(m, {"x": x}))
     from compiler import driver
 
-    _, _, graph = driver._front_only(m, "host")
+    # CPU targets: the pad kernel (test_pad_cpu_kernel); other targets: the slices
+    assert {k["rule"] for k in cm.report["kernel_table"]} == {"cpu.pad"}
+    _, _, graph = driver._front_only(m, "cuda:sm_90")
     assert any("mirror_pad" in k for k in graph.prim_funcs) != sliced, list(graph.prim_funcs)
+
+
+@pytest.mark.parametrize("mode,shape,pads,axes", [
+    ("reflect", [1, 64, 56, 56], [0, 0, 2, 2, 0, 0, 2, 2], None),
+    ("reflect", [2, 5, 9], [0, 3, 8, 0, 4, 8], None),      # n - 1 on both sides
+    ("edge", [1, 3, 6, 7], [0, 1, 9, 0, 0, 2, 12, 1], None),  # pads past the dim
+    ("edge", [130], [3, 70], None),                         # rank 1, a row of 2 vector steps
+    ("wrap", [1, 4, 6, 5], [2, 3, 1, 4], [2, -1]),          # axes (opset 19)
+    ("reflect", [3, 4, 5], [1, 2, 0, 2], [-1, 1]),
+])
+def test_pad_cpu_kernel(mode, shape, pads, axes):
+    """Reflect / edge / wrap padding on CPU targets: rows of copies (cpu.pad), against
+    onnxruntime exactly."""
+    from onnx import numpy_helper
+    from tests.conftest import ort_run
+
+    rank = len(shape)
+    full = list(pads)
+    if axes is not None:
+        full = [0] * (2 * rank)
+        for k, a in enumerate(axes):
+            full[a % rank], full[rank + a % rank] = pads[k], pads[len(axes) + k]
+    out = [d + full[i] + full[rank + i] for i, d in enumerate(shape)]
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "p")]
+    names = ["x", "p"]
+    if axes is not None:
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "a"))
+        names += ["", "a"]
+    g = helper.make_graph([helper.make_node("Pad", names, ["y"], mode=mode)], "g",
+                          [helper.make_tensor_value_info("x", F, shape)],
+                          [helper.make_tensor_value_info("y", F, out)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    cm = compiler.compile(m)
+    assert {k["rule"] for k in cm.report["kernel_table"]} == {"cpu.pad"}
+    np.testing.assert_array_equal(cm.session().run(None, {"x": x})[0], ort_run(m, {"x": x})[0])
