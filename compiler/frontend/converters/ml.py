@@ -293,6 +293,43 @@ refuse_attribute("RoiAlign", "mode", lambda v: (v.decode() if isinstance(v, byte
              since=10)
 
 
+def _roi_align_avg(bb, inputs, attrs, ctx):
+    """RoiAlign mode=avg as ``relax.op.vision.roi_align`` (TVM's topi: the adaptive
+    sampling grid included), the half-pixel offset applied after the spatial scale as ONNX
+    says (``roi * scale - 0.5``).  TVM's converter subtracted 0.5 from the ROI before the
+    scale: with spatial_scale 0.25 (a stride-4 FPN level, opset 16's default mode) every
+    output was off, by up to 1.7 on unit-normal features.  An adaptive grid
+    (sampling_ratio 0) over an empty or inverted ROI gives 0, as onnxruntime."""
+    x, rois, batch = inputs[0], inputs[1], inputs[2]
+    dtype = dtype_of(rois)
+    default = "output_half_pixel" if ctx.opset < 16 else "half_pixel"
+    ctm = attr_text(attrs.get("coordinate_transformation_mode"), default)
+    if ctm not in ("half_pixel", "output_half_pixel"):
+        refuse(ctx, f"coordinate_transformation_mode={ctm!r}")
+    scale = float(attrs.get("spatial_scale", 1.0))
+    aligned = ctm == "half_pixel"
+    if aligned and scale != 0.0:  # topi scales the ROI: (roi - 0.5 / scale) * scale
+        rois = relax.op.subtract(rois, relax.const(np.full(4, 0.5 / scale), dtype))
+    index = relax.op.astype(relax.op.expand_dims(batch, axis=1), dtype)
+    ratio = int(attrs.get("sampling_ratio", 0))
+    out = relax.op.vision.roi_align(
+        x, relax.op.concat([index, rois], axis=1),
+        pooled_size=(int(attrs.get("output_height", 1)), int(attrs.get("output_width", 1))),
+        spatial_scale=scale, sample_ratio=ratio, aligned=aligned, layout="NCHW", mode="avg")
+    if ratio > 0 or not aligned:
+        return out
+    # an adaptive grid over an empty or inverted ROI has no samples: onnxruntime gives 0;
+    # the empty reduction leaves its output unwritten (never initialised: garbage)
+    op = relax.op
+    size = bb.normalize(op.multiply(op.subtract(
+        op.strided_slice(rois, axes=[1], begin=[2], end=[4]),
+        op.strided_slice(rois, axes=[1], begin=[0], end=[2])), relax.const(scale, dtype)))
+    positive = bb.normalize(op.astype(op.greater(size, relax.const(0.0, dtype)), "int32"))
+    has = bb.normalize(op.expand_dims(op.min(positive, axis=[1], keepdims=True), [2, 3]))
+    return op.where(bb.normalize(op.greater(has, relax.const(0, "int32"))),
+                    bb.normalize(out), relax.const(0.0, dtype_of(x)))
+
+
 # --------------------------------------------------------------------------- #
 # RoiAlign mode=max
 # --------------------------------------------------------------------------- #
@@ -302,10 +339,10 @@ refuse_attribute("RoiAlign", "mode", lambda v: (v.decode() if isinstance(v, byte
 def roi_align(bb, inputs, attrs, ctx):
     """RoiAlign: mode=max as ONNX's reference computes it (the maximum, over the sampling
     grid, of the four weighted bilinear corner terms), with a fixed sampling_ratio > 0;
-    mode=avg delegates to the converter it overrides (TVM's, refusing other modes)."""
+    mode=avg as ``_roi_align_avg``."""
     mode = attr_text(attrs.get("mode"), "avg")
     if mode != "max":
-        return previous(roi_align)(bb, inputs, attrs, ctx)
+        return _roi_align_avg(bb, inputs, attrs, ctx)
     from tvm import te, tirx
 
     x, rois, batch = inputs[0], inputs[1], inputs[2]

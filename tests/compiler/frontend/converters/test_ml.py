@@ -1,12 +1,14 @@
 """onnxc's converters in compiler/frontend/converters/ml.py (Binarizer, ArrayFeatureExtractor,
-TreeEnsemble, TfIdfVectorizer, RoiAlign mode=max) against onnx.reference."""
+TreeEnsemble, TfIdfVectorizer, RoiAlign mode=max) against onnx.reference, RoiAlign mode=avg
+against onnxruntime."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
+import compiler
 from compiler.errors import UnsupportedError
 from tests.compiler.onnx_check import check, run_onnxc
 
@@ -99,3 +101,32 @@ def test_roi_align_max_refuses_adaptive_sampling():
         run_onnxc("RoiAlign", {"x": _f(1, 1, 4, 4), "rois": np.array([[0, 0, 3, 3]], np.float32),
                                "b": np.array([0], np.int64)}, opset=16, out_shape=[1, 1, 2, 2],
                   mode="max", output_height=2, output_width=2)
+
+
+@pytest.mark.parametrize("opset,ctm", [(16, None), (16, "output_half_pixel"), (10, None)])
+@pytest.mark.parametrize("ratio", [2, 0])
+def test_roi_align_avg(opset, ctm, ratio):
+    """mode=avg against onnxruntime (onnx's reference reads opset 10 with opset 16's
+    half-pixel default) at a spatial scale other than 1 (an FPN level): the half-pixel
+    offset comes after the scale (TVM's converter put it before: every output off).  ROIs
+    valid, inverted, empty, and reaching outside the image; an adaptive grid over an
+    inverted or empty ROI gives 0."""
+    from onnx import TensorProto
+    from tests.conftest import ort_run
+
+    x = _f(2, 3, 14, 15)
+    rois = np.array([[2.0, 4.0, 40.0, 30.0], [50.0, 20.0, 10.0, 5.0], [8.0, 8.0, 8.0, 8.0],
+                     [-10.0, -6.0, 70.0, 66.0]], np.float32)
+    attrs = dict(output_height=3, output_width=4, sampling_ratio=ratio, spatial_scale=0.25)
+    if ctm:
+        attrs["coordinate_transformation_mode"] = ctm
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], **attrs)],
+                          "g", [vi("x", TensorProto.FLOAT, list(x.shape)),
+                                vi("rois", TensorProto.FLOAT, [4, 4]),
+                                vi("b", TensorProto.INT64, [4])],
+                          [vi("y", TensorProto.FLOAT, [4, 3, 3, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    feeds = {"x": x, "rois": rois, "b": np.array([1, 0, 1, 0], np.int64)}
+    got = compiler.compile(m).session().run(None, feeds)[0]
+    np.testing.assert_allclose(got, ort_run(m, feeds)[0], rtol=1e-4, atol=1e-5)
