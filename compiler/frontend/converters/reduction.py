@@ -124,6 +124,31 @@ def _static(dim) -> int:
     return int(dim.value) if hasattr(dim, "value") else -1
 
 
+def float_arg_index(bb, x, axis: int, keepdims: bool, kind: str, last: bool = False):
+    """The int64 arg``kind`` ("max" / "min") of a float ``x`` (known rank, no empty dim)
+    over ``axis`` with onnxruntime's fold: short last-axis rows on CPUs folded 16 rows at
+    a time (``schedules/cpu/arg_rows.py``), a long last axis in lanes then merged, other
+    axes one fold per output (``cpu.arg_reduction`` tiles them)."""
+    values = x.ty.shape.values
+    name = f"arg{kind}"
+    if axis == len(values) - 1 and 0 < _static(values[-1]) < ARG_SPLIT_MIN and \
+            cpu_lanes() is not None and constant_value(x) is None:
+        from schedules.cpu.arg_rows import arg_rows_kernel
+
+        func = arg_rows_kernel(kind, last, dtype_of(x), kernel_shape(x), keepdims)
+        out = list(values[:-1]) + ([1] if keepdims else [])
+        return relax.call_tir(bb.add_func(func, name), relax.Tuple([x]),
+                              relax.TensorType(out, "int64"))
+    if axis == len(values) - 1 and _static(values[-1]) >= ARG_SPLIT_MIN:
+        # a long row (a vocabulary): lanes of independent folds, then one merge
+        parts = bb.emit_te(arg_partial_compute, x, kind, last,
+                           primfunc_name_hint=f"{name}_lanes")
+        return bb.emit_te(arg_merge_compute, bb.normalize(relax.TupleGetItem(parts, 0)),
+                          bb.normalize(relax.TupleGetItem(parts, 1)), keepdims, kind,
+                          last, primfunc_name_hint=name)
+    return bb.emit_te(arg_compute, x, axis, keepdims, kind, last, primfunc_name_hint=name)
+
+
 def _arg_extreme(op: str, kind: str):
     @register(op, override=True)
     def convert(bb, inputs, attrs, ctx):
@@ -134,26 +159,8 @@ def _arg_extreme(op: str, kind: str):
         axis = normalize_axis(ctx, int(attrs.get("axis", 0)), len(values))
         if any(getattr(v, "value", 1) == 0 for v in values):
             return tvm_converter(op)(bb, inputs, attrs, ctx)
-        keepdims, last = bool(attrs.get("keepdims", 1)), bool(attrs.get("select_last_index", 0))
-        if axis == len(values) - 1 and 0 < _static(values[-1]) < ARG_SPLIT_MIN and \
-                cpu_lanes() is not None and constant_value(x) is None:
-            # short rows on CPUs: rows folded together (schedules/cpu/arg_rows.py)
-            from schedules.cpu.arg_rows import arg_rows_kernel
-
-            shape = kernel_shape(x)
-            func = arg_rows_kernel(kind, last, dtype_of(x), shape, keepdims)
-            out = list(values[:-1]) + ([1] if keepdims else [])
-            return relax.call_tir(bb.add_func(func, op.lower()), relax.Tuple([x]),
-                                  relax.TensorType(out, "int64"))
-        if axis == len(values) - 1 and _static(values[-1]) >= ARG_SPLIT_MIN:
-            # a long row (a vocabulary): lanes of independent folds, then one merge
-            parts = bb.emit_te(arg_partial_compute, x, kind, last,
-                               primfunc_name_hint=f"{op.lower()}_lanes")
-            return bb.emit_te(arg_merge_compute, bb.normalize(relax.TupleGetItem(parts, 0)),
-                              bb.normalize(relax.TupleGetItem(parts, 1)), keepdims, kind,
-                              last, primfunc_name_hint=op.lower())
-        return bb.emit_te(arg_compute, x, axis, keepdims, kind, last,
-                          primfunc_name_hint=op.lower())
+        return float_arg_index(bb, x, axis, bool(attrs.get("keepdims", 1)), kind,
+                               bool(attrs.get("select_last_index", 0)))
 
     convert.__doc__ = (f"{op} on floats: onnxruntime's fold (a leading NaN wins, later NaN "
                        "are skipped), select_last_index included; other dtypes TVM's")

@@ -234,3 +234,30 @@ def test_pow_by_a_constant_square_and_cube_are_products(c):
     _, _, graph = driver._front_only(m, "host")
     text = "\n".join(f.script() for f in graph.prim_funcs.values())
     assert ("T.pow(" in text) == (c not in (2.0, 3.0))
+
+
+def test_sum_mean_pairwise_and_hardmax_by_onnxc_argmax():
+    """Sum / Mean of broadcast inputs as pairwise adds (no stacked copy and reduction
+    kernel), Hardmax as the one-hot of onnxc's argmax (cpu.arg_rows), against
+    onnxruntime."""
+    from onnx import TensorProto
+    from tests.conftest import ort_run
+
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Sum", ["a", "b", "c"], ["s"]),
+             helper.make_node("Mean", ["a", "b", "c"], ["m"]),
+             helper.make_node("Hardmax", ["a"], ["h"], axis=-1)]
+    g = helper.make_graph(nodes, "g", [vi("a", TensorProto.FLOAT, [4, 6, 50]),
+                                       vi("b", TensorProto.FLOAT, [6, 1]),
+                                       vi("c", TensorProto.FLOAT, [1, 1, 50])],
+                          [vi(n, TensorProto.FLOAT, [4, 6, 50]) for n in "smh"])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(7)
+    feeds = {"a": rng.integers(-3, 4, (4, 6, 50)).astype(np.float32),
+             "b": rng.standard_normal((6, 1)).astype(np.float32),
+             "c": rng.standard_normal((1, 1, 50)).astype(np.float32)}
+    cm = compiler.compile(m)
+    rules = {r["rule"] for r in cm.report["kernel_table"]}
+    assert "cpu.arg_rows" in rules and not any("reduction" in r for r in rules), rules
+    for got, want in zip(cm.session().run(None, feeds), ort_run(m, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
