@@ -261,3 +261,36 @@ def test_sum_mean_pairwise_and_hardmax_by_onnxc_argmax():
     assert "cpu.arg_rows" in rules and not any("reduction" in r for r in rules), rules
     for got, want in zip(cm.session().run(None, feeds), ort_run(m, feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("sa,sb,const_b", [
+    ([768], [768, 300], True),        # a vector times a weight: the packed matmul rule
+    ([5, 64], [64], False),
+    ([64], [64], False),              # a scalar
+    ([3, 5, 64], [64], True),
+    ([64], [2, 64, 7], False),
+])
+def test_matmul_with_a_vector_operand(sa, sb, const_b):
+    from onnx import TensorProto, numpy_helper
+    from tests.conftest import ort_run
+
+    rng = np.random.default_rng(len(sa) + len(sb))
+    b = rng.standard_normal(sb).astype(np.float32)
+    out = list(np.matmul(np.zeros(sa, np.float32), b).shape)
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+                          [vi("a", TensorProto.FLOAT, sa)] +
+                          ([] if const_b else [vi("b", TensorProto.FLOAT, sb)]),
+                          [vi("y", TensorProto.FLOAT, out)],
+                          [numpy_helper.from_array(b, "b")] if const_b else [])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"a": rng.standard_normal(sa).astype(np.float32)}
+    if not const_b:
+        feeds["b"] = b
+    cm = compiler.compile(m)
+    if const_b and len(sa) == 1:
+        assert "cpu.matmul_packed" in {r["rule"] for r in cm.report["kernel_table"]}
+    got = cm.session().run(None, feeds)[0]
+    want = ort_run(m, feeds)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
