@@ -1,5 +1,5 @@
-"""Vectorisable float32 math as TIR expressions: erf, tanh, exp, and a cheaper exp of a
-non-positive argument.
+"""Vectorisable float32 math as TIR expressions: erf, tanh, exp, log, and a cheaper exp of
+a non-positive argument.
 
 LLVM emits TVM's ``T.erf`` / ``T.exp`` as one scalar libm call per vector lane; these are
 plain arithmetic that vectorises.  Used by the lowering's GELU and softmax legalizations
@@ -17,6 +17,10 @@ tanh: the rational approximation Eigen and onnxruntime's MLAS use, ``x P(x^2) / 
 (degrees 13 / 6) on x clamped to +-7.905 (tanh there is 1.0f), ``x`` itself for
 ``|x| < 0.0004``; within 3.5e-7 of float64 tanh on [-12, 12] (2.7e-7 relative below 1).
 The clamp keeps a NaN (compares false), the small branch keeps -0.0.
+
+log: Cephes' ``logf``: ``x = m 2^e`` from the bits (m in [sqrt(1/2), sqrt(2))), ``log(m)`` as
+``f - f^2/2 + f^3 P(f)`` with ``f = m - 1`` (P of degree 8), ``e ln2`` in two parts;
+subnormal inputs scaled by 2^23 first; 0 gives -inf, +inf itself, a negative or NaN NaN.
 """
 
 from __future__ import annotations
@@ -136,3 +140,33 @@ def tanh_f32(x):
     s = xc * xc
     r = xc * _horner(_TN, s) / _horner(_TD, s)
     return tirx.Select(tirx.abs(x) < const(0.0004), x, r)
+
+
+# log(1 + f) = f - f^2 / 2 + f^3 _LOG(f) on [sqrt(1/2) - 1, sqrt(2) - 1] (Cephes' logf)
+_LOG = (3.3333331174e-1, -2.4999993993e-1, 2.0000714765e-1, -1.6668057665e-1,
+        1.4249322787e-1, -1.2420140846e-1, 1.1676998740e-1, -1.1514610310e-1,
+        7.0376836292e-2)
+_FLT_MIN = 1.1754943508222875e-38
+
+
+def log_f32(x):
+    """log of a float32 PrimExpr (read several times: bind it first), vectorisable."""
+    i32 = "int32"
+    tiny = x < const(_FLT_MIN)  # subnormals scaled to normal (zero, negatives, NaN: below)
+    xs = tirx.Select(tiny, x * const(2.0 ** 23), x)
+    bits = tirx.reinterpret(i32, xs)
+    e = tirx.Cast("float32", tirx.bitwise_and(tirx.shift_right(bits, tirx.const(23, i32)),
+                                              tirx.const(0xFF, i32)) - tirx.const(126, i32))
+    e = e - tirx.Select(tiny, const(23.0), const(0.0))
+    m = tirx.reinterpret("float32", tirx.bitwise_or(
+        tirx.bitwise_and(bits, tirx.const(0x007FFFFF, i32)), tirx.const(0x3F000000, i32)))
+    low = m < const(0.7071067811865476)  # m in [1/2, 1): to [sqrt(1/2), sqrt(2))
+    e = tirx.Select(low, e - const(1.0), e)
+    f = tirx.Select(low, m + m - const(1.0), m - const(1.0))
+    z = f * f
+    y = f * z * _horner(_LOG, f) + e * const(-2.12194440e-4) - const(0.5) * z
+    r = f + y + e * const(0.693359375)
+    inf = const(float("inf"))
+    return tirx.Select(tirx.all(const(0.0) < x, x < inf), r,
+                       tirx.Select(x == const(0.0), -inf,
+                                   tirx.Select(x == inf, inf, const(float("nan")))))

@@ -286,3 +286,33 @@ def test_softmax_flushes_what_would_be_subnormal():
     assert np.any((e > 0) & (e / e.sum(-1, keepdims=True) < tiny))  # the case arises
     # what was flushed is below FLT_MIN x n before normalising; nothing above it is lost
     assert np.all(y[e >= tiny * n * 2] > 0)
+
+
+def test_log_accuracy_and_special_values():
+    """log_f32 (the bare Log): within 1 ulp of float64 log over normal and subnormal
+    inputs, no libm call; 0 / -0 give -inf, +inf itself, negatives and NaN NaN."""
+    from passes.math_f32 import log_f32
+
+    rng = np.random.default_rng(4)
+    xs = np.concatenate([np.geomspace(1e-45, 3.4e38, 1 << 16), rng.random(1 << 16) * 4,
+                         1 + (rng.random(4096) - 0.5) * 1e-3,
+                         [0.70710677, 0.7071068, 1.0, 2.0, 1 - 2 ** -24]]).astype("float32")
+    got, lib = _run_elementwise(log_f32, xs)
+    ref = np.log(xs.astype(np.float64))
+    ulp = np.abs(got - ref) / np.spacing(np.abs(ref).astype(np.float32))
+    assert ulp.max() <= 1.0 and got[xs == 1.0].tolist() == [0.0]
+    assert not re.search(r"\blogf?\b", lib.inspect_source("asm"))
+    special, _ = _run_elementwise(log_f32, np.array(
+        [0.0, -0.0, np.inf, -np.inf, -1.0, np.nan, -1e-40, 1e-45], dtype="float32"))
+    assert special[:2].tolist() == [-np.inf, -np.inf] and special[2] == np.inf
+    assert np.isnan(special[3:7]).all()
+    assert abs(special[7] - np.log(np.float64(np.float32(1e-45)))) < 1e-4  # 2^-149
+
+
+def test_bare_log_model_against_onnxruntime():
+    rng = np.random.default_rng(5)
+    x = np.abs(rng.standard_normal((4, 300, 37)) * 30).astype(np.float32)
+    x.flat[:6] = [np.nan, np.inf, 0.0, -0.0, -3.0, 1e-42]
+    m = model([node("Log", ["x"], "y")], {"x": x.shape}, {"y": x.shape})
+    got, cm = compile_run(m, {"x": x})
+    assert_close(got, ort_run(m, {"x": x}))
