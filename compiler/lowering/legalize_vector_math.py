@@ -40,7 +40,7 @@ import numpy as np
 import tvm
 from tvm import te, tirx
 
-from passes.math_f32 import (const, erf_f32, exp_f32, log_f32,  # noqa: F401 (tests import them here)
+from passes.math_f32 import (atan_f32, const, erf_f32, exp_f32, log_f32,  # noqa: F401 (tests import them here)
                               exp_nonpositive_f32, exp_normal_f32, tanh_f32)
 
 from .legalize_nan import bind_once
@@ -250,6 +250,7 @@ LEGALIZE_MAP = {"relax.nn.gelu": _legalize_gelu, "relax.nn.gelu_tanh": _legalize
                 "relax.nn.layer_norm": _legalize_layer_norm,
                 "relax.exp": _elementwise("exp", exp_f32),
                 "relax.erf": _elementwise("erf", erf_f32),
-                "relax.log": _elementwise("log", log_f32)}
+                "relax.log": _elementwise("log", log_f32),
+                "relax.atan": _elementwise("atan", atan_f32)}
 """For ``relax.transform.LegalizeOps(customize_legalize_map=...)`` (``compiler.lowering.install``
 returns it)."""
