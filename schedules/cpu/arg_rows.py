@@ -18,14 +18,13 @@ other NaN is skipped (a compare with a NaN is false).  One row's fold alone is a
 dependent compare-and-selects (~5 ns an element: the fallback's loop order, 12.6x
 onnxruntime's time on ArgMax over YOLO's [8400, 80] class scores; 8 rows interleaved as
 scalars, 2.9x); R rows as vector lanes, 0.28x.  A block past the last row repeats the last
-row (the same value written again by one task).  The row count may be symbolic.  Opaque to
-fusion, in a root block, its state on the stack, as ``schedules/cpu/topk.py`` explains.
+row (the same value written again by one task).  The row count may be symbolic.  The
+template's conventions: ``schedules/cpu/templates.py``.
 """
 
 from __future__ import annotations
 
-from .axis_views import axis_views
-from .recurrence import PRESCHEDULED
+from .templates import axis_views, kernel
 
 RULE = "cpu.arg_rows"
 
@@ -33,9 +32,6 @@ RULE = "cpu.arg_rows"
 ROWS = 16
 
 _TEMPLATE = """
-@T.prim_func(private=True)
-def main(var_x: T.handle, var_o: T.handle):
-    T.func_attr({{"tirx.noalias": True, "{attr}": "{rule}", "op_pattern": 8}})
 {decls}
     o_nd = T.match_buffer(var_o, ({out_dims}), "int64")
     with T.sblock("root"):
@@ -61,17 +57,15 @@ def arg_rows_kernel(kind: str, last: bool, dtype: str, shape: list, keepdims: bo
     """The PrimFunc (x, out) of arg``kind`` ("max" / "min") over the last axis of x,
     int64; ``shape``: x's dims, an int each or None where symbolic (the last static);
     ``last``: select_last_index."""
-    import tvm
-
     axis = len(shape) - 1
     decls, views, o, n, _ = axis_views(shape, axis, [("var_x", "x", dtype, None)])
     dims = [f"T.int64({d})" if d is not None else f"d{i}" for i, d in enumerate(shape)]
     out_dims = dims[:-1] + (["T.int64(1)"] if keepdims else [])
     cmp = (">" if kind == "max" else "<") + ("=" if last else "")
-    src = _TEMPLATE.format(
-        attr=PRESCHEDULED, rule=RULE, dt=dtype, O=o, N=n, R=ROWS, R1=ROWS - 1, cmp=cmp,
+    body = _TEMPLATE.format(
+        dt=dtype, O=o, N=n, R=ROWS, R1=ROWS - 1, cmp=cmp,
         row=f"T.min(t * T.int64({ROWS}) + r, {o} - T.int64(1))",
         out_dims=", ".join(out_dims) + ("," if len(out_dims) == 1 else ""),
         decls="\n".join(" " * 4 + d for d in decls),
         views="\n".join(" " * 8 + v for v in views))
-    return tvm.script.from_source(src, check_well_formed=False)
+    return kernel("var_x: T.handle, var_o: T.handle", RULE, body)

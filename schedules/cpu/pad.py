@@ -8,28 +8,24 @@ and constant pads >= 0 on CPU targets::
         y[row, w] = x[in row, map(w - left)]        for w < left (a few elements)
         y[row, left + w] = x[in row, w]             for w < W (a contiguous copy)
         y[row, left + W + w] = x[in row, map(W + w)] for w < right
-        (each loop as explicit vectors: ``axis_views.row_loop``)
+        (each loop as explicit vectors: ``templates.row_loop``)
 
 ``map`` per mode: reflect ``i < 0: -i``, ``i >= n: 2 (n - 1) - i``; edge: ``i`` clamped to
 ``[0, n - 1]``; wrap: ``i mod n``.  TVM's ``mirror_pad`` computed every element's source
 with selects, one scalar gather each (8.4x onnxruntime's time over [1, 64, 56, 56]); the
 mirrored slices concatenated instead (this kernel's predecessor) still chose a source per
-column (2.85x).  Opaque to fusion, in a root block, as ``schedules/cpu/topk.py`` explains.
+column (2.85x).  The template's conventions: ``schedules/cpu/templates.py``.
 """
 
 from __future__ import annotations
 
-from .axis_views import row_loop
-from .recurrence import PRESCHEDULED
+from .templates import kernel, row_loop, static_copy_params
 
 RULE = "cpu.pad"
 
 MODES = ("reflect", "edge", "wrap")
 
 _TEMPLATE = """
-@T.prim_func(private=True)
-def main(x: T.Buffer(({in_shape}), "{dt}"), y: T.Buffer(({out_shape}), "{dt}")):
-    T.func_attr({{"tirx.noalias": True, "{attr}": "{rule}", "op_pattern": 8}})
     with T.sblock("root"):
         for p in T.parallel(T.int64({rows})):
 {loops}
@@ -56,8 +52,6 @@ def _map(mode: str, i: str, n: int) -> str:
 
 def pad_kernel(mode: str, shape: list, before: list, after: list, dtype: str):
     """The PrimFunc (x, y) of Pad of a static ``shape`` (rank >= 1) in ``mode``."""
-    import tvm
-
     out = [n + b + a for n, b, a in zip(shape, before, after)]
     coords, stride = [], 1
     for d in reversed(out[:-1]):  # the row index p split into the output's coordinates
@@ -81,10 +75,5 @@ def pad_kernel(mode: str, shape: list, before: list, after: list, dtype: str):
     for d in out[:-1]:
         rows *= d
 
-    def dims(ds):
-        return ", ".join(f"T.int64({d})" for d in ds) + ("," if len(ds) == 1 else "")
-
-    src = _TEMPLATE.format(attr=PRESCHEDULED, rule=RULE, dt=dtype, in_shape=dims(shape),
-                           out_shape=dims(out), rows=rows,
-                           loops="\n".join(" " * 12 + ln for ln in lines))
-    return tvm.script.from_source(src, check_well_formed=False)
+    body = _TEMPLATE.format(rows=rows, loops="\n".join(" " * 12 + ln for ln in lines))
+    return kernel(static_copy_params(shape, out, dtype), RULE, body)

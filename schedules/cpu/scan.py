@@ -15,14 +15,12 @@ replaces summed each output's whole prefix (O(N^2) per row: CumSum over [64, 102
 3.9x onnxruntime's time, the int64 position ids of a [8, 512] mask 7.6x).  The extents
 are the buffers' (symbolic allowed: ``cumsum(attention_mask)`` over a symbolic sequence),
 the inner one static where the converter knows it (1: a row is one running value).
-Opaque to fusion and in a root block, the accumulators on the stack, as
-``schedules/cpu/topk.py`` explains.
+The template's conventions: ``schedules/cpu/templates.py``.
 """
 
 from __future__ import annotations
 
-from .axis_views import axis_views
-from .recurrence import PRESCHEDULED
+from .templates import axis_views, kernel
 
 RULE = "cpu.scan"
 
@@ -30,9 +28,6 @@ RULE = "cpu.scan"
 BLOCK = 64
 
 _TEMPLATE = """
-@T.prim_func(private=True)
-def main(var_x: T.handle, var_y: T.handle):
-    T.func_attr({{"tirx.noalias": True, "{attr}": "{rule}", "op_pattern": 8}})
 {decls}
     with T.sblock("root"):
 {views}
@@ -50,8 +45,6 @@ def scan_kernel(kind: str, dtype: str, exclusive: bool, reverse: bool, shape: li
                 axis: int):
     """The PrimFunc (x, y) of the running sum (``kind`` "sum") or product ("prod") along
     ``axis``.  ``shape``: x's dims, an int each or None where symbolic."""
-    import tvm
-
     decls, views, o, n, ii = axis_views(shape, axis, [("var_x", "x", dtype, None),
                                                       ("var_y", "y", dtype, None)])
     op = "+" if kind == "sum" else "*"
@@ -66,10 +59,10 @@ def scan_kernel(kind: str, dtype: str, exclusive: bool, reverse: bool, shape: li
     width = "1" if block == 1 else f"T.min(T.int64({block}), {ii} - t % {ib} * T.int64({block}))"
     is_float = dtype.startswith("float") or dtype.startswith("bfloat")
     ident = 0 if kind == "sum" else 1
-    src = _TEMPLATE.format(
-        attr=PRESCHEDULED, rule=RULE, dt=dtype, O=o, N=n, IB=ib, B=block, width=width,
+    body = _TEMPLATE.format(
+        dt=dtype, O=o, N=n, IB=ib, B=block, width=width,
         decls="\n".join(" " * 4 + d for d in decls),
         views="\n".join(" " * 8 + v for v in views),
         ident=float(ident) if is_float else ident,
         step="\n".join(" " * 20 + s for s in step))
-    return tvm.script.from_source(src, check_well_formed=False)
+    return kernel("var_x: T.handle, var_y: T.handle", RULE, body)

@@ -11,21 +11,17 @@ input and constant repeats on CPU targets::
 Each output coordinate ``c`` of a dim of input extent ``I`` reads ``c % I``, computed once
 per row.  TVM's ``topi.tile`` computes ``c % I`` for every element, the last dim's too: a
 vector of outputs crossing a repeat boundary reads through a gather (Tile of [1, 64, 28,
-28] by [2, 1, 2, 2]: 4.6x onnxruntime's time).  Opaque to fusion, in a root block, as
-``schedules/cpu/topk.py`` explains.
+28] by [2, 1, 2, 2]: 4.6x onnxruntime's time).  The template's conventions:
+``schedules/cpu/templates.py``.
 """
 
 from __future__ import annotations
 
-from .axis_views import row_loop
-from .recurrence import PRESCHEDULED
+from .templates import kernel, row_loop, static_copy_params
 
 RULE = "cpu.tile"
 
 _TEMPLATE = """
-@T.prim_func(private=True)
-def main(x: T.Buffer(({in_shape}), "{dt}"), y: T.Buffer(({out_shape}), "{dt}")):
-    T.func_attr({{"tirx.noalias": True, "{attr}": "{rule}", "op_pattern": 8}})
     with T.sblock("root"):
         for p in T.parallel(T.int64({rows})):
             for q in range(T.int64({rep})):
@@ -35,8 +31,6 @@ def main(x: T.Buffer(({in_shape}), "{dt}"), y: T.Buffer(({out_shape}), "{dt}")):
 
 def tile_kernel(shape: list, repeats: list, dtype: str):
     """The PrimFunc (x, y) of Tile of a static ``shape`` by ``repeats`` (rank >= 1)."""
-    import tvm
-
     out = [d * r for d, r in zip(shape, repeats)]
     lead = out[:-1]
     coords = []
@@ -53,13 +47,9 @@ def tile_kernel(shape: list, repeats: list, dtype: str):
         return (f"y[{', '.join(coords + [f'q * T.int64({width}) + {w}'])}] = "
                 f"x[{', '.join(in_row + [w])}]")
 
-    def dims(ds):
-        return ", ".join(f"T.int64({d})" for d in ds) + ("," if len(ds) == 1 else "")
-
     rows = 1
     for d in lead:
         rows *= d
-    src = _TEMPLATE.format(attr=PRESCHEDULED, rule=RULE, dt=dtype, in_shape=dims(shape),
-                           out_shape=dims(out), rows=rows, rep=repeats[-1],
-                           copy="\n".join(" " * 16 + ln for ln in row_loop(width, stmt)))
-    return tvm.script.from_source(src, check_well_formed=False)
+    body = _TEMPLATE.format(rows=rows, rep=repeats[-1],
+                            copy="\n".join(" " * 16 + ln for ln in row_loop(width, stmt)))
+    return kernel(static_copy_params(shape, out, dtype), RULE, body)

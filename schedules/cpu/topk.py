@@ -25,24 +25,17 @@ and axes over 4096 were refused.
 last when smallest: numpy's sort); between equal values the lower index (an element met
 later never moves ahead of an equal one held), as ONNX and onnxruntime order them.  The
 extents are the buffers' (symbolic allowed), the inner one static where the converter
-knows it (1: contiguous rows, one vector load a block); K is the kernel's.  Opaque to
-fusion (``op_pattern`` 8, TVM's kOpaque), its body in a root block (TVM's reshape
-detection expects one).  Its buffers are allocated "global", not "local": TVM puts small
-"global" allocations on the stack and takes "local" ones from the runtime's workspace
-allocator, three calls per row.
+knows it (1: contiguous rows, one vector load a block); K is the kernel's.  The template's
+conventions: ``schedules/cpu/templates.py``.
 """
 
 from __future__ import annotations
 
-from .axis_views import axis_views
-from .recurrence import PRESCHEDULED
+from .templates import axis_views, kernel
 
 RULE = "cpu.topk"
 
 _TEMPLATE = """
-@T.prim_func(private=True)
-def main(var_x: T.handle, var_v: T.handle, var_i: T.handle):
-    T.func_attr({{"tirx.noalias": True, "{attr}": "{rule}", "op_pattern": 8}})
 {decls}
     with T.sblock("root"):
 {views}
@@ -70,20 +63,27 @@ def main(var_x: T.handle, var_v: T.handle, var_i: T.handle):
 _INSERT = """\
 if T.Or(st[0] < T.int64({K}), {before_worst}):
     st[1] = T.min(st[0], T.int64({K1}))
-    st[2] = T.int64(1)
-    while st[2] == T.int64(1):
-        if st[1] > T.int64(0):
-            if {before_prev}:
-                vals[st[1]] = vals[st[1] - T.int64(1)]
-                idxs[st[1]] = idxs[st[1] - T.int64(1)]
-                st[1] = st[1] - T.int64(1)
-            else:
-                st[2] = T.int64(0)
+{rise}
+    st[0] = T.min(st[0] + T.int64(1), T.int64({K}))
+"""
+
+# the element v, j placed at slot st[1] or above: while slot st[1] has a parent slot
+# (the one before it in the sorted form, its heap parent in the heap form) whose entry v
+# comes before, that entry moves down into st[1]
+_RISE = """\
+st[2] = T.int64(1)
+while st[2] == T.int64(1):
+    if st[1] > T.int64(0):
+        if {v_before_parent}:
+            vals[st[1]] = vals[{parent}]
+            idxs[st[1]] = idxs[{parent}]
+            st[1] = {parent}
         else:
             st[2] = T.int64(0)
-    vals[st[1]] = {v}
-    idxs[st[1]] = {j}
-    st[0] = T.min(st[0] + T.int64(1), T.int64({K}))
+    else:
+        st[2] = T.int64(0)
+vals[st[1]] = {v}
+idxs[st[1]] = {j}
 """
 
 _INSERT_FINISH = """\
@@ -98,19 +98,7 @@ for q in range({K}):
 _HEAP = """\
 if st[0] < T.int64({K}):
     st[1] = st[0]
-    st[2] = T.int64(1)
-    while st[2] == T.int64(1):
-        if st[1] > T.int64(0):
-            if {v_worse_parent}:
-                vals[st[1]] = vals[(st[1] - T.int64(1)) // T.int64(2)]
-                idxs[st[1]] = idxs[(st[1] - T.int64(1)) // T.int64(2)]
-                st[1] = (st[1] - T.int64(1)) // T.int64(2)
-            else:
-                st[2] = T.int64(0)
-        else:
-            st[2] = T.int64(0)
-    vals[st[1]] = {v}
-    idxs[st[1]] = {j}
+{rise}
     st[0] = st[0] + T.int64(1)
 elif {before_worst}:
     st[5] = T.int64({K})
@@ -200,8 +188,6 @@ def topk_kernel(k: int, largest: bool, dtype: str, shape: list, axis: int,
     """The PrimFunc (x, values, indices) of the ``k`` first elements along ``axis`` in the
     top-k order, sorted; ``k`` >= 1.  ``shape``: x's dims, an int each or None where
     symbolic (the axis static); values and indices have ``k`` at the axis."""
-    import tvm
-
     fl = dtype.startswith("float") or dtype.startswith("bfloat")
     decls, views, o, n, ii = axis_views(shape, axis, [("var_x", "x", dtype, None),
                                                       ("var_v", "vo", dtype, k),
@@ -218,17 +204,18 @@ def topk_kernel(k: int, largest: bool, dtype: str, shape: list, axis: int,
 
     def step(j: str, indent: int) -> str:
         v = f"x[r // {ii}, {j}, r % {ii}]"
-        if heap:
+        if heap:  # v rises while it is worse than its heap parent (the worst at the root)
             parent = "(st[1] - T.int64(1)) // T.int64(2)"
-            text = _HEAP.format(
-                K=k, v=v, j=j, before_worst=_before(v, worst, largest, fl),
-                v_worse_parent=_worse((v, j), (f"vals[{parent}]", f"idxs[{parent}]"),
-                                      largest, fl),
-                sink=_indent(sink(v, j), 4))
-        else:
-            text = _INSERT.format(
-                K=k, K1=k - 1, v=v, j=j, before_worst=_before(v, worst, largest, fl),
-                before_prev=_before(v, "vals[st[1] - T.int64(1)]", largest, fl))
+            rise = _RISE.format(v=v, j=j, parent=parent, v_before_parent=_worse(
+                (v, j), (f"vals[{parent}]", f"idxs[{parent}]"), largest, fl))
+            text = _HEAP.format(K=k, before_worst=_before(v, worst, largest, fl),
+                                rise=_indent(rise, 4), sink=_indent(sink(v, j), 4))
+        else:     # v rises while it comes before the entry ahead of it
+            parent = "st[1] - T.int64(1)"
+            rise = _RISE.format(v=v, j=j, parent=parent, v_before_parent=_before(
+                v, f"vals[{parent}]", largest, fl))
+            text = _INSERT.format(K=k, K1=k - 1, before_worst=_before(v, worst, largest, fl),
+                                  rise=_indent(rise, 4))
         return _indent(text, indent)
 
     if heap:
@@ -240,10 +227,10 @@ def topk_kernel(k: int, largest: bool, dtype: str, shape: list, axis: int,
     else:
         finish = _INSERT_FINISH.format(K=k, it=index_dtype, row_q=f"r // {ii}, q, r % {ii}")
     lane = f"x[r // {ii}, jb * T.int64({BLOCK}) + l, r % {ii}]"
-    src = _TEMPLATE.format(
-        attr=PRESCHEDULED, rule=RULE, dt=dtype, K=k, B=BLOCK, O=o, N=n, I=ii,
+    body = _TEMPLATE.format(
+        dt=dtype, K=k, B=BLOCK, O=o, N=n, I=ii,
         decls=_indent("\n".join(decls), 4), views=_indent("\n".join(views), 8),
         may_enter=_may_enter(lane, worst, largest, fl),
         step_block=step(f"jb * T.int64({BLOCK}) + l", 24),
         step_tail=step("j", 16), finish=_indent(finish, 12))
-    return tvm.script.from_source(src, check_well_formed=False)
+    return kernel("var_x: T.handle, var_v: T.handle, var_i: T.handle", RULE, body)

@@ -192,7 +192,7 @@ def cpu_lanes():
 
 
 def kernel_shape(x) -> list:
-    """``x``'s dims for a kernel template (``schedules/cpu/axis_views.py``): an int each,
+    """``x``'s dims for a kernel template (``schedules/cpu/templates.py``): an int each,
     None where symbolic."""
     from tvm import tirx
 
