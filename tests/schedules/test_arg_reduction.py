@@ -161,3 +161,30 @@ def test_short_rows_symbolic_row_count():
     for n in (1, 15, 16, 8400):
         x = _vocab_rows((n, 85), n)
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+
+
+def test_two_reduction_form_off_cpu_against_onnxruntime(monkeypatch):
+    """Off CPU targets ArgMax / ArgMin are two plain reductions (the fold's value, then
+    the first / last index holding it): the one-fold kernel did not build for CUDA.  Its
+    numbers checked here on the host, the converter made to take that path; then a CUDA
+    build (no GPU needed)."""
+    from compiler.frontend.converters import reduction
+
+    monkeypatch.setattr(reduction, "cpu_lanes", lambda: None)
+    for op, shape, axis, keepdims, last in (("ArgMax", (6, 50), 1, 0, 0),
+                                            ("ArgMin", (3, 7, 40), 2, 1, 1),
+                                            ("ArgMax", (5, 9, 4), 0, 1, 1)):
+        m = _model(op, shape, axis, keepdims, last)
+        cm = compiler.compile(m, target="host")
+        assert "cpu.arg_rows" not in cm.report["schedules"]
+        x = _vocab_rows(shape, 4)
+        try:
+            got = cm.session().run(None, {"x": x})[0]
+        except CompileOnly:
+            continue
+        ref = ort.InferenceSession(m.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, ref)
+    monkeypatch.undo()
+    cm = compiler.compile(_model("ArgMax", (8400, 80), 1, 0), target="cuda:sm_90")
+    assert all(k.startswith("dlight.gpu.") for k in cm.report["schedules"])

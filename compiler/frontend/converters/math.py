@@ -318,7 +318,7 @@ def hardmax(bb, inputs, attrs, ctx):
         index = bb.normalize(float_arg_index(bb, x, axis, True, "max"))
         iota = np.arange(int(n), dtype=np.int64).reshape(
             [1] * axis + [int(n)] + [1] * (rank - axis - 1))
-        out = bb.normalize(relax.op.astype(relax.op.equal(index, relax.const(iota)),
+        out = bb.normalize(relax.op.astype(relax.op.equal(index, relax.const(iota, "int64")),
                                            dtype_of(x)))
     else:
         out = bb.normalize(tvm_converter("Hardmax")(bb, inputs, attrs, ctx))

@@ -128,9 +128,12 @@ def float_arg_index(bb, x, axis: int, keepdims: bool, kind: str, last: bool = Fa
     """The int64 arg``kind`` ("max" / "min") of a float ``x`` (known rank, no empty dim)
     over ``axis`` with onnxruntime's fold: short last-axis rows on CPUs folded 16 rows at
     a time (``schedules/cpu/arg_rows.py``), a long last axis in lanes then merged, other
-    axes one fold per output (``cpu.arg_reduction`` tiles them)."""
+    axes one fold per output (``cpu.arg_reduction`` tiles them).  Off CPU targets, two
+    plain reductions (``_arg_by_two_reductions``)."""
     values = x.ty.shape.values
     name = f"arg{kind}"
+    if cpu_lanes() is None and constant_value(x) is None:
+        return _arg_by_two_reductions(bb, x, axis, keepdims, kind, last)
     if axis == len(values) - 1 and 0 < _static(values[-1]) < ARG_SPLIT_MIN and \
             cpu_lanes() is not None and constant_value(x) is None:
         from schedules.cpu.arg_rows import arg_rows_kernel
@@ -147,6 +150,31 @@ def float_arg_index(bb, x, axis: int, keepdims: bool, kind: str, last: bool = Fa
                           bb.normalize(relax.TupleGetItem(parts, 1)), keepdims, kind,
                           last, primfunc_name_hint=name)
     return bb.emit_te(arg_compute, x, axis, keepdims, kind, last, primfunc_name_hint=name)
+
+
+def _arg_by_two_reductions(bb, x, axis: int, keepdims: bool, kind: str, last: bool):
+    """onnxruntime's fold as two single-output reductions, for GPU targets: the fold's
+    value ``m = max(x)`` (``relax.max``: a leading NaN wins, later NaN skipped,
+    ``legalize_reductions``), then the first (``last``: the last) index holding ``m``, or 0
+    when ``m`` is NaN (the leading element).  The one-fold kernel's tuple reduction kept
+    its value half in a global buffer, which a CUDA build refuses ("Cannot allocate global
+    memory")."""
+    op = relax.op
+    n = int(x.ty.shape.values[axis])
+    extreme = bb.normalize((op.max if kind == "max" else op.min)(x, axis=[axis], keepdims=True))
+    shape = [1] * len(x.ty.shape.values)
+    shape[axis] = n
+    iota = relax.const(np.arange(n, dtype=np.int64).reshape(shape), "int64")
+    hit = bb.normalize(op.equal(x, extreme))
+    if last:
+        index = op.max(op.where(hit, iota, relax.const(-1, "int64")), axis=[axis],
+                       keepdims=keepdims)
+    else:
+        index = op.min(op.where(hit, iota, relax.const(n, "int64")), axis=[axis],
+                       keepdims=keepdims)
+    index = bb.normalize(index)
+    lead_nan = bb.normalize(op.isnan(extreme if keepdims else op.squeeze(extreme, [axis])))
+    return op.where(lead_nan, relax.const(0, "int64"), index)
 
 
 def _arg_extreme(op: str, kind: str):
