@@ -40,8 +40,9 @@ import numpy as np
 import tvm
 from tvm import te, tirx
 
-from passes.math_f32 import (atan_f32, const, erf_f32, exp_f32, log_f32,  # noqa: F401 (tests import them here)
-                              exp_nonpositive_f32, exp_normal_f32, tanh_f32)
+# (tests import the exp / erf / tanh builders from here)
+from passes.math_f32 import (atan_f32, const, erf_f32, exp_f32, exp_nonpositive_f32,  # noqa: F401
+                             exp_normal_f32, log_f32, tanh_f32)
 
 from .legalize_nan import bind_once
 

@@ -24,7 +24,7 @@ template's conventions: ``schedules/cpu/templates.py``.
 
 from __future__ import annotations
 
-from .templates import axis_views, kernel
+from .templates import axis_views, dim_exprs, indent, kernel, shape_text
 
 RULE = "cpu.arg_rows"
 
@@ -59,13 +59,10 @@ def arg_rows_kernel(kind: str, last: bool, dtype: str, shape: list, keepdims: bo
     ``last``: select_last_index."""
     axis = len(shape) - 1
     decls, views, o, n, _ = axis_views(shape, axis, [("var_x", "x", dtype, None)])
-    dims = [f"T.int64({d})" if d is not None else f"d{i}" for i, d in enumerate(shape)]
-    out_dims = dims[:-1] + (["T.int64(1)"] if keepdims else [])
+    out_dims = dim_exprs(shape)[:-1] + (["T.int64(1)"] if keepdims else [])
     cmp = (">" if kind == "max" else "<") + ("=" if last else "")
     body = _TEMPLATE.format(
         dt=dtype, O=o, N=n, R=ROWS, R1=ROWS - 1, cmp=cmp,
         row=f"T.min(t * T.int64({ROWS}) + r, {o} - T.int64(1))",
-        out_dims=", ".join(out_dims) + ("," if len(out_dims) == 1 else ""),
-        decls="\n".join(" " * 4 + d for d in decls),
-        views="\n".join(" " * 8 + v for v in views))
+        out_dims=shape_text(out_dims), decls=indent(decls, 4), views=indent(views, 8))
     return kernel("var_x: T.handle, var_o: T.handle", RULE, body)

@@ -21,6 +21,8 @@ concatenation over the leading axis, or with too few outer rows, stays elementwi
 
 from __future__ import annotations
 
+import math
+
 import tvm
 import tvm_ffi
 from tvm import tirx
@@ -104,9 +106,7 @@ class Concat(MatchingCPURule):
         for lp in outer:
             shares *= common.const_extent(sch, lp) or 1
         if shares < ncores and len(inner) > 1:
-            plane = 1
-            for lp in inner:
-                plane = plane * (common.const_extent(sch, lp) or 0)
+            plane = math.prod(common.const_extent(sch, lp) or 0 for lp in inner)
             if plane and plane % (ncores * lanes) == 0:
                 # too few rows before the axis (a channel concat of one NCHW image): each
                 # core takes a contiguous share of every input's planes, copied as whole

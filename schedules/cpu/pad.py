@@ -19,7 +19,7 @@ column (2.85x).  The template's conventions: ``schedules/cpu/templates.py``.
 
 from __future__ import annotations
 
-from .templates import kernel, row_loop, static_copy_params
+from .templates import indent, kernel, row_loop, static_copy_params
 
 RULE = "cpu.pad"
 
@@ -75,5 +75,5 @@ def pad_kernel(mode: str, shape: list, before: list, after: list, dtype: str):
     for d in out[:-1]:
         rows *= d
 
-    body = _TEMPLATE.format(rows=rows, loops="\n".join(" " * 12 + ln for ln in lines))
+    body = _TEMPLATE.format(rows=rows, loops=indent(lines, 12))
     return kernel(static_copy_params(shape, out, dtype), RULE, body)

@@ -20,7 +20,7 @@ The template's conventions: ``schedules/cpu/templates.py``.
 
 from __future__ import annotations
 
-from .templates import axis_views, kernel
+from .templates import axis_views, indent, kernel
 
 RULE = "cpu.scan"
 
@@ -61,8 +61,6 @@ def scan_kernel(kind: str, dtype: str, exclusive: bool, reverse: bool, shape: li
     ident = 0 if kind == "sum" else 1
     body = _TEMPLATE.format(
         dt=dtype, O=o, N=n, IB=ib, B=block, width=width,
-        decls="\n".join(" " * 4 + d for d in decls),
-        views="\n".join(" " * 8 + v for v in views),
-        ident=float(ident) if is_float else ident,
-        step="\n".join(" " * 20 + s for s in step))
+        decls=indent(decls, 4), views=indent(views, 8),
+        ident=float(ident) if is_float else ident, step=indent(step, 20))
     return kernel("var_x: T.handle, var_y: T.handle", RULE, body)

@@ -23,6 +23,8 @@ explicit vector steps.
 
 from __future__ import annotations
 
+import math
+
 from .recurrence import PRESCHEDULED
 
 
@@ -37,15 +39,30 @@ def kernel(params: str, rule: str, body: str):
     return tvm.script.from_source(src, check_well_formed=False)
 
 
+def indent(text, n: int) -> str:
+    """``text`` (a string of lines, or a list of them) with every line indented by ``n``."""
+    lines = text if isinstance(text, list) else text.rstrip("\n").split("\n")
+    return "\n".join(" " * n + line for line in lines)
+
+
+def dim_exprs(shape: list) -> list:
+    """TVMScript of each dim: a static one a literal, a symbolic one (None) the variable
+    ``d<i>`` that ``axis_views`` declares."""
+    return [f"T.int64({d})" if d is not None else f"d{i}" for i, d in enumerate(shape)]
+
+
+def shape_text(exprs: list) -> str:
+    """The inside of a TVMScript shape tuple (``()`` for a scalar)."""
+    return ", ".join(exprs) + ("," if exprs else "")
+
+
 def static_copy_params(shape: list, out: list, dtype: str) -> str:
     """The parameters ``x``, ``y`` of a kernel from a static ``shape`` to ``out``."""
-    def dims(ds):
-        return ", ".join(f"T.int64({d})" for d in ds) + ("," if len(ds) == 1 else "")
-
-    return f'x: T.Buffer(({dims(shape)}), "{dtype}"), y: T.Buffer(({dims(out)}), "{dtype}")'
+    return (f'x: T.Buffer(({shape_text(dim_exprs(shape))}), "{dtype}"), '
+            f'y: T.Buffer(({shape_text(dim_exprs(out))}), "{dtype}")')
 
 
-def product(terms: list) -> str:
+def _product(terms: list) -> str:
     return " * ".join(terms) if terms else "T.int64(1)"
 
 
@@ -58,27 +75,20 @@ def axis_views(shape: list, axis: int, buffers: list) -> tuple:
     bind the symbolic dims and match each handle at its N-D shape, the views declare each
     3-D view; O, N, I are TVMScript expressions (I a literal when every inner dim is
     static)."""
-    dims = [f"T.int64({d})" if d is not None else f"d{i}" for i, d in enumerate(shape)]
+    dims = dim_exprs(shape)
     lines = [f"d{i} = T.int64()" for i, d in enumerate(shape) if d is None]
     inner = shape[axis + 1:]
-    o = product(dims[:axis])
-    i = f"T.int64({_static_product(inner)})" if None not in inner else product(dims[axis + 1:])
+    o = _product(dims[:axis])
+    i = f"T.int64({math.prod(inner)})" if None not in inner else _product(dims[axis + 1:])
     views = []
     for handle, name, dtype, length in buffers:
         nd = list(dims)
         if length is not None:
             nd[axis] = f"T.int64({length})"
-        lines.append(f"{name}_nd = T.match_buffer({handle}, ({', '.join(nd)},), \"{dtype}\")")
+        lines.append(f"{name}_nd = T.match_buffer({handle}, ({shape_text(nd)}), \"{dtype}\")")
         views.append(f"{name} = T.decl_buffer(({o}, {nd[axis]}, {i}), \"{dtype}\", "
                      f"data={name}_nd.data)")
     return lines, views, o, dims[axis], i
-
-
-def _static_product(ds) -> int:
-    n = 1
-    for d in ds:
-        n *= int(d)
-    return n
 
 
 # elements per vectorised step of a row copy (row_loop): four AVX-512 vectors of fp32

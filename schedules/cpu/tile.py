@@ -17,7 +17,7 @@ vector of outputs crossing a repeat boundary reads through a gather (Tile of [1,
 
 from __future__ import annotations
 
-from .templates import kernel, row_loop, static_copy_params
+from .templates import indent, kernel, row_loop, static_copy_params
 
 RULE = "cpu.tile"
 
@@ -51,5 +51,5 @@ def tile_kernel(shape: list, repeats: list, dtype: str):
     for d in lead:
         rows *= d
     body = _TEMPLATE.format(rows=rows, rep=repeats[-1],
-                            copy="\n".join(" " * 16 + ln for ln in row_loop(width, stmt)))
+                            copy=indent(row_loop(width, stmt), 16))
     return kernel(static_copy_params(shape, out, dtype), RULE, body)

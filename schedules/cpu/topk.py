@@ -31,7 +31,7 @@ conventions: ``schedules/cpu/templates.py``.
 
 from __future__ import annotations
 
-from .templates import axis_views, kernel
+from .templates import axis_views, indent, kernel
 
 RULE = "cpu.topk"
 
@@ -67,17 +67,18 @@ if T.Or(st[0] < T.int64({K}), {before_worst}):
     st[0] = T.min(st[0] + T.int64(1), T.int64({K}))
 """
 
-# the element v, j placed at slot st[1] or above: while slot st[1] has a parent slot
-# (the one before it in the sorted form, its heap parent in the heap form) whose entry v
-# comes before, that entry moves down into st[1]
-_RISE = """\
+# the element v, j placed at slot st[1] or past it: while slot st[1] has a next slot on
+# v's path (rising: the slot before it in the sorted form, its parent in the heap form;
+# sinking: its worse heap child) whose entry v goes past, that entry moves into st[1]
+# and v goes on from the next slot
+_MOVE = """\
 st[2] = T.int64(1)
 while st[2] == T.int64(1):
-    if st[1] > T.int64(0):
-        if {v_before_parent}:
-            vals[st[1]] = vals[{parent}]
-            idxs[st[1]] = idxs[{parent}]
-            st[1] = {parent}
+{find_next}    if {has_next}:
+{pick}        if {goes_past}:
+            vals[st[1]] = vals[{next}]
+            idxs[st[1]] = idxs[{next}]
+            st[1] = {next}
         else:
             st[2] = T.int64(0)
     else:
@@ -85,6 +86,12 @@ while st[2] == T.int64(1):
 vals[st[1]] = {v}
 idxs[st[1]] = {j}
 """
+
+
+def _rise(v: str, j: str, parent: str, goes_past: str) -> str:
+    return _MOVE.format(v=v, j=j, find_next="", has_next="st[1] > T.int64(0)", pick="",
+                        next=parent, goes_past=goes_past)
+
 
 _INSERT_FINISH = """\
 for q in range({K}):
@@ -105,26 +112,12 @@ elif {before_worst}:
 {sink}
 """
 
-# sink the element {v}, {j} from the root of a heap of st[5] entries
-_SINK = """\
-st[1] = T.int64(0)
-st[2] = T.int64(1)
-while st[2] == T.int64(1):
-    st[4] = st[1] * T.int64(2) + T.int64(1)
-    if st[4] < st[5]:
+# sinking from the root of a heap of st[5] entries: the next slot is the worse child
+_SINK_NEXT = "    st[4] = st[1] * T.int64(2) + T.int64(1)\n"
+_SINK_PICK = """\
         if st[4] + T.int64(1) < st[5]:
             if {right_worse}:
                 st[4] = st[4] + T.int64(1)
-        if {child_worse_v}:
-            vals[st[1]] = vals[st[4]]
-            idxs[st[1]] = idxs[st[4]]
-            st[1] = st[4]
-        else:
-            st[2] = T.int64(0)
-    else:
-        st[2] = T.int64(0)
-vals[st[1]] = {v}
-idxs[st[1]] = {j}
 """
 
 # the heap taken apart worst first: each root is the worst of what is left, written at the
@@ -179,10 +172,6 @@ def _may_enter(v: str, u: str, largest: bool, is_float: bool) -> str:
     return f"T.Or(T.Or({better}, T.isnan({v})), T.isnan({u}))"
 
 
-def _indent(text: str, n: int) -> str:
-    return "\n".join(" " * n + line for line in text.rstrip("\n").split("\n"))
-
-
 def topk_kernel(k: int, largest: bool, dtype: str, shape: list, axis: int,
                 index_dtype: str = "int64"):
     """The PrimFunc (x, values, indices) of the ``k`` first elements along ``axis`` in the
@@ -195,42 +184,43 @@ def topk_kernel(k: int, largest: bool, dtype: str, shape: list, axis: int,
     heap = k >= HEAP_FROM
     worst = "vals[0]" if heap else f"vals[{k - 1}]"
 
-    def sink(v, j):
-        return _SINK.format(
-            v=v, j=j,
-            right_worse=_worse(("vals[st[4] + T.int64(1)]", "idxs[st[4] + T.int64(1)]"),
-                               ("vals[st[4]]", "idxs[st[4]]"), largest, fl),
-            child_worse_v=_worse(("vals[st[4]]", "idxs[st[4]]"), (v, j), largest, fl))
+    def sink(v, j):  # the element v, j from the root down past worse children
+        pick = _SINK_PICK.format(right_worse=_worse(
+            ("vals[st[4] + T.int64(1)]", "idxs[st[4] + T.int64(1)]"),
+            ("vals[st[4]]", "idxs[st[4]]"), largest, fl))
+        return "st[1] = T.int64(0)\n" + _MOVE.format(
+            v=v, j=j, find_next=_SINK_NEXT, has_next="st[4] < st[5]", pick=pick,
+            next="st[4]", goes_past=_worse(("vals[st[4]]", "idxs[st[4]]"), (v, j), largest,
+                                           fl))
 
-    def step(j: str, indent: int) -> str:
+    def step(j: str, depth: int) -> str:
         v = f"x[r // {ii}, {j}, r % {ii}]"
         if heap:  # v rises while it is worse than its heap parent (the worst at the root)
             parent = "(st[1] - T.int64(1)) // T.int64(2)"
-            rise = _RISE.format(v=v, j=j, parent=parent, v_before_parent=_worse(
-                (v, j), (f"vals[{parent}]", f"idxs[{parent}]"), largest, fl))
+            rise = _rise(v, j, parent, _worse((v, j), (f"vals[{parent}]", f"idxs[{parent}]"),
+                                              largest, fl))
             text = _HEAP.format(K=k, before_worst=_before(v, worst, largest, fl),
-                                rise=_indent(rise, 4), sink=_indent(sink(v, j), 4))
+                                rise=indent(rise, 4), sink=indent(sink(v, j), 4))
         else:     # v rises while it comes before the entry ahead of it
             parent = "st[1] - T.int64(1)"
-            rise = _RISE.format(v=v, j=j, parent=parent, v_before_parent=_before(
-                v, f"vals[{parent}]", largest, fl))
+            rise = _rise(v, j, parent, _before(v, f"vals[{parent}]", largest, fl))
             text = _INSERT.format(K=k, K1=k - 1, before_worst=_before(v, worst, largest, fl),
-                                  rise=_indent(rise, 4))
-        return _indent(text, indent)
+                                  rise=indent(rise, 4))
+        return indent(text, depth)
 
     if heap:
         last = f"vals[T.int64({k - 1}) - q]", f"idxs[T.int64({k - 1}) - q]"
         finish = _HEAP_FINISH.format(
             K=k, K1=k - 1, it=index_dtype,
             row_last=f"r // {ii}, T.int64({k - 1}) - q, r % {ii}",
-            sink_last=_indent(sink(*last), 8))
+            sink_last=indent(sink(*last), 8))
     else:
         finish = _INSERT_FINISH.format(K=k, it=index_dtype, row_q=f"r // {ii}, q, r % {ii}")
     lane = f"x[r // {ii}, jb * T.int64({BLOCK}) + l, r % {ii}]"
     body = _TEMPLATE.format(
         dt=dtype, K=k, B=BLOCK, O=o, N=n, I=ii,
-        decls=_indent("\n".join(decls), 4), views=_indent("\n".join(views), 8),
+        decls=indent(decls, 4), views=indent(views, 8),
         may_enter=_may_enter(lane, worst, largest, fl),
         step_block=step(f"jb * T.int64({BLOCK}) + l", 24),
-        step_tail=step("j", 16), finish=_indent(finish, 12))
+        step_tail=step("j", 16), finish=indent(finish, 12))
     return kernel("var_x: T.handle, var_v: T.handle, var_i: T.handle", RULE, body)
