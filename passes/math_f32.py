@@ -59,6 +59,28 @@ def const(v):
     return tirx.const(v, "float32")
 
 
+class _Binding:
+    """A value a formula reads several times, bound once by a TIR ``Let`` (``_lets``): its
+    expression written into every use (``Select(low, m + m - 1, m - 1)``, Horner steps)
+    grows the tree each use, and a fused kernel that inlines the result into several reads
+    multiplies it again (DeBERTa's relative-position buckets, a log under ``isfinite``
+    selects: 20 s of LLVM for one elementwise kernel)."""
+
+    def __init__(self, name, value):
+        self.var, self.value = tirx.Var(name, str(value.ty)), value
+
+
+def _bind(name, value) -> _Binding:
+    return _Binding(name, value)
+
+
+def _lets(bindings, body):
+    """``body`` under ``Let``s of ``bindings``, the first outermost."""
+    for b in reversed(bindings):
+        body = tirx.Let(b.var, b.value, body)
+    return body
+
+
 def _horner(coefs, x):
     acc = const(coefs[-1])
     for a in reversed(coefs[:-1]):
@@ -157,23 +179,23 @@ def log_f32(x):
     """log of a float32 PrimExpr (read several times: bind it first), vectorisable."""
     i32 = "int32"
     tiny = x < const(_FLT_MIN)  # subnormals scaled to normal (zero, negatives, NaN: below)
-    xs = tirx.Select(tiny, x * const(2.0 ** 23), x)
-    bits = tirx.reinterpret(i32, xs)
-    e = tirx.Cast("float32", tirx.bitwise_and(tirx.shift_right(bits, tirx.const(23, i32)),
+    bits = _bind("bits", tirx.reinterpret(i32, tirx.Select(tiny, x * const(2.0 ** 23), x)))
+    e = tirx.Cast("float32", tirx.bitwise_and(tirx.shift_right(bits.var, tirx.const(23, i32)),
                                               tirx.const(0xFF, i32)) - tirx.const(126, i32))
     e = e - tirx.Select(tiny, const(23.0), const(0.0))
-    m = tirx.reinterpret("float32", tirx.bitwise_or(
-        tirx.bitwise_and(bits, tirx.const(0x007FFFFF, i32)), tirx.const(0x3F000000, i32)))
-    low = m < const(0.7071067811865476)  # m in [1/2, 1): to [sqrt(1/2), sqrt(2))
-    e = tirx.Select(low, e - const(1.0), e)
-    f = tirx.Select(low, m + m - const(1.0), m - const(1.0))
-    z = f * f
-    y = f * z * _horner(_LOG, f) + e * const(-2.12194440e-4) - const(0.5) * z
-    r = f + y + e * const(0.693359375)
+    m = _bind("m", tirx.reinterpret("float32", tirx.bitwise_or(
+        tirx.bitwise_and(bits.var, tirx.const(0x007FFFFF, i32)), tirx.const(0x3F000000, i32))))
+    low = m.var < const(0.7071067811865476)  # m in [1/2, 1): to [sqrt(1/2), sqrt(2))
+    e = _bind("e", tirx.Select(low, e - const(1.0), e))
+    f = _bind("f", tirx.Select(low, m.var + m.var - const(1.0), m.var - const(1.0)))
+    z = _bind("z", f.var * f.var)
+    y = f.var * z.var * _horner(_LOG, f.var) + e.var * const(-2.12194440e-4) \
+        - const(0.5) * z.var
+    r = f.var + y + e.var * const(0.693359375)
     inf = const(float("inf"))
-    return tirx.Select(tirx.all(const(0.0) < x, x < inf), r,
-                       tirx.Select(x == const(0.0), -inf,
-                                   tirx.Select(x == inf, inf, const(float("nan")))))
+    return _lets([bits, m, e, f, z], tirx.Select(
+        tirx.all(const(0.0) < x, x < inf), r,
+        tirx.Select(x == const(0.0), -inf, tirx.Select(x == inf, inf, const(float("nan"))))))
 
 
 # atan(x) = x + x^3 _ATAN(x^2) on [0, tan(pi/8)] (Cephes' atanf)
@@ -182,13 +204,14 @@ _ATAN = (-3.33329491539e-1, 1.99777106478e-1, -1.38776856032e-1, 8.05374449538e-
 
 def atan_f32(x):
     """atan of a float32 PrimExpr (read several times: bind it first), vectorisable."""
-    a = tirx.abs(x)
-    big = const(2.414213562373095) < a      # tan(3 pi / 8)
-    mid = const(0.4142135623730950) < a     # tan(pi / 8)
-    t = tirx.Select(big, const(-1.0) / a,
-                    tirx.Select(mid, (a - const(1.0)) / (a + const(1.0)), a))
+    a = _bind("a", tirx.abs(x))
+    big = const(2.414213562373095) < a.var      # tan(3 pi / 8)
+    mid = const(0.4142135623730950) < a.var     # tan(pi / 8)
+    t = _bind("t", tirx.Select(big, const(-1.0) / a.var, tirx.Select(
+        mid, (a.var - const(1.0)) / (a.var + const(1.0)), a.var)))
     base = tirx.Select(big, const(math.pi / 2), tirx.Select(mid, const(math.pi / 4),
                                                             const(0.0)))
-    z = t * t
-    r = base + (t + t * z * _horner(_ATAN, z))
-    return tirx.Select(x < const(0.0), -r, tirx.Select(x == const(0.0), x, r))
+    z = _bind("z", t.var * t.var)
+    r = base + (t.var + t.var * z.var * _horner(_ATAN, z.var))
+    return _lets([a, t, z], tirx.Select(x < const(0.0), -r,
+                                        tirx.Select(x == const(0.0), x, r)))

@@ -8,6 +8,7 @@ innermost loop is left serial, outside the fusion, for LLVM's loop vectoriser).
 from __future__ import annotations
 
 import math
+import re
 
 import tvm
 from tvm import s_tir, tirx
@@ -100,13 +101,29 @@ def _tiny(sch, loops) -> bool:
     return None not in extents and math.prod(extents) < SERIAL_BELOW
 
 
+def _let_read_twice(sch, info) -> bool:
+    """Whether ``info``'s block binds a Let (the legalizations' ``bind_once``,
+    ``passes/math_f32``) and its consumers read it more than once: inlined, the Let would
+    be copied into every read, binding one variable several times, which TVM's lowering
+    refuses (T5's relative-position buckets over a symbolic sequence: a log read twice
+    by a select) or simplifies for minutes.  Such a block keeps its own loop nest."""
+    block = sch.get(info.block_rv)
+    if "T.Let(" not in str(block.body):
+        return False
+    reads = 0
+    for c in sch.get_consumers(info.block_rv):
+        for w in block.writes:
+            reads += len(re.findall(rf"\b{re.escape(w.source.name)}\[", str(sch.get(c).body)))
+    return reads > 1
+
+
 def schedule_loops(sch, infos, target):
     """The fallback's schedule of ``sch`` (blocks ``infos`` from normalize_prim_func);
     also what ``cpu.elementwise`` applies to kernels without a reduction."""
     lanes, cores = common.lanes_fp32(target), common.cores(target)
     kept = []
     for info in reversed(infos):
-        if info is not infos[-1] and info.is_injective():
+        if info is not infos[-1] and info.is_injective() and not _let_read_twice(sch, info):
             try:
                 sch.compute_inline(info.block_rv)
                 continue
