@@ -122,6 +122,7 @@ def _cases() -> dict:
         "spacetodepth": mk([node("SpaceToDepth", ["x"], ["y"], blocksize=2)],
                            [("x", F, X4)], [("y", F, [1, 256, 28, 28])]),
         "mish": _unary("Mish", opset=18),
+        "tanh": _unary("Tanh"),
         "depthtospace": mk([node("DepthToSpace", ["x"], ["y"], blocksize=2, mode="CRD")],
                            [("x", F, X4)], [("y", F, [1, 16, 112, 112])]),
         "gemm_transA": mk([node("Gemm", ["a", "w", "b"], ["y"], transA=1)],

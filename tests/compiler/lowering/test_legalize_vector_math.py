@@ -11,6 +11,7 @@ import math
 import re
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax, s_tir, te
 
@@ -338,3 +339,27 @@ def test_atan_accuracy_and_special_values():
     assert special[0] == 0 and np.signbit(special[1]) and special[1] == 0
     assert special[2] == np.float32(np.pi / 2) and special[3] == -np.float32(np.pi / 2)
     assert np.isnan(special[4])
+
+
+@pytest.mark.parametrize("op, opset, ref", [
+    ("Tanh", 17, np.tanh),
+    ("Softplus", 17, lambda x: np.logaddexp(0, x)),
+    ("Mish", 18, lambda x: x * np.tanh(np.logaddexp(0, x)))])
+def test_tanh_softplus_mish_models(op, opset, ref):
+    """Bare Tanh, Softplus and Mish over float32: within float32 rounding of float64 over
+    [-100, 100] and the special values, and onnxruntime's values."""
+    from onnx import TensorProto, helper
+
+    import compiler
+
+    xs = np.concatenate([np.linspace(-100, 100, 4093), [0.0, -0.0, 88.8, -88.8, -20.0,
+                                                      np.inf, -np.inf, np.nan]]).astype(np.float32)
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [xs.size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [xs.size])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    got = compiler.compile(model).session().run(None, {"x": xs})[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = ref(xs.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=3e-6, atol=1e-37)
+    np.testing.assert_allclose(got, ort_run(model, {"x": xs})[0], rtol=3e-6, atol=1e-6)
