@@ -4,7 +4,13 @@ Three forms: a decomposed log(1 + exp(x)) (exp overflows: inf for x > 88 in fp32
 fp16); TVM's ONNX Softplus converter's max(x,0) + log(1 + exp(-|x|)) (no overflow, but
 log(1 + e) rounds to 0 for e below 6e-8, so softplus(-20) = 0 instead of 2.1e-9, and fp16
 loses digits even at x = -5); and R.nn.softplus (TVM computes log(1 + exp(x)) below its
-threshold).  The rewrite is one kernel using log1p, evaluating fp16 in fp32.
+threshold).  The rewrite is one kernel using log1p, evaluating fp16 in fp32.  In float32
+it is vectorisable arithmetic: ``exp_nonpositive_f32`` (``passes/math_f32``) and
+``log1p(t) = 2 atanh(t / (2 + t))`` as an odd polynomial (t in (0, 1]); within 3 ulp of
+float64 (subnormal results included).  TVM's ``log1p`` / ``exp`` are a libm call per vector
+lane: Softplus over [1, 64, 56, 56] 1.41x -> 0.06x onnxruntime, Mish 2.0x -> 0.12x (znver4).
+(``math_f32.log_f32(1 + t)`` with a rounding correction was as accurate, but TVM's lowering
+took 3 s per kernel over its nested Lets.)
 """
 
 from __future__ import annotations
@@ -12,6 +18,11 @@ from __future__ import annotations
 from tvm import te, tirx
 
 from .context import GraphPass, PassReport
+from .math_f32 import _horner, exp_nonpositive_f32
+
+# log1p(t) = 2 atanh(s), s = t / (2 + t): for t = exp(-|x|) in (0, 1], s <= 1/3 and
+# 2 (s + s^3/3 + ... + s^15/15) is within float32 rounding (the next term < 1e-8 of it)
+_ATANH2 = tuple(2.0 / (2 * k + 1) for k in range(8))
 from .dataflow import Dataflow, Match, is_float, rewrite_matches
 
 
@@ -76,9 +87,16 @@ def stable_softplus_te(x: te.Tensor, beta: float = 1.0) -> te.Tensor:
     wide = "float32" if x.dtype == "float16" else x.dtype
 
     def f(*i):
-        v = x(*i).astype(wide) * tirx.const(beta, wide)
-        y = tirx.max(v, tirx.const(0, wide)) + tirx.log1p(tirx.exp(-tirx.abs(v)))
-        return (y / tirx.const(beta, wide)).astype(x.dtype)
+        v = tirx.Var("v", wide)  # the input read once (a Let), however it was computed
+        if wide == "float32":  # vectorisable arithmetic: TVM's are libm calls per lane
+            t, s = tirx.Var("t", wide), tirx.Var("s", wide)
+            tail = tirx.Let(t, exp_nonpositive_f32(-tirx.abs(v)), tirx.Let(
+                s, t / (tirx.const(2.0, wide) + t), s * _horner(_ATANH2, s * s)))
+        else:
+            tail = tirx.log1p(tirx.exp(-tirx.abs(v)))
+        y = tirx.max(v, tirx.const(0, wide)) + tail
+        return tirx.Let(v, x(*i).astype(wide) * tirx.const(beta, wide),
+                        y / tirx.const(beta, wide)).astype(x.dtype)
 
     return te.compute(x.shape, f, name="softplus_stable")
 
