@@ -86,11 +86,12 @@ def _plain_cast(ctx):
 def float_to_int(bb, x, to: int):
     """A float tensor cast to an integer type (not bool) as TVM's Cast converter computes
     it: a non-finite element gives 0, then its int64 (int32 for types under 32 bits),
-    truncated to the type (uint64 directly); else None (the caller's converter).  One kernel reading each element once
-    (a TIR ``Let``): TVM's ``where(logical_not(isfinite(x)), 0, x)`` reads ``x`` three
-    times, and a fused kernel inlines the producer of ``x`` into each read; nested
-    selects under those reads (DeBERTa's relative-position buckets over a symbolic
-    sequence) took TVM's simplifier 18 s to lower one elementwise kernel."""
+    truncated to the type (uint64 directly); else None (the caller's converter).  One
+    kernel reading each element once (a TIR ``Let``): TVM's
+    ``where(logical_not(isfinite(x)), 0, x)`` reads ``x`` three times, and a fused kernel
+    inlines the producer of ``x`` into each read; nested selects under those reads
+    (DeBERTa's relative-position buckets over a symbolic sequence) took TVM's simplifier
+    18 s to lower one elementwise kernel."""
     from tvm import te, tirx
 
     if not isinstance(getattr(x, "ty", None), relax.TensorType) or \
