@@ -60,18 +60,13 @@ def const(v):
 
 
 class _Binding:
-    """A value a formula reads several times, bound once by a TIR ``Let`` (``_lets``): its
-    expression written into every use (``Select(low, m + m - 1, m - 1)``, Horner steps)
-    grows the tree each use, and a fused kernel that inlines the result into several reads
-    multiplies it again (DeBERTa's relative-position buckets, a log under ``isfinite``
-    selects: 20 s of LLVM for one elementwise kernel)."""
+    """A value a formula reads several times, bound once by a TIR ``Let`` (``_lets``):
+    written into every use (``Select(low, m + m - 1, m - 1)``, Horner steps) its
+    expression grows the tree at each use, and a fused kernel that inlines the result into
+    several reads multiplies it again (the Log kernel's TIR is about 5x smaller bound)."""
 
     def __init__(self, name, value):
         self.var, self.value = tirx.Var(name, str(value.ty)), value
-
-
-def _bind(name, value) -> _Binding:
-    return _Binding(name, value)
 
 
 def _lets(bindings, body):
@@ -179,16 +174,16 @@ def log_f32(x):
     """log of a float32 PrimExpr (read several times: bind it first), vectorisable."""
     i32 = "int32"
     tiny = x < const(_FLT_MIN)  # subnormals scaled to normal (zero, negatives, NaN: below)
-    bits = _bind("bits", tirx.reinterpret(i32, tirx.Select(tiny, x * const(2.0 ** 23), x)))
+    bits = _Binding("bits", tirx.reinterpret(i32, tirx.Select(tiny, x * const(2.0 ** 23), x)))
     e = tirx.Cast("float32", tirx.bitwise_and(tirx.shift_right(bits.var, tirx.const(23, i32)),
                                               tirx.const(0xFF, i32)) - tirx.const(126, i32))
     e = e - tirx.Select(tiny, const(23.0), const(0.0))
-    m = _bind("m", tirx.reinterpret("float32", tirx.bitwise_or(
+    m = _Binding("m", tirx.reinterpret("float32", tirx.bitwise_or(
         tirx.bitwise_and(bits.var, tirx.const(0x007FFFFF, i32)), tirx.const(0x3F000000, i32))))
     low = m.var < const(0.7071067811865476)  # m in [1/2, 1): to [sqrt(1/2), sqrt(2))
-    e = _bind("e", tirx.Select(low, e - const(1.0), e))
-    f = _bind("f", tirx.Select(low, m.var + m.var - const(1.0), m.var - const(1.0)))
-    z = _bind("z", f.var * f.var)
+    e = _Binding("e", tirx.Select(low, e - const(1.0), e))
+    f = _Binding("f", tirx.Select(low, m.var + m.var - const(1.0), m.var - const(1.0)))
+    z = _Binding("z", f.var * f.var)
     y = f.var * z.var * _horner(_LOG, f.var) + e.var * const(-2.12194440e-4) \
         - const(0.5) * z.var
     r = f.var + y + e.var * const(0.693359375)
@@ -198,20 +193,33 @@ def log_f32(x):
         tirx.Select(x == const(0.0), -inf, tirx.Select(x == inf, inf, const(float("nan"))))))
 
 
+# log1p(t) = 2 atanh(s), s = t / (2 + t): for t in [0, 1], s <= 1/3 and
+# 2 (s + s^3/3 + ... + s^15/15) is within float32 rounding (the next term < 1e-8 of it)
+_ATANH2 = tuple(2.0 / (2 * k + 1) for k in range(8))
+
+
+def log1p_unit_f32(t):
+    """log(1 + t) of a float32 PrimExpr ``t`` in [0, 1] (read once), vectorisable: ``2
+    atanh(t / (2 + t))`` as an odd polynomial (the stable softplus's ``log1p(exp(-|x|))``;
+    within 3 ulp of float64 there)."""
+    s = _Binding("s", t / (const(2.0) + t))
+    return _lets([s], s.var * _horner(_ATANH2, s.var * s.var))
+
+
 # atan(x) = x + x^3 _ATAN(x^2) on [0, tan(pi/8)] (Cephes' atanf)
 _ATAN = (-3.33329491539e-1, 1.99777106478e-1, -1.38776856032e-1, 8.05374449538e-2)
 
 
 def atan_f32(x):
     """atan of a float32 PrimExpr (read several times: bind it first), vectorisable."""
-    a = _bind("a", tirx.abs(x))
+    a = _Binding("a", tirx.abs(x))
     big = const(2.414213562373095) < a.var      # tan(3 pi / 8)
     mid = const(0.4142135623730950) < a.var     # tan(pi / 8)
-    t = _bind("t", tirx.Select(big, const(-1.0) / a.var, tirx.Select(
+    t = _Binding("t", tirx.Select(big, const(-1.0) / a.var, tirx.Select(
         mid, (a.var - const(1.0)) / (a.var + const(1.0)), a.var)))
     base = tirx.Select(big, const(math.pi / 2), tirx.Select(mid, const(math.pi / 4),
                                                             const(0.0)))
-    z = _bind("z", t.var * t.var)
+    z = _Binding("z", t.var * t.var)
     r = base + (t.var + t.var * z.var * _horner(_ATAN, z.var))
     return _lets([a, t, z], tirx.Select(x < const(0.0), -r,
                                         tirx.Select(x == const(0.0), x, r)))

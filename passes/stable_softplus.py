@@ -18,12 +18,8 @@ from __future__ import annotations
 from tvm import te, tirx
 
 from .context import GraphPass, PassReport
-from .math_f32 import _horner, exp_nonpositive_f32
-
-# log1p(t) = 2 atanh(s), s = t / (2 + t): for t = exp(-|x|) in (0, 1], s <= 1/3 and
-# 2 (s + s^3/3 + ... + s^15/15) is within float32 rounding (the next term < 1e-8 of it)
-_ATANH2 = tuple(2.0 / (2 * k + 1) for k in range(8))
 from .dataflow import Dataflow, Match, is_float, rewrite_matches
+from .math_f32 import exp_nonpositive_f32, log1p_unit_f32
 
 
 class StableSoftplus(GraphPass):
@@ -89,9 +85,8 @@ def stable_softplus_te(x: te.Tensor, beta: float = 1.0) -> te.Tensor:
     def f(*i):
         v = tirx.Var("v", wide)  # the input read once (a Let), however it was computed
         if wide == "float32":  # vectorisable arithmetic: TVM's are libm calls per lane
-            t, s = tirx.Var("t", wide), tirx.Var("s", wide)
-            tail = tirx.Let(t, exp_nonpositive_f32(-tirx.abs(v)), tirx.Let(
-                s, t / (tirx.const(2.0, wide) + t), s * _horner(_ATANH2, s * s)))
+            t = tirx.Var("t", wide)
+            tail = tirx.Let(t, exp_nonpositive_f32(-tirx.abs(v)), log1p_unit_f32(t))
         else:
             tail = tirx.log1p(tirx.exp(-tirx.abs(v)))
         y = tirx.max(v, tirx.const(0, wide)) + tail

@@ -18,6 +18,7 @@ import numpy as np
 from onnx import TensorProto, helper
 from tvm import relax
 
+from ...lowering.legalize_nan import bind_once
 from .common import constant_value, dtype_of, refuse, static_shape
 from ..narrow_types import decode, encode, fmt_of
 from ..registry import previous, register_op
@@ -105,12 +106,11 @@ def float_to_int(bb, x, to: int):
     # undefined in ONNX; on x86 it gives what onnxruntime's static_cast gives there)
     wide = "uint64" if want.name == "uint64" else "int64" if want.itemsize >= 4 else "int32"
 
-    def elem(a, i):
-        v = tirx.Var("v", src)
-        return tirx.Let(v, a(*i), tirx.Cast(wide, tirx.Select(
-            tirx.isfinite(v), v, tirx.const(0, src))))
+    def elem(v):
+        return tirx.Cast(wide, tirx.Select(tirx.isfinite(v), v, tirx.const(0, src)))
 
-    y = bb.emit_te(lambda a: te.compute(a.shape, lambda *i: elem(a, i), name="float_to_int"),
+    y = bb.emit_te(lambda a: te.compute(a.shape, lambda *i: bind_once(a, i, elem),
+                                        name="float_to_int"),
                    x, primfunc_name_hint="float_to_int")
     return y if want.name == wide else bb.emit(relax.op.astype(y, want.name))
 
