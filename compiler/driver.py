@@ -148,7 +148,7 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     load_warnings: list = []  # free text read with escapes (loader.check_text)
     proto, onnx_folded, graph = _front(model, ctx, stage, load_warnings, dims)
-    ranges = resolve_ranges(graph.dim_names, dims, where)
+    ranges = resolve_ranges(graph.dim_names, dims, where, graph.dim_caps)
     if ranges and tinfo.is_cuda:
         raise CompileError(f"{where}: symbolic dims {graph.dim_names} on a CUDA target: the "
                            "device runtime plans static shapes only; give input_shapes=")
@@ -166,8 +166,9 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
     at_opt = {d["name"]: d["opt"] for d in ranges}
     if ranges:
         flops_at(graph, at_opt)
-        # rules read each dim's opt (a decoder's seq opt 1: one-row attention kernels)
-        graph.prim_funcs = annotate_dim_opt(graph.prim_funcs, at_opt)
+        # rules read each dim's opt (a decoder's seq opt 1: one-row attention kernels); the
+        # build asserts each dim's range to TVM's lowering (lowering/assume_dim_ranges.py)
+        graph.prim_funcs = annotate_dim_opt(graph.prim_funcs, at_opt, _min_max(ranges))
         # one-row matmuls (seq opt 1) get a padded-tile variant for prompts
         row_variants = stage("row_variants", add_row_variants, graph,
                              _padded_rows(pass_config), graph.dim_names)
@@ -248,6 +249,10 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         f"dim {d['name']!r} has no declared range: default {d['min']}..{d['max']} (arena "
         f"planned for {d['max']}); declare it with --dim {d['name']}=MIN..MAX[:OPT]"
         for d in ranges if not d["declared"]]
+    report["warnings"] += [
+        f"dim {d['name']!r} compiled for {d['min']}..{d['max']}, not up to "
+        f"{d['narrowed']['max']}: {d['narrowed']['why']} (run() refuses larger values)"
+        for d in ranges if "narrowed" in d]
     cm = CompiledModel(kernels, meta, payload, report, toolchain=tinfo.toolchain)
 
     def rebuild(p, other_target):
@@ -286,7 +291,8 @@ def _loop_decision(model, graph, ranges: list, rows_config, ctx_args: dict,
         one = {d["name"]: (d["min"], d["max"], max(d["min"], 1)) for d in ranges}
         ctx = passes.PassContext(config=_one_row_dims(one, rows_config), **ctx_args)
         _, _, at_one = _front(model, ctx, _Stages(where), [], one)
-        found = loop_dim(at_one, resolve_ranges(at_one.dim_names, one, where))
+        found = loop_dim(at_one, resolve_ranges(at_one.dim_names, one, where,
+                                                at_one.dim_caps))
         loop = next((d for d in ranges if found and d["name"] == found["name"]), None)
     return loop
 
@@ -406,6 +412,11 @@ def _int8_dot(tinfo, pass_config) -> dict:
     vectors = 4 if common.vector_registers(target) >= 32 else 2
     config["pack_int_matmul"].setdefault("panel", vectors * common.lanes_fp32(target))
     return config
+
+
+def _min_max(ranges: list) -> dict:
+    """{dim: (min, max)} of ``resolve_ranges``' list."""
+    return {d["name"]: (d["min"], d["max"]) for d in ranges}
 
 
 def _padded_rows(pass_config) -> int:
@@ -552,8 +563,10 @@ def _front(model, ctx, stage: _Stages, warnings: list | None = None, dims=None):
     the model compiles per shape (``frontend/lenient.py`` says why).  The declared ranges
     bound the dims wherever shapes are reasoned about (``shape_arith.declared_ranges``).
     """
-    with declared_ranges(dims):
-        return _front_in_ranges(model, ctx, stage, warnings, dims)
+    with declared_ranges(dims) as caps:
+        proto, onnx_folded, graph = _front_in_ranges(model, ctx, stage, warnings, dims)
+    graph.dim_caps = dict(caps)
+    return proto, onnx_folded, graph
 
 
 def _front_in_ranges(model, ctx, stage: _Stages, warnings: list | None, dims):
@@ -812,7 +825,7 @@ def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_
                              required=required_passes, config=pass_config, dump_ir=dump_ir)
     dims = _build_only.get("dims")
     proto, _, graph = _front(model, ctx, _Stages(model_label(model)), dims=dims)
-    ranges = resolve_ranges(graph.dim_names, dims, model_label(model))
+    ranges = resolve_ranges(graph.dim_names, dims, model_label(model), graph.dim_caps)
     if ranges and _build_only.get("batch_loop", True) and tinfo.is_cpu:
         loop = _loop_decision(model, graph, ranges, rows_config,
                               dict(opt_level=opt_level, disabled=disabled_passes,
@@ -824,7 +837,8 @@ def _front_only(model, target, opt_level: int = 3, disabled_passes=(), required_
                                            "dims": _loop_dims(loop, ranges)})
     if ranges:  # the rules read each dim's opt, as in compile_static()
         graph.prim_funcs = annotate_dim_opt(graph.prim_funcs,
-                                            {d["name"]: d["opt"] for d in ranges})
+                                            {d["name"]: d["opt"] for d in ranges},
+                                            _min_max(ranges))
     return tinfo, ctx, graph
 
 

@@ -13,6 +13,12 @@ class UnsupportedError(CompileError):
     """The model uses operators, types or shapes this compiler does not support (yet)."""
 
 
+class DimRangeError(UnsupportedError):
+    """A symbolic dim's range (declared with ``--dim`` / ``dims=``, else the default) holds
+    values the model cannot run at; the message names the range that it can.  Never
+    deferred to a compile per shape: a concrete shape would not make the range valid."""
+
+
 class CompileCrashError(CompileError):
     """The compile process died of a signal (a crash in TVM, LLVM or a converter).
 

@@ -26,7 +26,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import driver
-from .errors import CompileError, ModelError
+from .errors import CompileError, DimRangeError, ModelError
 from .frontend.importer import graph_inputs, refuse_unsupported
 
 # Integer inputs up to this many elements may be bound as values (shapes, axes, pads).
@@ -206,7 +206,7 @@ def compile_in_process(model, target="host", *, input_shapes=None, input_values=
         cm = driver.compile_static(model, target, **kwargs)
         cm.report["warnings"] = notes + cm.report["warnings"]
         return cm
-    except (ModelError, TypeError, ValueError):
+    except (ModelError, DimRangeError, TypeError, ValueError):
         raise
     except CompileError as e:
         notes = []
@@ -258,7 +258,24 @@ class DynamicModel:
         raise CompileError(
             f"cannot export one artifact: the model needs concrete input shapes or values "
             f"({self.report['why']}); compile with input_shapes={{...}} and, for inputs that "
-            "determine shapes, input_values={...}")
+            "determine shapes, input_values={...}" + self._range_hint())
+
+    def _range_hint(self) -> str:
+        """A hint naming the symbolic dims compiled at the default range: a model whose
+        shapes hold only over some values (a wav2vec2 needs 400+ samples for one frame)
+        fails over 1..128 and may compile over the range it runs at."""
+        from .lowering.symbolic import DEFAULT_MAX, DEFAULT_MIN
+
+        declared = set(self.kwargs.get("dims") or {})
+        undeclared = sorted({d for _, dims, _ in self.inputs for d in dims
+                             if isinstance(d, str) and d not in declared})
+        if not undeclared:
+            return ""
+        flags = " ".join(f"--dim {d}=MIN..MAX" for d in undeclared)
+        return (f"; or declare the range of each symbolic dim ({flags}; API dims=): "
+                f"{', '.join(undeclared)} were compiled over the default "
+                f"{DEFAULT_MIN}..{DEFAULT_MAX}, which may hold values the model does not "
+                "support")
 
     def session(self, options=None) -> "SpecializingSession":
         return SpecializingSession(self, options)

@@ -95,9 +95,9 @@ def workload_hash(func) -> str:
     """
     import tvm_ffi
 
-    # the opts: compiler/lowering/symbolic.py; the element-aligned parameters (set on the
-    # kernels reading model inputs, applied after scheduling): input_alignment.py
-    for attr in ("global_symbol", "onnxc.dim_opt", "onnxc.element_aligned"):
+    # the opts and ranges: compiler/lowering/symbolic.py; the element-aligned parameters (set
+    # on the kernels reading model inputs, applied after scheduling): input_alignment.py
+    for attr in ("global_symbol", "onnxc.dim_opt", "onnxc.dim_range", "onnxc.element_aligned"):
         if func.attrs is not None and attr in func.attrs:
             func = func.without_attr(attr)
     return format(tvm_ffi.structural_hash(func) & (2**64 - 1), "016x")
@@ -387,9 +387,9 @@ def private_copy(func):
     """
     import tvm
 
-    # the opts: compiler/lowering/symbolic.py.  The element-aligned parameters stay: the
-    # build applies them to the tuned kernel too (compiler/lowering/input_alignment.py)
-    for attr in ("global_symbol", "onnxc.dim_opt"):
+    # the opts and ranges: compiler/lowering/symbolic.py.  The element-aligned parameters
+    # stay: the build applies them to the tuned kernel too (lowering/input_alignment.py)
+    for attr in ("global_symbol", "onnxc.dim_opt", "onnxc.dim_range"):
         if func.attrs is not None and attr in func.attrs:
             func = func.without_attr(attr)
     return tvm.ir.load_json(tvm.ir.save_json(func)).with_attr("global_symbol", "main")

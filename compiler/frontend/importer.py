@@ -304,6 +304,10 @@ class _Importer(_importer_base()):
             try:
                 out = convert(self.bb, inputs, attr, ctx)
                 if isinstance(out, relax.Expr):
+                    if node.op_type == "Slice":
+                        from . import shape_arith
+
+                        out = shape_arith.check_slice_bounds(out, f"{self.where}: {label}")
                     out = _fold_shape_arithmetic(self.bb.normalize(out))
                     out = _proved_broadcast(self.bb, out)
             except CompileError as e:

@@ -30,6 +30,8 @@ _INT_TYPES = {"int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "u
 # {dim name: (min, max)} of the ranges the caller declared (``dims=``), while importing
 # (``declared_ranges``): what the analyzer may assume of each dim beyond ">= 1"
 _RANGES: contextvars.ContextVar = contextvars.ContextVar("dim_ranges", default={})
+# {dim name: (largest value the model runs at, why)} found while importing (Slice bounds)
+_CAPS: contextvars.ContextVar = contextvars.ContextVar("dim_caps", default=None)
 
 
 @contextlib.contextmanager
@@ -37,12 +39,47 @@ def declared_ranges(ranges: dict | None):
     """Import with the dims' declared ``{name: (min, max, ...)}`` known to the shape
     arithmetic (a wav2vec2 export's positional conv is sliced to
     ``min(max(n, 0), n + 1)`` frames, ``n`` only when the samples give at least one
-    frame: true over the declared range, not for every sample count >= 1)."""
+    frame: true over the declared range, not for every sample count >= 1).  Yields the
+    caps the import finds: ``{dim: (largest value, why)}`` (``check_slice_bounds``)."""
+    caps: dict = {}
     token = _RANGES.set({k: (int(v[0]), int(v[1])) for k, v in (ranges or {}).items()})
+    caps_token = _CAPS.set(caps)
     try:
-        yield
+        yield caps
     finally:
+        _CAPS.reset(caps_token)
         _RANGES.reset(token)
+
+
+def declared_range_of(*exprs) -> dict:
+    """{dim name: (min, max)} of the dims in ``exprs``: declared (``declared_ranges``),
+    else the default range (``lowering/symbolic.py``)."""
+    from tvm import tirx
+
+    from ..lowering.symbolic import DEFAULT_MAX, DEFAULT_MIN
+
+    ranges, out = _RANGES.get(), {}
+    for e in exprs:
+        if not isinstance(e, (int, np.integer, tirx.IntImm)):
+            for v in tirx.analysis.undefined_vars(e):
+                out[v.name] = ranges.get(v.name, (DEFAULT_MIN, DEFAULT_MAX))
+    return out
+
+
+def bounded_analyzer(*exprs):
+    """An Analyzer that knows each dim in ``exprs`` lies in ``declared_range_of``: the
+    range run() will accept, the default one for a dim not declared."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer, ConstIntBound
+
+    ana = Analyzer()
+    for name, (lo, hi) in declared_range_of(*exprs).items():
+        for e in exprs:
+            for v in ([] if isinstance(e, (int, np.integer, tirx.IntImm))
+                      else tirx.analysis.undefined_vars(e)):
+                if v.name == name:
+                    ana.update(v, ConstIntBound(int(lo), int(hi)), override=True)
+    return ana
 
 
 def analyzer(*exprs):
@@ -564,3 +601,85 @@ def arange(bb, start, limit, delta, dtype: str):
         return te.compute([n], lambda i: (first + i * step).astype(dtype), name="range")
 
     return _emit_te(bb, build, [s], "range")
+
+
+def check_slice_bounds(out, label: str):
+    """``out`` (a converted Slice), its symbolic bounds kept within the static axes.
+
+    TVM's converter reads symbolic starts / ends as in bounds (``assume_inbound``: ONNX
+    clamps them to the axis, TVM does not), so ``position_ids[:, :seq]`` of CLIP's
+    77-entry table is ``seq`` long and read past the table for ``seq > 77``: garbage
+    positions, then a crash in the embedding gather (onnxruntime refuses such an input at
+    the add after it).  Where the dims' ranges (declared, else the default one) let a bound
+    of one dim pass the axis, the largest value that keeps it within is recorded as the
+    dim's cap (``declared_ranges`` yields them; ``lowering/symbolic.resolve_ranges``
+    narrows the range to it and the compile warns); a bound no such cap keeps within is
+    refused."""
+    from tvm import relax, tirx
+
+    from ..errors import DimRangeError
+
+    if not (isinstance(out, relax.Call) and getattr(out.op, "name", "") == "relax.strided_slice"
+            and bool(out.attrs.assume_inbound)):
+        return out
+    dims = getattr(getattr(getattr(out.args[0], "ty", None), "shape", None), "values", None)
+    if dims is None:
+        return out
+    axes, begins, ends, steps = [int(a) for a in out.args[1]], *(list(t) for t in out.args[2:])
+    caps = _CAPS.get()
+    for k, axis in enumerate(axes):
+        size, step = dims[axis], steps[k]
+        if not (isinstance(size, tirx.IntImm) and isinstance(step, tirx.IntImm)
+                and int(step) > 0):
+            continue
+        for bound in (begins[k], ends[k]):
+            if isinstance(bound, tirx.IntImm):
+                continue
+            ana = bounded_analyzer(bound)
+            if ana.can_prove(bound <= size) or not ana.can_prove(bound >= 0):
+                continue
+            fit = _largest_fitting(bound, int(size))
+            if fit is not None and caps is not None:
+                name, largest = fit
+                why = (f"{label} slices axis {axis} ({int(size)} elements) up to {bound}, "
+                       f"past its end for {name} > {largest}")
+                if name not in caps or largest < caps[name][0]:
+                    caps[name] = (largest, why)
+                continue
+            ranges = ", ".join(f"{n}={lo}..{hi}" for n, (lo, hi) in
+                               declared_range_of(bound).items())
+            raise DimRangeError(
+                f"{label}: its bound {bound} on axis {axis} can pass the axis' {int(size)} "
+                f"elements over {ranges} (ONNX clamps it there, and the shapes after it "
+                "no longer agree); declare ranges that keep it within (--dim NAME=MIN..MAX, "
+                "API: dims=)")
+    return out
+
+
+def _largest_fitting(bound, size: int):
+    """(dim, its largest value with ``bound <= size``) for a bound of one dim that does not
+    shrink as it grows, if its min fits; else None."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    dims = tirx.analysis.undefined_vars(bound)
+    if len(dims) != 1:
+        return None
+    v = dims[0]
+    lo, hi = declared_range_of(bound)[v.name]
+
+    def at(x):
+        ana = Analyzer()
+        ana.bind(v, tirx.IntImm(str(v.ty), x))
+        e = ana.simplify(bound)
+        return int(e) if isinstance(e, tirx.IntImm) else None
+
+    if at(lo) is None or at(lo) > size:
+        return None
+    while lo < hi:  # bisect for the last value within the axis
+        mid = (lo + hi + 1) // 2
+        value = at(mid)
+        if value is None:
+            return None
+        lo, hi = (mid, hi) if value <= size else (lo, mid - 1)
+    return v.name, lo

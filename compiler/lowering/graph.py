@@ -81,6 +81,9 @@ class KernelGraph:
     checked: dict = field(default_factory=dict)    # "<kernel>__checked" -> PrimFunc
     onnx_outputs: list = field(default_factory=list)  # [[output tensor name]] per ONNX node
     dim_names: list = field(default_factory=list)  # symbolic input dims, in first-use order
+    # {dim: (largest value, why)}: a dim the model is valid only up to (the import's Slice
+    # bounds, frontend/shape_arith.check_slice_bounds); the driver narrows its range
+    dim_caps: dict = field(default_factory=dict)
     # concats by placement (place_concats): tensor -> (group id, byte offset in the group)
     placed: dict = field(default_factory=dict)
     concats: dict = field(default_factory=dict)    # {"placed": [...], "kernels": [...]}

@@ -40,6 +40,8 @@ import shutil
 import signal
 import tempfile
 
+log = logging.getLogger("onnxc")
+
 ENV_WORKERS = "ONNXC_BUILD_WORKERS"
 MAX_WORKERS = 2  # the build machines have 2 cores; more groups would only contend
 MIN_KERNELS = 8  # below this a fork costs more than it saves
@@ -68,15 +70,30 @@ def compile_kernels(mod, target):
     """
     import tvm
 
+    from .assume_dim_ranges import assume_dim_ranges
     from .input_alignment import relax
 
     mod = relax(mod)
     current = tvm.transform.PassContext.current()
     config = {**dict(current.config), "tirx.disable_assert": not kernel_asserts()}
-    with tvm.transform.PassContext(opt_level=current.opt_level, config=config,
-                                   required_pass=list(current.required_pass),
-                                   disabled_pass=list(current.disabled_pass)):
-        return tvm.compile(mod, target=target)
+
+    def build(m):
+        with tvm.transform.PassContext(opt_level=current.opt_level, config=config,
+                                       required_pass=list(current.required_pass),
+                                       disabled_pass=list(current.disabled_pass),
+                                       instruments=list(current.instruments)):
+            return tvm.compile(m, target=target)
+
+    stated = assume_dim_ranges(mod)
+    if stated is mod:
+        return build(mod)
+    try:
+        return build(stated)
+    except Exception as e:  # noqa: BLE001 - TVM's analysis with the ranges known, not ours
+        # the ranges only speed up the lowering: build as before rather than fail
+        log.info("kernels built again without their dims' ranges (TVM failed with them: %s)",
+                 str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__)
+        return build(assume_dim_ranges(mod, state=False))
 
 
 def build_workers() -> int:

@@ -8,7 +8,9 @@ kernels.  Here:
   :data:`DEFAULT_RANGE` (reported as not declared);
 * :func:`annotate_dim_opt`: each kernel over symbolic dims carries their ``opt`` values
   (attribute :data:`DIM_OPT_ATTR`), so a schedule rule can pick the schedule for the size
-  it will mostly run at (a decoder compiled with ``seq`` opt 1: its one-token steps);
+  it will mostly run at (a decoder compiled with ``seq`` opt 1: its one-token steps), and
+  their ranges (:data:`DIM_RANGE_ATTR`), which the build states to TVM's lowering
+  (``assume_dim_ranges.py``);
 * :func:`expr_text`: a TIR shape expression as the runtime's expression text
   (``runtime/dims.py``), refusing what the runtime could not bind;
 * :func:`monotone`: whether a size expression never shrinks when a dim grows.  The arena is
@@ -32,6 +34,8 @@ DEFAULT_RANGE = (DEFAULT_MIN, DEFAULT_MAX, DEFAULT_MAX)
 
 # The kernel attribute {dim name: opt} that annotate_dim_opt sets (left out of tuning keys).
 DIM_OPT_ATTR = "onnxc.dim_opt"
+# ... and {dim name: [min, max]}: asserted at the build (assume_dim_ranges.py), not keyed
+DIM_RANGE_ATTR = "onnxc.dim_range"
 
 
 def parse_dim_option(text: str) -> tuple[str, tuple]:
@@ -50,12 +54,16 @@ def parse_dim_option(text: str) -> tuple[str, tuple]:
     return name, (lo, hi, opt)
 
 
-def resolve_ranges(names: list, declared: dict | None, where: str = "model") -> list[dict]:
+def resolve_ranges(names: list, declared: dict | None, where: str = "model",
+                   caps: dict | None = None) -> list[dict]:
     """[{name, min, max, opt, declared}] for the model's symbolic dims, in first-use order.
 
     ``declared``: {name: (min, max) or (min, max, opt)}.  A name the model does not have is
     refused (a typo would otherwise silently keep the default).  Bad ranges raise
-    ValueError (a bad argument, as ``input_shapes=`` does: never deferred to run time)."""
+    ValueError (a bad argument, as ``input_shapes=`` does: never deferred to run time).
+    ``caps``: {name: (largest value, why)} the import found the model valid up to
+    (``frontend/shape_arith.check_slice_bounds``): a range above one is narrowed to it
+    (max, and opt if above), the entry's ``narrowed`` giving the asked max and why."""
     declared = dict(declared or {})
     unknown = sorted(set(declared) - set(names))
     if unknown:
@@ -80,6 +88,11 @@ def resolve_ranges(names: list, declared: dict | None, where: str = "model") -> 
         else:
             lo, hi, opt = DEFAULT_RANGE
             out.append({"name": name, "min": lo, "max": hi, "opt": opt, "declared": False})
+        cap, why = (caps or {}).get(name, (None, None))
+        if cap is not None and out[-1]["max"] > cap:
+            d = out[-1]
+            d["narrowed"] = {"max": d["max"], "why": why}
+            d["max"], d["opt"] = cap, min(d["opt"], cap)
     return out
 
 
@@ -146,9 +159,11 @@ def monotone(e) -> bool:
     return False
 
 
-def annotate_dim_opt(prim_funcs: dict, at_opt: dict) -> dict:
+def annotate_dim_opt(prim_funcs: dict, at_opt: dict, ranges: dict | None = None) -> dict:
     """``prim_funcs`` with :data:`DIM_OPT_ATTR` ``{dim: opt}`` on each kernel whose buffer
-    shapes or scalar parameters use dims of ``at_opt`` (the others unchanged)."""
+    shapes or scalar parameters use dims of ``at_opt`` (the others unchanged), and
+    :data:`DIM_RANGE_ATTR` ``{dim: [min, max]}`` of those in ``ranges`` ({dim: (min,
+    max)})."""
     import tvm
     from tvm import tirx
 
@@ -166,6 +181,11 @@ def annotate_dim_opt(prim_funcs: dict, at_opt: dict) -> dict:
                              if v.name in at_opt}
                 except tvm.error.InternalError:  # no expression (a scalar's shape)
                     pass
-        out[name] = (f.with_attr(DIM_OPT_ATTR, {n: at_opt[n] for n in sorted(used)})
-                     if used else f)
+        if used:
+            f = f.with_attr(DIM_OPT_ATTR, {n: at_opt[n] for n in sorted(used)})
+            bounded = {n: [int(ranges[n][0]), int(ranges[n][1])]
+                       for n in sorted(used) if n in (ranges or {})}
+            if bounded:
+                f = f.with_attr(DIM_RANGE_ATTR, bounded)
+        out[name] = f
     return out

@@ -206,3 +206,20 @@ def test_only_shape_determining_inputs_are_bound():
     assert len(sess.reports) == 2  # one variant per shape value, not per x
     for r in sess.reports:  # the CumSum kernel ran on x
         assert r["constant_outputs"] == [] and r["kernels"] >= 1
+
+
+def test_export_refusal_names_the_dims_left_at_the_default_range():
+    """A model that does not compile over its symbolic dims' default range (a wav2vec2
+    export needs 400+ samples for one frame) is told to declare their ranges too, naming
+    the undeclared dims; a declared dim is not named."""
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(compiler.CompileError, match=r"--dim n=MIN\.\.MAX.*default 1\.\.128"):
+        compiler.compile(m).export("never.so")
+    with pytest.raises(compiler.CompileError) as e:
+        compiler.compile(m, dims={"n": (1, 4)}).export("never.so")
+    assert "--dim" not in str(e.value)

@@ -349,12 +349,13 @@ def test_cli_dim_option(tmp_path):
 
 
 def test_annotate_dim_opt_names_the_dims_each_kernel_uses():
-    """Each kernel over symbolic dims carries their opt values (buffer shapes and scalar
-    dim parameters); a static kernel is left as it is; tuning keys ignore the attribute."""
+    """Each kernel over symbolic dims carries their opt values and ranges (buffer shapes
+    and scalar dim parameters); a static kernel is left as it is; tuning keys ignore the
+    attributes."""
     import tvm
     from tvm import te, tirx
 
-    from compiler.lowering.symbolic import DIM_OPT_ATTR, annotate_dim_opt
+    from compiler.lowering.symbolic import DIM_OPT_ATTR, DIM_RANGE_ATTR, annotate_dim_opt
     from schedules.database import workload_hash
 
     seq, past = tirx.Var("seq", "int64"), tirx.Var("past", "int64")
@@ -365,9 +366,14 @@ def test_annotate_dim_opt_names_the_dims_each_kernel_uses():
     c = te.placeholder((past + 1,), name="c")
     shifted = te.create_prim_func([c, te.compute((past + 1,), lambda i: c[i])])
     out = annotate_dim_opt({"sym": sym, "static": static, "shifted": shifted},
-                           {"seq": 1, "past": 512, "batch": 4})
+                           {"seq": 1, "past": 512, "batch": 4},
+                           {"seq": (1, 64), "past": (0, 512)})
     assert dict(out["sym"].attrs[DIM_OPT_ATTR]) == {"seq": 1}
     assert dict(out["shifted"].attrs[DIM_OPT_ATTR]) == {"past": 512}
+    # ... and their ranges, which the build asserts (lowering/assume_dim_ranges.py)
+    assert {k: list(v) for k, v in out["sym"].attrs[DIM_RANGE_ATTR].items()} == {"seq": [1, 64]}
+    assert {k: list(v) for k, v in out["shifted"].attrs[DIM_RANGE_ATTR].items()} == \
+        {"past": [0, 512]}
     assert out["static"].same_as(static)
     assert workload_hash(out["sym"]) == workload_hash(sym)
     assert isinstance(out["sym"], tvm.tirx.PrimFunc)

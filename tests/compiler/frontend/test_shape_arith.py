@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import compiler
+from runtime.dims import DimError
 
 F = TensorProto.FLOAT
 
@@ -48,3 +50,81 @@ def test_tile_by_symbolic_repeats_keeps_the_batch_dim():
         got, want = sess.run(None, {"q4": x})[0], ref.run(None, {"q4": x})[0]
         assert got.shape == want.shape == (batch * 2, 5, 4)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _clip_embeddings():
+    """CLIP's text embeddings as transformers exports them: ``position_ids[:, :seq]`` of a
+    77-entry table (a Slice whose end is the input's Shape), gathered and added to the
+    token embeddings, then a quick-GELU MLP (``x * sigmoid(1.702 x)``) over the symbolic
+    batch and sequence."""
+    rng = np.random.default_rng(0)
+    c = lambda n, v: numpy_helper.from_array(np.asarray(v), n)  # noqa: E731
+    inits = [c("tok", rng.standard_normal((50, 16)).astype(np.float32)),
+             c("pos", rng.standard_normal((77, 16)).astype(np.float32)),
+             c("position_ids", np.arange(77, dtype=np.int64)[None]),
+             c("w", rng.standard_normal((16, 32)).astype(np.float32)),
+             c("k", np.array(1.702, np.float32)), c("zero", np.array([0], np.int64)),
+             c("one", np.array([1], np.int64))]
+    nodes = [helper.make_node("Shape", ["ids"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["seq"], axis=0),
+             helper.make_node("Slice", ["position_ids", "zero", "seq", "one"], ["pids"],
+                              name="pos_slice"),
+             helper.make_node("Gather", ["tok", "ids"], ["te"]),
+             helper.make_node("Gather", ["pos", "pids"], ["pe"]),
+             helper.make_node("Add", ["te", "pe"], ["e"]),
+             helper.make_node("MatMul", ["e", "w"], ["h"]),
+             helper.make_node("Mul", ["h", "k"], ["hk"]),
+             helper.make_node("Sigmoid", ["hk"], ["g"]),
+             helper.make_node("Mul", ["h", "g"], ["y"])]
+    g = helper.make_graph(nodes, "clip_emb",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64,
+                                                         ["batch", "seq"])],
+                          [helper.make_tensor_value_info("y", F, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_slice_bound_past_a_static_axis_narrows_the_dim():
+    """TVM's Slice converter takes a symbolic end as in bounds: compiled for seq up to 512,
+    ``position_ids[:, :seq]`` read past CLIP's 77 positions and the gather after it
+    crashed the process at seq 128 (onnxruntime refuses that input).  The dim's range,
+    declared or the default one, is narrowed to the 77 the model runs at, with a warning
+    naming the node; run() refuses 78 saying why; within, the outputs match."""
+    m = _clip_embeddings()
+    for dims, asked in (({"batch": (1, 4, 1), "seq": (1, 512, 128)}, 512), (None, 128)):
+        cm = compiler.compile(m, dims=dims)
+        seq = next(d for d in cm.report["dims"] if d["name"] == "seq")
+        assert (seq["min"], seq["max"], seq["opt"]) == (1, 77, 77)
+        assert seq["narrowed"]["max"] == asked
+        (warning,) = [w for w in cm.report["warnings"] if "not up to" in w]
+        assert "'pos_slice'" in warning and "seq > 77" in warning
+    sess, ref = cm.session(), ort.InferenceSession(m.SerializeToString())
+    for batch, seq in ((1, 1), (3, 13), (4, 77)):
+        ids = np.random.default_rng(seq).integers(0, 50, (batch, seq)).astype(np.int64)
+        np.testing.assert_allclose(sess.run(None, {"ids": ids})[0],
+                                   ref.run(None, {"ids": ids})[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(DimError, match=r"'seq' = 78, above the 77 .*'pos_slice'"):
+        sess.run(None, {"ids": np.zeros((1, 78), np.int64)})
+
+
+def test_a_slice_bound_of_two_dims_past_a_static_axis_is_refused():
+    """``mask[:, past : past + seq]`` of a 64-wide buffer over past 0..64 and seq 1..16
+    can pass it, and no one dim's range keeps it within: refused, naming the node."""
+    from compiler.errors import DimRangeError
+
+    c = lambda n, v: numpy_helper.from_array(np.asarray(v), n)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["p"], ["ps"]), helper.make_node("Shape", ["x"], ["xs"]),
+             helper.make_node("Gather", ["ps", "one"], ["past"], axis=0),
+             helper.make_node("Gather", ["xs", "one"], ["seq"], axis=0),
+             helper.make_node("Add", ["past", "seq"], ["end"]),
+             helper.make_node("Slice", ["buf", "past", "end", "one"], ["m"], name="mask_slice"),
+             helper.make_node("Add", ["x", "m"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("p", F, [1, "past"]),
+                                       helper.make_tensor_value_info("x", F, [1, "seq"])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [c("buf", np.zeros((1, 64), np.float32)), c("one", np.array([1]))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(DimRangeError, match="'mask_slice'.*declare ranges that keep it"):
+        compiler.compile(m, dims={"past": (0, 64, 8), "seq": (1, 16, 1)})
+    cm = compiler.compile(m, dims={"past": (0, 48, 8), "seq": (1, 16, 1)})
+    x, p = np.ones((1, 5), np.float32), np.zeros((1, 40), np.float32)
+    np.testing.assert_array_equal(cm.session().run(None, {"p": p, "x": x})[0], x)
