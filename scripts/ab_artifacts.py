@@ -4,7 +4,8 @@
 Both sessions run on one thread (``TVM_NUM_THREADS=1``), alternating call by call, each call
 timed with ``time.thread_time`` (CPU time of this thread: other jobs on a shared host do not
 count); prints min / median per artifact and the median of the paired ratios B/A, and the
-largest output difference (seeded random feeds, ``compiler.tools.bench.random_feeds``).
+largest output difference (seeded random feeds, ``compiler.tools.bench.random_feeds``;
+symbolic dims at their OPT).
 A ``B`` that is an ``.onnx`` file runs in onnxruntime (one intra-op thread), paired the
 same way: onnxc's artifact against onnxruntime on the model it was compiled from.
 ``--threads N`` (two onnxc artifacts only: onnxruntime's spinning workers would steal the
@@ -54,7 +55,9 @@ def main(argv=None) -> int:
         sb = ort.InferenceSession(args.b, so, providers=["CPUExecutionProvider"])
     else:
         sb = runtime.load(args.b, opts)
-    feeds = random_feeds([(i.name, i.shape, i.dtype) for i in sa.get_inputs()], seed=0)
+    opt = {d["name"]: d["opt"] for d in getattr(sa, "dims", ())}  # symbolic dims: at OPT
+    feeds = random_feeds([(i.name, [int(opt.get(d, d)) for d in i.shape], i.dtype)
+                          for i in sa.get_inputs()], seed=0)
     ra, rb = sa.run(None, feeds), sb.run(None, feeds)
     diff = max(float(np.abs(x.astype(np.float64) - y).max()) for x, y in zip(ra, rb))
     ta, tb = [], []
