@@ -243,13 +243,17 @@ def cmd_run(args) -> int:
     feeds = _parse_inputs(args.input)
     rng = np.random.default_rng(args.seed)
     opt = {d["name"]: d["opt"] for d in getattr(sess, "dims", ())}  # symbolic dims: at OPT
+    from .tools.bench import index_limits
+
+    limits = index_limits(getattr(sess, "manifest", {}).get("index_bounds", ()))
     for inp in sess.get_inputs():
         if inp.name in feeds:
             continue
         if not args.random_inputs:
             raise UsageError(f"input {inp.name!r} ({inp.type}, shape {inp.shape}) is not given: "
                              f"pass --input {inp.name}=FILE.npy or --random-inputs")
-        feeds[inp.name] = _random(rng, [opt.get(d, d) for d in inp.shape], inp.dtype)
+        feeds[inp.name] = _random(rng, [opt.get(d, d) for d in inp.shape], inp.dtype,
+                                  limits.get(inp.name, 8))
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
@@ -303,14 +307,16 @@ def check_trusted_location(path: str) -> None:
                              f"{where} and belongs to another user (uid {st.st_uid}){hint}")
 
 
-def _random(rng, shape, dtype: str):
+def _random(rng, shape, dtype: str, limit: int = 8):
+    """Seeded data: normal floats, ints in [0, min(8, limit)) (``limit``: the axis an
+    index input addresses)."""
     import numpy as np
 
     if np.issubdtype(np.dtype(dtype), np.floating):
         return rng.standard_normal(shape).astype(dtype)
     if dtype == "bool":
         return rng.integers(0, 2, size=shape).astype(bool)
-    return rng.integers(0, 8, size=shape).astype(dtype)
+    return rng.integers(0, max(1, min(8, limit)), size=shape).astype(dtype)
 
 
 def _summary(a) -> str:

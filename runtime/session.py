@@ -960,6 +960,18 @@ class Session:
         """Refuse index values outside what the gather kernels reading input ``name`` index:
         out of range, the kernel would read outside its table."""
         for b in self._index_bounds.get(name, ()):
+            if "sizes" in b:  # GatherND / ScatterND: a column per addressed axis
+                if a.ndim == 0 or a.shape[-1] != len(b["sizes"]) or not a.size:
+                    continue  # a shape mismatch is the kernel's shape check's to refuse
+                cols = a.reshape(-1, len(b["sizes"]))
+                for j, (low, high) in enumerate(zip(b["low"], b["high"])):
+                    if cols[:, j].min() < low or cols[:, j].max() > high:
+                        bad = cols[:, j].max() if cols[:, j].max() > high else cols[:, j].min()
+                        raise ValueError(
+                            f"input {name!r}: values are coordinates into node "
+                            f"{b['node']!r} ({b['op']}); column {j} addresses an axis of "
+                            f"size {b['sizes'][j]} and must lie in [{low}, {high}]; got {bad}")
+                continue
             if a.size and (a.min() < b["low"] or a.max() > b["high"]):
                 bad = a.max() if a.max() > b["high"] else a.min()
                 raise ValueError(f"input {name!r}: values are indices into node "

@@ -65,9 +65,20 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None,
     return sig
 
 
+# Ops whose indices input (position) selects along the data input's (position 0) axes
+_INDEXING = {"Gather": 1, "GatherElements": 1, "ScatterElements": 1, "GatherND": 1,
+             "ScatterND": 1}
+
+
 def index_bounds(model: onnx.ModelProto) -> list[dict]:
-    """Ranges that user-fed inputs used as Gather indices must respect (token ids into an
-    embedding table): the session checks them, because the kernel does not."""
+    """Ranges that user-fed inputs used as indices must respect (token ids into an
+    embedding table, GatherND / ScatterND coordinates): the session checks them, because
+    the kernels do not (out of range, they read or write outside the table).
+
+    Each entry: the input, the node, its op, and ``size`` / ``low`` / ``high`` (one axis:
+    Gather, GatherElements, ScatterElements) or ``sizes`` (GatherND / ScatterND: the
+    axes the indices' last dimension addresses, one per column, ``low`` / ``high`` of
+    each ``-size`` / ``size - 1``)."""
     from .fold_onnx import static_shapes
 
     fed = {vi.name for vi in graph_inputs(model)}
@@ -75,17 +86,29 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     bounds = []
     for i, node in enumerate(model.graph.node):
-        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in fed:
+        pos = _INDEXING.get(node.op_type)
+        if pos is None or len(node.input) <= pos or node.input[pos] not in fed:
             continue
         data = shapes.get(node.input[0])
-        if not data:
+        if not data or any(not isinstance(d, int) or d < 0 for d in data):
+            continue
+        name = node.name or f"#{i}"
+        if node.op_type in ("GatherND", "ScatterND"):
+            batch = next((a.i for a in node.attribute if a.name == "batch_dims"), 0)
+            cols = (shapes.get(node.input[pos]) or [None])[-1]
+            if not isinstance(cols, int) or not 0 < cols <= len(data) - batch:
+                continue  # the converter refuses it, or the width is symbolic
+            sizes = list(data[batch:batch + cols])
+            bounds.append({"input": node.input[pos], "node": name, "op": node.op_type,
+                           "sizes": sizes, "low": [-n for n in sizes],
+                           "high": [n - 1 for n in sizes]})
             continue
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
         if not -len(data) <= axis < len(data):  # TVM's converter does not refuse it
-            raise ModelError(f"node {node.name or f'#{i}'!r} (Gather): axis {axis} is out of "
-                             f"range for its data input {node.input[0]!r} of rank {len(data)}")
+            raise ModelError(f"node {name!r} ({node.op_type}): axis {axis} is out of range "
+                             f"for its data input {node.input[0]!r} of rank {len(data)}")
         size = data[axis + len(data) if axis < 0 else axis]
-        bounds.append({"input": node.input[1], "node": node.name or f"#{i}", "op": "Gather",
+        bounds.append({"input": node.input[pos], "node": name, "op": node.op_type,
                        "size": size, "low": -size, "high": size - 1})
     return bounds
 

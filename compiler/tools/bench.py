@@ -37,8 +37,9 @@ def host_cpu() -> str:
     return f"{name} (LLVM: {llvm_cpu})"
 
 
-def random_feeds(inputs, seed: int = 0) -> dict:
-    """Seeded inputs for [(name, shape, dtype)]: normal floats, small non-negative ints."""
+def random_feeds(inputs, seed: int = 0, bounds: dict | None = None) -> dict:
+    """Seeded inputs for [(name, shape, dtype)]: normal floats, small non-negative ints
+    (below ``bounds[name]`` where given: the axis an input indexes, ``index_limits``)."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for name, shape, dtype in inputs:
@@ -47,8 +48,18 @@ def random_feeds(inputs, seed: int = 0) -> dict:
         elif dtype == "bool":
             feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
         else:
-            feeds[name] = rng.integers(0, 8, size=shape).astype(dtype)
+            top = max(1, min(8, (bounds or {}).get(name, 8)))
+            feeds[name] = rng.integers(0, top, size=shape).astype(dtype)
     return feeds
+
+
+def index_limits(index_bounds: list) -> dict:
+    """{input: the smallest axis it indexes} of a manifest's ``index_bounds``."""
+    out: dict = {}
+    for b in index_bounds:
+        size = b["size"] if "size" in b else min(b["sizes"])
+        out[b["input"]] = min(out.get(b["input"], size), size)
+    return out
 
 
 def feed_shapes(inputs, shapes: dict | None) -> list:
@@ -77,6 +88,7 @@ def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads
 
         sess = runtime.load(path, runtime.SessionOptions(intra_op_num_threads=threads))
         inputs = [(i.name, i.shape, i.dtype) for i in sess.get_inputs()]
+        limits = index_limits(getattr(sess, "manifest", {}).get("index_bounds", ()))
     else:
         import onnxruntime as ort
 
@@ -89,7 +101,13 @@ def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads
                     "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool",
                     "tensor(float16)": "float16", "tensor(uint8)": "uint8", "tensor(int8)": "int8"}
         inputs = [(i.name, i.shape, np_types[i.type]) for i in sess.get_inputs()]
-    feeds = random_feeds(feed_shapes(inputs, shapes))
+        import onnx
+
+        from compiler.frontend.importer import index_bounds
+
+        # the same limits as the compiled artifact's: the two engines get the same feeds
+        limits = index_limits(index_bounds(onnx.load(path, load_external_data=False)))
+    feeds = random_feeds(feed_shapes(inputs, shapes), bounds=limits)
     outs = None
     for _ in range(warmup):
         outs = sess.run(None, feeds)

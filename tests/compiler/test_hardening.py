@@ -253,3 +253,34 @@ def test_sequence_input_with_a_failing_compile_is_not_deferred():
     (case,) = [c for c in collect_testcases(None) if c.name == "test_loop13_seq"]
     with pytest.raises(compiler.UnsupportedError, match="not a tensor"):
         compiler.compile(case.model)
+
+
+@pytest.mark.parametrize("op, idx_shape, bad, good, attrs", [
+    # GatherND's coordinates: a column per addressed axis (sizes 2, 3)
+    ("GatherND", [3, 2], [[0, 0], [1, 2], [1, 3]], [[0, 0], [1, -1], [-2, 2]], {}),
+    ("GatherElements", [2, 3, 4], None, None, {"axis": 1}),
+])
+def test_fed_indices_out_of_range_are_refused_not_read_past(op, idx_shape, bad, good, attrs):
+    """Indices fed by the caller into GatherND / GatherElements are checked by the session
+    (as Gather's token ids were): out of range, the kernel read outside its table (GatherND:
+    a segfault); in range, negative ones included, the outputs match onnxruntime."""
+    import onnxruntime as ort
+
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    g = helper.make_graph([helper.make_node(op, ["data", "idx"], ["y"], name="pick", **attrs)],
+                          "g", [helper.make_tensor_value_info("idx", TensorProto.INT64,
+                                                             idx_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(data, "data")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    sess = compiler.compile(m).session()
+    if bad is None:  # GatherElements along axis 1 (size 3)
+        rng = np.random.default_rng(0)
+        good = rng.integers(-3, 3, idx_shape)
+        bad = good.copy()
+        bad[1, 2, 3] = 3
+    with pytest.raises(ValueError, match=r"input 'idx'.*'pick'.*must lie in \[-3, 2\]; got 3"):
+        sess.run(None, {"idx": np.array(bad, np.int64)})
+    feeds = {"idx": np.array(good, np.int64)}
+    want = ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
