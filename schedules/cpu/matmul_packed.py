@@ -116,18 +116,18 @@ class MatmulPacked(MatchingCPURule):
             jg, at = jo, io
         wb = sch.cache_write(mm, 0, "local")
         sch.reverse_compute_at(wb, at, preserve_unit_loops=True)
-        if tail is not None and padded:
+        if tail is not None and _long_epilogue(sch, tail):
+            # the tile is stored to a stack tile, then the epilogue runs over it as a
+            # vector loop (see _long_epilogue); over padded rows, over the real ones
+            sch.reverse_compute_at(tail, at, preserve_unit_loops=True)
+            sch.set_scope(wb, 0, "local")
+            long_tail = tail
+        elif tail is not None and padded:
             # the epilogue covers the M real rows, the tile the padded ones: the tile's
             # write-back is guarded by row, its inner loop is not
             sch.reverse_compute_at(tail, at, preserve_unit_loops=True)
             sch.compute_inline(wb)
             wb = tail
-        elif tail is not None and _long_epilogue(sch, tail):
-            # the tile is stored to a stack tile, then the epilogue runs over it as a
-            # vector loop (see _long_epilogue)
-            sch.reverse_compute_at(tail, at, preserve_unit_loops=True)
-            sch.set_scope(wb, 0, "local")
-            long_tail = tail
         elif tail is not None:
             sch.reverse_compute_inline(tail)
         else:  # several consumers left: schedule them as their own stages
