@@ -307,6 +307,8 @@ def _evaluate(node, op, known, opset):
         return None if None in out else _arr(out, a.shape)
     if op == "Not":
         return _arr(1 - known[0])
+    if op == "Neg":  # a start counted from the end (x[..., -seq:])
+        return _arr([-x for x in known[0].reshape(-1)], known[0].shape)
     if op == "Where" and len(known) == 3 and not symbolic(known[0]):
         c, x, y = np.broadcast_arrays(*known)
         return _arr(np.where(c.astype(bool), x, y))
@@ -627,38 +629,51 @@ def check_slice_bounds(out, label: str):
         return out
     axes, begins, ends, steps = [int(a) for a in out.args[1]], *(list(t) for t in out.args[2:])
     caps = _CAPS.get()
+    clamped = False
     for k, axis in enumerate(axes):
         size, step = dims[axis], steps[k]
         if not (isinstance(size, tirx.IntImm) and isinstance(step, tirx.IntImm)
                 and int(step) > 0):
             continue
-        for bound in (begins[k], ends[k]):
+        for which, bounds in (("begin", begins), ("end", ends)):
+            bound = bounds[k]
             if isinstance(bound, tirx.IntImm):
+                # a constant past the axis ("to the end": INT64_MAX beside a symbolic
+                # start, MPT's alibi[..., -seq:]) is the axis' size, as ONNX clamps it
+                if int(bound) > int(size):
+                    bounds[k], clamped = tirx.IntImm(str(bound.ty), int(size)), True
                 continue
             ana = bounded_analyzer(bound)
-            if ana.can_prove(bound <= size) or not ana.can_prove(bound >= 0):
+            if ana.can_prove(bound < 0):
+                # from the axis' end (-seq), as ONNX reads it: TVM would index with it
+                bound = bound + size
+                bounds[k], clamped = bound, True
+            if ana.can_prove(bound >= 0) and ana.can_prove(bound <= size):
                 continue
             fit = _largest_fitting(bound, int(size))
             if fit is not None and caps is not None:
                 name, largest = fit
-                why = (f"{label} slices axis {axis} ({int(size)} elements) up to {bound}, "
-                       f"past its end for {name} > {largest}")
+                why = (f"{label} slices axis {axis} ({int(size)} elements) with {which} "
+                       f"{bound}, outside it for {name} > {largest}")
                 if name not in caps or largest < caps[name][0]:
                     caps[name] = (largest, why)
                 continue
             ranges = ", ".join(f"{n}={lo}..{hi}" for n, (lo, hi) in
                                declared_range_of(bound).items())
             raise DimRangeError(
-                f"{label}: its bound {bound} on axis {axis} can pass the axis' {int(size)} "
+                f"{label}: its {which} {bound} on axis {axis} can leave the axis' {int(size)} "
                 f"elements over {ranges} (ONNX clamps it there, and the shapes after it "
                 "no longer agree); declare ranges that keep it within (--dim NAME=MIN..MAX, "
                 "API: dims=)")
+    if clamped:
+        return relax.op.strided_slice(out.args[0], axes, begins, ends, steps,
+                                      assume_inbound=True)
     return out
 
 
 def _largest_fitting(bound, size: int):
-    """(dim, its largest value with ``bound <= size``) for a bound of one dim that does not
-    shrink as it grows, if its min fits; else None."""
+    """(dim, its largest value with ``0 <= bound <= size`` there and below) for a bound of
+    one dim that holds at the dim's min; else None."""
     from tvm import tirx
     from tvm.sym.analyzer import Analyzer
 
@@ -668,18 +683,15 @@ def _largest_fitting(bound, size: int):
     v = dims[0]
     lo, hi = declared_range_of(bound)[v.name]
 
-    def at(x):
+    def fits(x):
         ana = Analyzer()
         ana.bind(v, tirx.IntImm(str(v.ty), x))
         e = ana.simplify(bound)
-        return int(e) if isinstance(e, tirx.IntImm) else None
+        return isinstance(e, tirx.IntImm) and 0 <= int(e) <= size
 
-    if at(lo) is None or at(lo) > size:
+    if not fits(lo):
         return None
-    while lo < hi:  # bisect for the last value within the axis
+    while lo < hi:  # bisect for the last value within the axis (the bound is monotone)
         mid = (lo + hi + 1) // 2
-        value = at(mid)
-        if value is None:
-            return None
-        lo, hi = (mid, hi) if value <= size else (lo, mid - 1)
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
     return v.name, lo

@@ -128,3 +128,37 @@ def test_a_slice_bound_of_two_dims_past_a_static_axis_is_refused():
     cm = compiler.compile(m, dims={"past": (0, 48, 8), "seq": (1, 16, 1)})
     x, p = np.ones((1, 5), np.float32), np.zeros((1, 40), np.float32)
     np.testing.assert_array_equal(cm.session().run(None, {"p": p, "x": x})[0], x)
+
+
+@pytest.mark.parametrize("start", ["size_minus_seq", "minus_seq"])
+def test_a_slice_from_a_symbolic_start_to_the_end_keeps_its_shape(start):
+    """MPT's ALiBi bias ``alibi[..., 2048 - seq:]`` (ends INT64_MAX, "to the end"), here over
+    a 64-wide table, and its ``-seq:`` form.  TVM's converter took the constant end as in
+    bounds once the start was symbolic: the slice came out ``seq + 2^63 - 2049`` long and
+    the attention's Reshape failed to import.  The end is the axis' size (ONNX's clamp), a
+    negative start counts from the end, and the start holds for seq <= 64, to which a
+    larger range is narrowed."""
+    c = lambda n, v: numpy_helper.from_array(np.asarray(v), n)  # noqa: E731
+    table = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    first = (helper.make_node("Sub", ["size", "seq"], ["st"]) if start == "size_minus_seq"
+             else helper.make_node("Neg", ["seq"], ["st"]))
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one_s"], ["seq"], axis=0), first,
+             helper.make_node("Unsqueeze", ["st", "zero"], ["start"]),
+             helper.make_node("Slice", ["alibi", "start", "big", "one"], ["bias"],
+                              name="alibi_slice"),
+             helper.make_node("Add", ["x", "bias"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["batch", "seq"])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [c("alibi", table), c("one", np.array([1])), c("zero", np.array([0])),
+                           c("one_s", np.array(1)), c("size", np.array(64)),
+                           c("big", np.array([2 ** 63 - 1]))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(m, dims={"batch": (1, 4, 1), "seq": (1, 100, 16)})
+    seq = next(d for d in cm.report["dims"] if d["name"] == "seq")
+    assert seq["max"] == 64 and "'alibi_slice'" in seq["narrowed"]["why"]
+    sess, ref = cm.session(), ort.InferenceSession(m.SerializeToString())
+    for batch, n in ((1, 1), (2, 17), (4, 64)):
+        x = np.random.default_rng(n).standard_normal((batch, n)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
+                                   rtol=1e-6, atol=1e-6)
