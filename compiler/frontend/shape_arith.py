@@ -639,7 +639,7 @@ def check_slice_bounds(out, label: str):
             bound = bounds[k]
             if isinstance(bound, tirx.IntImm):
                 # a constant past the axis ("to the end": INT64_MAX beside a symbolic
-                # start, MPT's alibi[..., -seq:]) is the axis' size, as ONNX clamps it
+                # start, MPT's alibi[..., 2048 - seq:]) is the axis' size, as ONNX clamps it
                 if int(bound) > int(size):
                     bounds[k], clamped = tirx.IntImm(str(bound.ty), int(size)), True
                 continue
