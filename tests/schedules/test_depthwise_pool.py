@@ -31,6 +31,25 @@ def test_depthwise_structure_per_channel_tasks_epilogue_inlined():
     assert 'T.sblock("T_add")' not in text and 'T.sblock("compute")' not in text
 
 
+@pytest.mark.parametrize("k,stride,side,rows_loop", [
+    (7, 2, 83, True),    # PNASNet-5-large: 7 x 7 x 7 rows of strided gathers
+    (5, 2, 83, True),
+    (3, 2, 83, False),   # small windows stay unrolled
+    (5, 1, 42, False),   # stride 1: contiguous taps stay unrolled (a loop was slower)
+])
+def test_depthwise_large_strided_window_keeps_its_rows_a_loop(k, stride, side, rows_loop):
+    """A strided window whose unrolled taps x rows exceed MAX_UNROLLED_STRIDED keeps the
+    window's row loop (LLVM took 5.6 s on PNASNet's 7 x 7 stride-2 kernel; it ran 5.0 ->
+    2.7 ms as a loop); the taps across a row and the tile's rows stay unrolled."""
+    f = fused_primfunc(_dw(16, stride, k // 2), [(1, 16, side, side), (16, 1, k, k),
+                                                 (1, 16, 1, 1)], "conv2d")
+    text = DepthwiseConv2dNCHW().apply(f, TARGET).mod["main"].script()
+    rows = next(ln for ln in text.splitlines() if ln.strip().startswith("for") and
+                "ry in" in ln)  # "for rc, ry in T.grid(...)" when it is a loop
+    assert ("T.unroll" not in rows) == rows_loop, rows
+    assert any(ln.strip().startswith("for rx in T.unroll") for ln in text.splitlines())
+
+
 def test_depthwise_rejects_dense_and_grouped_conv():
     dense = fused_primfunc(lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, padding=1)),
                            [(1, 1, 8, 8), (4, 1, 3, 3)], "conv2d")   # C=1: rc=1 too
@@ -63,6 +82,8 @@ def test_pool_structure_and_negatives():
     (3, 2, 1, (1, 16, 15, 15)),   # strided, MobileNetV2's downsampling
     (5, 1, 2, (1, 8, 9, 20)),     # 5x5
     (3, 2, 0, (1, 8, 12, 12)),    # unpadded: no pad block
+    (7, 2, 3, (1, 12, 83, 83)),   # PNASNet's 7 x 7 stride 2: the window's rows a loop
+    (5, 2, 2, (1, 12, 31, 29)),
 ])
 def test_depthwise_numerics(k, stride, pad, shape):
     rng = np.random.default_rng(0)
