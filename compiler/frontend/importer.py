@@ -331,7 +331,7 @@ class _Importer(_importer_base()):
                         from . import shape_arith
 
                         out = shape_arith.check_slice_bounds(out, f"{self.where}: {label}")
-                    out = _fold_shape_arithmetic(self.bb.normalize(out))
+                    out = _fold_shape_arithmetic(self.bb.normalize(out), self.bb)
                     out = _proved_broadcast(self.bb, out)
             except CompileError as e:
                 if "node " in str(e):
@@ -578,10 +578,12 @@ def _proved_broadcast(bb, out):
     return redone if getattr(redone.ty, "shape", None) is not None else out
 
 
-def _fold_shape_arithmetic(expr):
+def _fold_shape_arithmetic(expr, bb=None):
     """Evaluate a small integer/bool result computed from constants only (shape, index and
     mask arithmetic in exported graphs), so that converters downstream that need constant
-    shapes or axes see constants."""
+    shapes or axes see constants.  Variables bound in ``bb`` are read through to their
+    values (a OneHot over a shape value the import bound: transformers' Mixtral experts
+    build a Tile's repeats so, and the Tile then lost its shape)."""
     import numpy as np
     import tvm
     from tvm import relax, tirx
@@ -598,22 +600,49 @@ def _fold_shape_arithmetic(expr):
             int(np.prod([int(v.value) for v in values])) > _FOLD_MAX_ELEMENTS:
         return expr
 
+    def bound(e):
+        return bb.lookup_binding(e) if bb is not None and isinstance(e, relax.Var) else None
+
+    seen: dict = {}  # the expressions are DAGs through the bindings: each checked once
+
     def constant_only(e) -> bool:
         if isinstance(e, (GenericConst, relax.ShapeExpr, tvm.ir.expr.StringImm)):
             return True
+        if e in seen:
+            return seen[e]
         if isinstance(e, relax.Tuple):
-            return all(constant_only(f) for f in e.fields)
+            ok = all(constant_only(f) for f in e.fields)
+        elif isinstance(e, relax.Call):
+            ok = isinstance(e.op, tvm.ir.Op) and all(constant_only(a) for a in e.args)
+        else:
+            value = bound(e)
+            ok = value is not None and constant_only(value)
+        seen[e] = ok
+        return ok
+
+    def inlined(e):
+        if isinstance(e, relax.Tuple):
+            return relax.Tuple([inlined(f) for f in e.fields])
         if isinstance(e, relax.Call):
-            return isinstance(e.op, tvm.ir.Op) and all(constant_only(a) for a in e.args)
-        return False
+            return relax.Call(e.op, [inlined(a) for a in e.args], e.attrs, e.ty_args)
+        value = bound(e)
+        return inlined(value) if value is not None else e
 
     if not constant_only(expr):
         return expr
     try:
-        mod = tvm.IRModule({"main": relax.Function([], expr)})
-        folded = relax.transform.FoldConstant()(mod)["main"].body
+        fb = relax.BlockBuilder()  # the expression, read-through variables inlined, alone
+        with fb.function("main", []):
+            with fb.dataflow():  # FoldConstant folds dataflow bindings
+                out = fb.emit_output(fb.emit(inlined(expr)))
+            fb.emit_func_output(out)
+        folded = relax.transform.FoldConstant()(fb.get())["main"].body
+        values = {}
         while isinstance(folded, relax.SeqExpr):
+            values.update({b.var: b.value for blk in folded.blocks for b in blk.bindings})
             folded = folded.body
+        while isinstance(folded, relax.Var) and folded in values:
+            folded = values[folded]
         return folded if isinstance(folded, GenericConst) else expr
     except Exception:  # not foldable here: leave it to the graph passes
         return expr

@@ -162,3 +162,34 @@ def test_a_slice_from_a_symbolic_start_to_the_end_keeps_its_shape(start):
         x = np.random.default_rng(n).standard_normal((batch, n)).astype(np.float32)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
                                    rtol=1e-6, atol=1e-6)
+
+
+def test_a_constant_one_hot_over_a_shape_value_folds():
+    """transformers' Mixtral experts (``batched_mm``) build a Tile's repeats as
+    ``OneHot([1], 3, [1, n])`` with ``n`` read off a symbolic input's static dim: the
+    import bound ``n`` to a variable, the OneHot stayed a run-time tensor, the Tile got
+    fresh dims, and a Reshape(-1) after it failed to import.  Constant through the bound
+    variables, it folds."""
+    c = lambda n, v: numpy_helper.from_array(np.asarray(v), n)  # noqa: E731
+    data = np.random.default_rng(0).standard_normal((2, 3, 1)).astype(np.float32)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "minus1", "big"], ["n"]),
+             helper.make_node("Concat", ["one", "n"], ["values"], axis=0),
+             helper.make_node("OneHot", ["idx", "three", "values"], ["hot"]),
+             helper.make_node("Reshape", ["hot", "minus1"], ["reps"]),
+             helper.make_node("Tile", ["data", "reps"], ["t"], name="tile"),
+             helper.make_node("Reshape", ["t", "two_m1"], ["flat"]),
+             helper.make_node("MatMul", ["x", "flat"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["batch", 4])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [c("data", data), c("idx", np.array([1])), c("three", np.array(3)),
+                           c("one", np.array([1])), c("minus1", np.array([-1])),
+                           c("big", np.array([2 ** 63 - 1])), c("two_m1", np.array([4, -1]))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cm = compiler.compile(m, dims={"batch": (1, 4, 2)})
+    assert "kernel_table" in cm.report  # one artifact, not a per-shape build
+    sess, ref = cm.session(), ort.InferenceSession(m.SerializeToString())
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 4)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
+                                   rtol=1e-6, atol=1e-6)
