@@ -233,6 +233,8 @@ def cmd_run(args) -> int:
 
     import runtime
 
+    from .tools.bench import index_limits, random_feeds
+
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, got {args.repeat}")
     if not args.allow_untrusted_location:
@@ -241,19 +243,15 @@ def cmd_run(args) -> int:
                                      check_nan=args.check_nan)
     sess = runtime.load(args.artifact, options)
     feeds = _parse_inputs(args.input)
-    rng = np.random.default_rng(args.seed)
     opt = {d["name"]: d["opt"] for d in getattr(sess, "dims", ())}  # symbolic dims: at OPT
-    from .tools.bench import index_limits
-
+    missing = [inp for inp in sess.get_inputs() if inp.name not in feeds]
+    if missing and not args.random_inputs:
+        inp = missing[0]
+        raise UsageError(f"input {inp.name!r} ({inp.type}, shape {inp.shape}) is not given: "
+                         f"pass --input {inp.name}=FILE.npy or --random-inputs")
     limits = index_limits(getattr(sess, "manifest", {}).get("index_bounds", ()))
-    for inp in sess.get_inputs():
-        if inp.name in feeds:
-            continue
-        if not args.random_inputs:
-            raise UsageError(f"input {inp.name!r} ({inp.type}, shape {inp.shape}) is not given: "
-                             f"pass --input {inp.name}=FILE.npy or --random-inputs")
-        feeds[inp.name] = _random(rng, [opt.get(d, d) for d in inp.shape], inp.dtype,
-                                  limits.get(inp.name, 8))
+    feeds.update(random_feeds([(i.name, [opt.get(d, d) for d in i.shape], i.dtype)
+                               for i in missing], seed=args.seed, bounds=limits))
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
@@ -305,18 +303,6 @@ def check_trusted_location(path: str) -> None:
         if st.st_uid not in (os.getuid(), 0):
             raise UsageError(f"refusing to load {path}: it lies in the shared directory "
                              f"{where} and belongs to another user (uid {st.st_uid}){hint}")
-
-
-def _random(rng, shape, dtype: str, limit: int = 8):
-    """Seeded data: normal floats, ints in [0, min(8, limit)) (``limit``: the axis an
-    index input addresses)."""
-    import numpy as np
-
-    if np.issubdtype(np.dtype(dtype), np.floating):
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    return rng.integers(0, max(1, min(8, limit)), size=shape).astype(dtype)
 
 
 def _summary(a) -> str:
@@ -406,18 +392,16 @@ def _rate_line(report: dict, median_ms: float) -> str:
 
 def cmd_debug(args) -> int:
     """Exit 0 when every observable tensor matches, 1 at the first divergence."""
-    import numpy as np
-
+    from compiler.tools.bench import random_feeds
     from compiler.tools.debug import find_divergence
     from compiler.frontend.importer import input_signature
     from compiler.frontend.loader import load_model
 
     feeds = _parse_inputs(args.input)
-    rng = np.random.default_rng(args.seed)
-    for s in input_signature(load_model(args.model), args.model,
-                             {k: list(v.shape) for k, v in feeds.items()}):
-        if s["name"] not in feeds:
-            feeds[s["name"]] = _random(rng, s["shape"], s["dtype"])
+    sig = input_signature(load_model(args.model), args.model,
+                          {k: list(v.shape) for k, v in feeds.items()})
+    feeds.update(random_feeds([(s["name"], s["shape"], s["dtype"]) for s in sig
+                               if s["name"] not in feeds], seed=args.seed))
     r = find_divergence(args.model, feeds, compare=args.compare, target=args.target,
                         disabled_passes=args.disable_pass, rtol=args.rtol, atol=args.atol,
                         layout=args.layout)

@@ -90,8 +90,9 @@ def random_feeds(manifest: dict, seed: int = 0) -> dict:
     """One seeded random input (symbolic dims at their OPT value): floats N(0, 1), integers
     in the range of the Gather they index (token ids), else 0..1 (masks)."""
     rng = np.random.default_rng(seed)
-    bounds = {b["input"]: b["size"] if "size" in b else min(b["sizes"])
-              for b in manifest.get("index_bounds", [])}
+    from .tools.bench import index_limits
+
+    bounds = index_limits(manifest.get("index_bounds", []))
     opt = {d["name"]: d["opt"] for d in manifest.get("dims", ())}  # symbolic dims: at OPT
     feeds = {}
     for inp in manifest["inputs"]:

@@ -965,8 +965,9 @@ class Session:
                     continue  # a shape mismatch is the kernel's shape check's to refuse
                 cols = a.reshape(-1, len(b["sizes"]))
                 for j, (low, high) in enumerate(zip(b["low"], b["high"])):
-                    if cols[:, j].min() < low or cols[:, j].max() > high:
-                        bad = cols[:, j].max() if cols[:, j].max() > high else cols[:, j].min()
+                    least, most = cols[:, j].min(), cols[:, j].max()
+                    if least < low or most > high:
+                        bad = most if most > high else least
                         raise ValueError(
                             f"input {name!r}: values are coordinates into node "
                             f"{b['node']!r} ({b['op']}); column {j} addresses an axis of "

@@ -78,9 +78,10 @@ def feed_shapes(inputs, shapes: dict | None) -> list:
 
 
 def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads: int,
-           shapes: dict | None = None) -> dict:
+           shapes: dict | None = None, limits: dict | None = None) -> dict:
     """One engine's timings of ``runs`` runs after ``warmup`` (run as ``python -m
-    compiler.bench``); inputs with symbolic dims take their shape from ``shapes``."""
+    compiler.bench``); inputs with symbolic dims take their shape from ``shapes``, integer
+    inputs stay below ``limits`` (``index_limits``)."""
     import time
 
     if engine == "onnxc":
@@ -88,7 +89,6 @@ def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads
 
         sess = runtime.load(path, runtime.SessionOptions(intra_op_num_threads=threads))
         inputs = [(i.name, i.shape, i.dtype) for i in sess.get_inputs()]
-        limits = index_limits(getattr(sess, "manifest", {}).get("index_bounds", ()))
     else:
         import onnxruntime as ort
 
@@ -101,12 +101,6 @@ def worker(engine: str, path: str, runs: int, warmup: int, out_npz: str, threads
                     "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool",
                     "tensor(float16)": "float16", "tensor(uint8)": "uint8", "tensor(int8)": "int8"}
         inputs = [(i.name, i.shape, np_types[i.type]) for i in sess.get_inputs()]
-        import onnx
-
-        from compiler.frontend.importer import index_bounds
-
-        # the same limits as the compiled artifact's: the two engines get the same feeds
-        limits = index_limits(index_bounds(onnx.load(path, load_external_data=False)))
     feeds = random_feeds(feed_shapes(inputs, shapes), bounds=limits)
     outs = None
     for _ in range(warmup):
@@ -191,15 +185,23 @@ def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, war
     (``allclose``: ``outputs_match`` with ``match``'s tolerances, its defaults if None).
     ``shapes`` (input name -> dims) gives the feeds' shapes where the model's (or the
     artifact's) input shapes are symbolic; both engines get the same feeds."""
+    import onnx
+
+    from compiler.frontend.importer import index_bounds
+
     threads = threads or len(os.sched_getaffinity(0))
     engines = [("onnxc", artifact)] + ([("onnxruntime", model_path)] if compare else [])
+    # integer feeds within the axes they index, read once from the model: both engines
+    # get the same feeds
+    limits = index_limits(index_bounds(onnx.load(model_path, load_external_data=False)))
     times = {e: [] for e, _ in engines}
     with tempfile.TemporaryDirectory(prefix="onnxc-bench-") as tmp:
         for r in range(rounds):
             for engine, path in engines:
                 npz = os.path.join(tmp, f"{engine}.npz") if r == 0 else ""
                 cmd = [sys.executable, "-m", "compiler.tools.bench", engine, path, str(runs),
-                       str(warmup), npz, str(threads), json.dumps(shapes or {})]
+                       str(warmup), npz, str(threads), json.dumps(shapes or {}),
+                       json.dumps(limits)]
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 if p.returncode != 0:
                     raise RuntimeError(f"{engine} worker failed: {p.stderr.strip()[-2000:]}")
@@ -225,11 +227,13 @@ def measure(model_path: str, artifact: str, rounds: int = 5, runs: int = 20, war
 
 
 def main(argv) -> None:
-    """The worker's command line: ENGINE PATH RUNS WARMUP OUT_NPZ THREADS [SHAPES_JSON];
-    prints JSON."""
+    """The worker's command line: ENGINE PATH RUNS WARMUP OUT_NPZ THREADS [SHAPES_JSON
+    [LIMITS_JSON]]; prints JSON."""
     engine, path, runs, warmup, npz, threads = argv[:6]
     shapes = json.loads(argv[6]) if len(argv) > 6 else None
-    print(json.dumps(worker(engine, path, int(runs), int(warmup), npz, int(threads), shapes)))
+    limits = json.loads(argv[7]) if len(argv) > 7 else None
+    print(json.dumps(worker(engine, path, int(runs), int(warmup), npz, int(threads), shapes,
+                            limits)))
 
 
 if __name__ == "__main__":
