@@ -8,10 +8,11 @@
 * A block without one (an elementwise op: a bias add, an activation) counts one operation
   per element it writes where its value does floating-point work, none where it only
   moves data (a copy, a cast, a transpose, a padding or masking select).  TVM's estimator
-  counts no call (``T.exp``: 0) but every operation of a polynomial: a Mish written as vectorisable arithmetic
-  (``passes/math_f32``) counted 56.9 GFLOP in CSPDarknet53, whose convs do 13.6, and the
-  benchmark printed 220% of the machine's peak.  One per elementwise op per element is
-  the convention of FLOP counters (fvcore and thop count activations so or not at all).
+  counts no call (``T.exp``: 0) but every operation of a polynomial: a Mish written as
+  vectorisable arithmetic (``passes/math_f32``) counted 56.9 GFLOP in CSPDarknet53, whose
+  convs do 13.6, and the benchmark printed 220% of the machine's peak.  One per
+  elementwise op per element is the convention of FLOP counters (fvcore and thop count
+  activations so or not at all).
 
 Used by the kernel table (``compiler/lowering/graph.py``) and tuning
 (``schedules/tuning.py``).

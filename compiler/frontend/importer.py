@@ -65,9 +65,8 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None,
     return sig
 
 
-# Ops whose indices input (position) selects along the data input's (position 0) axes
-_INDEXING = {"Gather": 1, "GatherElements": 1, "ScatterElements": 1, "GatherND": 1,
-             "ScatterND": 1}
+# Ops whose indices (input 1) select along the axes of their data (input 0)
+_INDEXING = {"Gather", "GatherElements", "ScatterElements", "GatherND", "ScatterND"}
 
 
 def index_bounds(model: onnx.ModelProto) -> list[dict]:
@@ -86,8 +85,7 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     bounds = []
     for i, node in enumerate(model.graph.node):
-        pos = _INDEXING.get(node.op_type)
-        if pos is None or len(node.input) <= pos or node.input[pos] not in fed:
+        if node.op_type not in _INDEXING or len(node.input) < 2 or node.input[1] not in fed:
             continue
         data = shapes.get(node.input[0])
         if not data or any(not isinstance(d, int) or d < 0 for d in data):
@@ -95,11 +93,11 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
         name = node.name or f"#{i}"
         if node.op_type in ("GatherND", "ScatterND"):
             batch = next((a.i for a in node.attribute if a.name == "batch_dims"), 0)
-            cols = (shapes.get(node.input[pos]) or [None])[-1]
+            cols = (shapes.get(node.input[1]) or [None])[-1]
             if not isinstance(cols, int) or not 0 < cols <= len(data) - batch:
                 continue  # the converter refuses it, or the width is symbolic
             sizes = list(data[batch:batch + cols])
-            bounds.append({"input": node.input[pos], "node": name, "op": node.op_type,
+            bounds.append({"input": node.input[1], "node": name, "op": node.op_type,
                            "sizes": sizes, "low": [-n for n in sizes],
                            "high": [n - 1 for n in sizes]})
             continue
@@ -108,7 +106,7 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
             raise ModelError(f"node {name!r} ({node.op_type}): axis {axis} is out of range "
                              f"for its data input {node.input[0]!r} of rank {len(data)}")
         size = data[axis + len(data) if axis < 0 else axis]
-        bounds.append({"input": node.input[pos], "node": name, "op": node.op_type,
+        bounds.append({"input": node.input[1], "node": name, "op": node.op_type,
                        "size": size, "low": -size, "high": size - 1})
     return bounds
 

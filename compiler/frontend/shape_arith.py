@@ -51,34 +51,32 @@ def declared_ranges(ranges: dict | None):
         _RANGES.reset(token)
 
 
+def _dims_in(exprs) -> list:
+    """The dim Vars of ``exprs`` (ints and constants have none)."""
+    from tvm import tirx
+
+    return [v for e in exprs if not isinstance(e, (int, np.integer, tirx.IntImm))
+            for v in tirx.analysis.undefined_vars(e)]
+
+
 def declared_range_of(*exprs) -> dict:
     """{dim name: (min, max)} of the dims in ``exprs``: declared (``declared_ranges``),
     else the default range (``lowering/symbolic.py``)."""
-    from tvm import tirx
-
     from ..lowering.symbolic import DEFAULT_MAX, DEFAULT_MIN
 
-    ranges, out = _RANGES.get(), {}
-    for e in exprs:
-        if not isinstance(e, (int, np.integer, tirx.IntImm)):
-            for v in tirx.analysis.undefined_vars(e):
-                out[v.name] = ranges.get(v.name, (DEFAULT_MIN, DEFAULT_MAX))
-    return out
+    ranges = _RANGES.get()
+    return {v.name: ranges.get(v.name, (DEFAULT_MIN, DEFAULT_MAX)) for v in _dims_in(exprs)}
 
 
 def bounded_analyzer(*exprs):
     """An Analyzer that knows each dim in ``exprs`` lies in ``declared_range_of``: the
     range run() will accept, the default one for a dim not declared."""
-    from tvm import tirx
     from tvm.sym.analyzer import Analyzer, ConstIntBound
 
-    ana = Analyzer()
-    for name, (lo, hi) in declared_range_of(*exprs).items():
-        for e in exprs:
-            for v in ([] if isinstance(e, (int, np.integer, tirx.IntImm))
-                      else tirx.analysis.undefined_vars(e)):
-                if v.name == name:
-                    ana.update(v, ConstIntBound(int(lo), int(hi)), override=True)
+    ana, ranges = Analyzer(), declared_range_of(*exprs)
+    for v in _dims_in(exprs):
+        lo, hi = ranges[v.name]
+        ana.update(v, ConstIntBound(int(lo), int(hi)), override=True)
     return ana
 
 
@@ -86,17 +84,14 @@ def analyzer(*exprs):
     """An Analyzer that knows every dim in ``exprs`` is >= 1 (a symbolic input dim's range
     starts at 1: ``lowering/symbolic.py``), so ``max(seq, 0)`` is ``seq``, and within its
     declared range where the caller gave one (``declared_ranges``)."""
-    from tvm import tirx
     from tvm.sym.analyzer import Analyzer, ConstIntBound
 
     ana = Analyzer()
     ranges = _RANGES.get()
-    for e in exprs:
-        if not isinstance(e, (int, np.integer, tirx.IntImm)):
-            for v in tirx.analysis.undefined_vars(e):
-                lo, hi = ranges.get(v.name, (1, None))
-                ana.update(v, ConstIntBound(max(int(lo), 1), ConstIntBound.POS_INF
-                                            if hi is None else int(hi)), override=True)
+    for v in _dims_in(exprs):
+        lo, hi = ranges.get(v.name, (1, None))
+        ana.update(v, ConstIntBound(max(int(lo), 1), ConstIntBound.POS_INF
+                                    if hi is None else int(hi)), override=True)
     return ana
 
 

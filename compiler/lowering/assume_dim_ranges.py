@@ -24,7 +24,7 @@ the assertion.  By default TVM's ``SkipAssert`` then drops it (``tirx.disable_as
 
 from __future__ import annotations
 
-from .symbolic import DIM_RANGE_ATTR
+from .symbolic import DIM_RANGE_ATTR, dim_vars
 
 
 def assume_dim_ranges(mod, state: bool = True):
@@ -46,25 +46,6 @@ def assume_dim_ranges(mod, state: bool = True):
         return mod
     return tvm.IRModule({gv: changed.get(gv, f) for gv, f in mod.functions.items()},
                         attrs=mod.attrs)
-
-
-def dim_vars(func) -> dict:
-    """{name: Var} of the shape variables and scalar parameters of ``func``'s signature
-    (TVM 0.27: a buffer parameter is a ``Var`` whose type holds the buffer's shape)."""
-    from tvm import tirx
-
-    out = {}
-    for p in func.params:
-        shape = getattr(p, "shape", None)
-        if shape is None:  # a scalar parameter (a past length: T.int64)
-            if str(p.ty).startswith("int"):
-                out.setdefault(p.name, p)
-            continue
-        for e in shape:
-            if not isinstance(e, (int, tirx.IntImm)):
-                for v in tirx.analysis.undefined_vars(e):
-                    out.setdefault(v.name, v)
-    return out
 
 
 def _condition(func, ranges: dict):

@@ -159,28 +159,39 @@ def monotone(e) -> bool:
     return False
 
 
+def dim_vars(func) -> dict:
+    """{name: Var} of the dims ``func``'s signature uses: its int scalar parameters (a
+    past length: T.int64) and the variables of its buffers' shapes ([.., dim]; TVM 0.27:
+    a buffer parameter is a ``Var`` whose type holds the buffer's shape)."""
+    import tvm
+    from tvm import tirx
+
+    out = {}
+    for p in func.params:
+        shape = getattr(p, "shape", None)
+        if shape is None:
+            if str(p.ty).startswith("int"):
+                out.setdefault(p.name, p)
+            continue
+        for e in shape:
+            if isinstance(e, (int, tirx.IntImm)):
+                continue
+            try:
+                for v in tirx.analysis.undefined_vars(e):
+                    out.setdefault(v.name, v)
+            except tvm.error.InternalError:  # no expression (a scalar's shape)
+                pass
+    return out
+
+
 def annotate_dim_opt(prim_funcs: dict, at_opt: dict, ranges: dict | None = None) -> dict:
     """``prim_funcs`` with :data:`DIM_OPT_ATTR` ``{dim: opt}`` on each kernel whose buffer
     shapes or scalar parameters use dims of ``at_opt`` (the others unchanged), and
     :data:`DIM_RANGE_ATTR` ``{dim: [min, max]}`` of those in ``ranges`` ({dim: (min,
     max)})."""
-    import tvm
-    from tvm import tirx
-
     out = {}
     for name, f in prim_funcs.items():
-        used = set()
-        for p in f.params:  # a scalar dim (past: T.int64), or a buffer of shape [.., dim]
-            if p.name in at_opt:
-                used.add(p.name)
-            for e in getattr(p, "shape", None) or []:
-                if isinstance(e, (int, tirx.IntImm)):
-                    continue
-                try:
-                    used |= {v.name for v in tirx.analysis.undefined_vars(e)
-                             if v.name in at_opt}
-                except tvm.error.InternalError:  # no expression (a scalar's shape)
-                    pass
+        used = {n for n in dim_vars(f) if n in at_opt}
         if used:
             f = f.with_attr(DIM_OPT_ATTR, {n: at_opt[n] for n in sorted(used)})
             bounded = {n: [int(ranges[n][0]), int(ranges[n][1])]
