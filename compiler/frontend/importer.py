@@ -515,6 +515,8 @@ def _mixes_shapes_and_tensors(inputs) -> bool:
 
 # Integer tensors up to this size computed from constants only are evaluated at import.
 _FOLD_MAX_ELEMENTS = 4096
+# ... computed by at most this many expressions (shape arithmetic is short)
+_FOLD_MAX_NODES = 256
 
 
 # Relax ops broadcasting their tensor arguments (numpy rules), whose result shape
@@ -601,30 +603,46 @@ def _fold_shape_arithmetic(expr, bb=None):
     def bound(e):
         return bb.lookup_binding(e) if bb is not None and isinstance(e, relax.Var) else None
 
-    seen: dict = {}  # the expressions are DAGs through the bindings: each checked once
+    def constant_only(root) -> bool:
+        """Whether ``root`` reads constants only, through bound variables.  An explicit
+        walk (each expression once: they are DAGs through the bindings) that gives up past
+        ``_FOLD_MAX_NODES`` expressions: the first argument of a float op's chain leads
+        back through the whole network, deeper than Python's recursion (a transformers
+        BERT-base export at static shapes: IsNaN over its attention mask)."""
+        seen, stack = set(), [root]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, (GenericConst, relax.ShapeExpr, tvm.ir.expr.StringImm)) or \
+                    e in seen:
+                continue
+            seen.add(e)
+            if len(seen) > _FOLD_MAX_NODES:
+                return False
+            if isinstance(e, relax.Tuple):
+                stack.extend(e.fields)
+            elif isinstance(e, relax.Call):
+                if not isinstance(e.op, tvm.ir.Op):
+                    return False
+                stack.extend(e.args)
+            else:
+                value = bound(e)
+                if value is None:
+                    return False
+                stack.append(value)
+        return True
 
-    def constant_only(e) -> bool:
-        if isinstance(e, (GenericConst, relax.ShapeExpr, tvm.ir.expr.StringImm)):
-            return True
-        if e in seen:
-            return seen[e]
-        if isinstance(e, relax.Tuple):
-            ok = all(constant_only(f) for f in e.fields)
-        elif isinstance(e, relax.Call):
-            ok = isinstance(e.op, tvm.ir.Op) and all(constant_only(a) for a in e.args)
-        else:
-            value = bound(e)
-            ok = value is not None and constant_only(value)
-        seen[e] = ok
-        return ok
+    done: dict = {}
 
-    def inlined(e):
-        if isinstance(e, relax.Tuple):
-            return relax.Tuple([inlined(f) for f in e.fields])
-        if isinstance(e, relax.Call):
-            return relax.Call(e.op, [inlined(a) for a in e.args], e.attrs, e.ty_args)
-        value = bound(e)
-        return inlined(value) if value is not None else e
+    def inlined(e):  # within constant_only's budget: shallow enough to recurse
+        if e not in done:
+            if isinstance(e, relax.Tuple):
+                done[e] = relax.Tuple([inlined(f) for f in e.fields])
+            elif isinstance(e, relax.Call):
+                done[e] = relax.Call(e.op, [inlined(a) for a in e.args], e.attrs, e.ty_args)
+            else:
+                value = bound(e)
+                done[e] = inlined(value) if value is not None else e
+        return done[e]
 
     if not constant_only(expr):
         return expr

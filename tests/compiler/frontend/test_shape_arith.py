@@ -193,3 +193,21 @@ def test_a_constant_one_hot_over_a_shape_value_folds():
         x = np.random.default_rng(batch).standard_normal((batch, 4)).astype(np.float32)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
                                    rtol=1e-6, atol=1e-6)
+
+
+def test_a_small_bool_result_at_the_end_of_a_long_float_chain_imports():
+    """A transformers BERT-base export compiled at static shapes: an IsNaN over the
+    attention mask at layer 10, whose first argument leads back through every op before
+    it.  The constant-folding check walked that chain by recursion and the import failed
+    with "maximum recursion depth exceeded"; it walks a bounded number of expressions."""
+    nodes = [helper.make_node("Add", [f"x{i}", "one"], [f"x{i + 1}"]) for i in range(700)]
+    nodes += [helper.make_node("IsNaN", ["x700"], ["nan"]),
+              helper.make_node("Where", ["nan", "zero", "x700"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x0", F, [2, 3])],
+                          [helper.make_tensor_value_info("y", F, [2, 3])],
+                          [numpy_helper.from_array(np.array(1, np.float32), "one"),
+                           numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.array([[0, np.nan, 1], [2, 3, -700]], np.float32)
+    out = compiler.compile(m).session().run(None, {"x0": x})[0]
+    np.testing.assert_allclose(out, np.where(np.isnan(x), 0, x + 700))
