@@ -169,9 +169,10 @@ def compile_static(model, target="host", *, opt_level: int = 3, disabled_passes=
         # rules read each dim's opt (a decoder's seq opt 1: one-row attention kernels); the
         # build asserts each dim's range to TVM's lowering (lowering/assume_dim_ranges.py)
         graph.prim_funcs = annotate_dim_opt(graph.prim_funcs, at_opt, _min_max(ranges))
-        # one-row matmuls (seq opt 1) get a padded-tile variant for prompts
+        # symbolic-row matmuls get variants of other row tiles: one-row ones (seq opt 1)
+        # a padded one for prompts, padded ones smaller tiles for few rows
         row_variants = stage("row_variants", add_row_variants, graph,
-                             _padded_rows(pass_config), graph.dim_names)
+                             *_padded_rows(pass_config), graph.dim_names)
     else:
         row_variants = []
     if tinfo.is_cuda or ranges:  # unscheduled GPU kernels do not build; checked variants
@@ -419,12 +420,12 @@ def _min_max(ranges: list) -> dict:
     return {d["name"]: (d["min"], d["max"]) for d in ranges}
 
 
-def _padded_rows(pass_config) -> int:
-    """The rows pack_matmul_weights pads a matmul to when it is not one-row (its ``rows``
-    option: ``_matmul_tiles``), or 1 when its one-row dims are not set: then no kernel is
-    one-row and none needs a padded variant (compiler/lowering/row_variants.py)."""
+def _padded_rows(pass_config) -> tuple:
+    """(the rows pack_matmul_weights pads a matmul to: the target's full register tile,
+    its ``rows`` option set by ``_matmul_tiles``; whether some kernels are one-row: its one-
+    row dims are set) for compiler/lowering/row_variants.py."""
     opts = (pass_config or {}).get("pack_matmul_weights", {})
-    return int(opts.get("rows", 1)) if opts.get("one_row_dims") else 1
+    return int(opts.get("rows", 1)), bool(opts.get("one_row_dims"))
 
 
 def _one_row_dims(dims, pass_config) -> dict:

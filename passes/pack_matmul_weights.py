@@ -110,18 +110,13 @@ def pad_rows(m: int, rows: int, vectors: int = 2) -> int:
     pairs, weights streamed from L3); M = 37 or 197 in 1-row tiles (cost 4): ~65 GFLOP/s against
     250 at 12 rows."""
     rows = max(int(rows), 1)
-
-    def tile_cost(t: int) -> float:
-        loads = (vectors + t) / (t * vectors) / ((vectors + rows) / (rows * vectors))
-        return max(loads, LATENCY_ACCUMULATORS / (t * vectors), 1.0)
-
     divisor = max(d for d in range(1, min(m, rows) + 1) if m % d == 0)
-    best, best_cost = 1, tile_cost(divisor)
+    best, best_cost = 1, tile_cost(divisor, rows, vectors)
     for t in range(rows, 1, -1):
         padded = -(-m // t) * t
         if padded == m:
             continue
-        cost = padded / m * tile_cost(t)
+        cost = padded / m * tile_cost(t, rows, vectors)
         if cost < best_cost - 1e-9:
             best, best_cost = t, cost
     return best
@@ -130,6 +125,13 @@ def pad_rows(m: int, rows: int, vectors: int = 2) -> int:
 # independent accumulators that keep two FMA pipes of 4-cycle latency busy (Zen 3-5, Intel
 # since Skylake): a 1-row tile of 2 vectors waits on the latency 4x
 LATENCY_ACCUMULATORS = 8
+
+
+def tile_cost(t: int, rows: int, vectors: int = 2) -> float:
+    """Time per row of a ``t``-row register tile relative to the full ``rows``-row one (see
+    ``pad_rows``): the larger of its loads per FMA and the FMA latency it cannot hide."""
+    loads = (vectors + t) / (t * vectors) / ((vectors + rows) / (rows * vectors))
+    return max(loads, LATENCY_ACCUMULATORS / (t * vectors), 1.0)
 
 
 def pack_kn(w: np.ndarray, nr: int) -> np.ndarray:

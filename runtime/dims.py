@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import ast
 
-__all__ = ["ShapeExpr", "DimError", "bind_dims", "check_expr", "use_variant"]
+__all__ = ["ShapeExpr", "DimError", "bind_dims", "call_kernels", "check_expr", "pick_variant",
+           "variant_choices"]
 
 _ALLOWED_BIN = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 _FUNCS = {"min": min, "max": max}
@@ -126,11 +127,36 @@ def bind_dims(dims: list, inputs: list, feeds: dict) -> dict:
     return binding
 
 
-def use_variant(rows: int, tile: int) -> bool:
-    """Whether a one-row kernel's padded variant (compiler/lowering/row_variants.py) runs
-    ``rows`` rows: when padding them to whole ``tile``-row register tiles adds at most half
-    of them (a padded row costs about half a one-row one, plus the tile's fixed costs).
-    GPT-2 prefill, one thread, Zen 3, one-row build / with variants (ms): 2 rows 48 / 43
-    (variant not used), 4 rows 69 / 67, 7 rows 95 / 102 (12 padded rows), 12 rows 153 /
-    122, 64 rows 535 / 374."""
-    return rows > 1 and 2 * (-(-rows // tile) * tile) <= 3 * rows
+def call_kernels(call: dict) -> list:
+    """Every kernel a graph call may run: its own, then its row-tile variants'
+    (compiler/lowering/row_variants.py; ``rows_variant``: an artifact of an older onnxc)."""
+    if call.get("row_variants"):
+        return [c[0] for c in call["row_variants"]["choices"]]
+    if call.get("rows_variant"):
+        return [call["kernel"], call["rows_variant"]["kernel"]]
+    return [call["kernel"]]
+
+
+def variant_choices(call: dict) -> tuple | None:
+    """(row count expression text, [(kernel, tile, cost)]) of a call with row-tile variants
+    (the call's own kernel first), else None."""
+    v = call.get("row_variants")
+    if v is not None:
+        return v["rows"], [(k, int(t), float(c)) for k, t, c in v["choices"]]
+    v = call.get("rows_variant")  # older artifacts: a one-row kernel and its padded twin
+    if v is not None:
+        return v["rows"], [(call["kernel"], 1, 1.5), (v["kernel"], int(v["tile"]), 1.0)]
+    return None
+
+
+def pick_variant(rows: int, choices) -> int:
+    """Index of the choice (``(kernel, tile, cost)``) that runs ``rows`` rows fastest: the
+    least rows computed (``rows`` padded to whole ``tile``-row tiles) times the tile's time
+    per row (``cost``); ties go to the larger tile.  A one-row kernel (tile 1, cost 1.5)
+    against its 12-row padded variant (cost 1): the variant from 8 rows (GPT-2 prefill,
+    one thread, Zen 3, one-row build / 6-row variant (ms): 2 rows 48 / 43, 4 rows 69 / 67,
+    7 rows 95 / 102, 12 rows 153 / 122, 64 rows 535 / 374)."""
+    costs = [-(-max(rows, 1) // t) * t * c for _, t, c in choices]
+    return min(range(len(costs)), key=lambda i: (costs[i], -choices[i][1]))
+
+

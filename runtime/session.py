@@ -16,11 +16,13 @@ Graph format (``meta["graph"]``, written by ``compiler/graph.py``)::
                                        # (a sequence-major key/value cache [P, B, H, D]);
                                        # callers see tensor.transpose(perm); align (inputs):
                                        # bytes of alignment the kernels assume of it (absent: 64)
-    calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes, scalars?, rows_variant?}]
+    calls: [{kernel, args: [tensor ids], num_outputs, ops, nodes, scalars?, row_variants?}]
                                        # scalars: [(position, dim expression)] ints passed;
-                                       # rows_variant: {kernel, rows, tile}: a padded-tile
-                                       # twin run when the rows at the binding make it pay
-                                       # (compiler/lowering/row_variants.py, dims.use_variant)
+                                       # row_variants: {rows, choices: [[kernel, tile,
+                                       # cost]]}: the call's kernel and variants of other
+                                       # row tiles, one run per binding by its rows
+                                       # (compiler/lowering/row_variants.py,
+                                       # dims.pick_variant)
     params: [{offset, nbytes}]                                         # into the payload
     buffers: [{nbytes, first_use, last_use}]                           # arena buffers
     placed_concats: [{nodes, output, inputs, bytes}]   # concats with no call (optional)
@@ -41,7 +43,7 @@ from collections import OrderedDict
 from . import threads
 from .artifact import library_kernel
 from .cpu_features import nominal_peak_gflops
-from .dims import DimError, ShapeExpr, bind_dims, use_variant
+from .dims import DimError, ShapeExpr, bind_dims, pick_variant, variant_choices
 from .instruments import Profiler, SessionOptions, check_outputs, inplace_inputs
 from .memory_plan import MemoryPlan
 from .output_pool import DEFAULT_DEPTH, OutputPool, aligned_bytes
@@ -329,12 +331,14 @@ class Session:
         # what a binding must satisfy beyond the ranges (compiler/lowering/graph.py checks)
         self._checks = [(ShapeExpr([c["lhs"], c["rhs"]], names), c["what"])
                         for c in graph.get("checks", ())]
-        # one-row kernels' padded-tile variants (compiler/lowering/row_variants.py): run
-        # when the kernel's matmul has more than one row at the bound dims
-        self._row_variants = [
-            None if (v := call.get("rows_variant")) is None else
-            (library_kernel(kernels, v["kernel"]), ShapeExpr([v["rows"]], names), int(v["tile"]))
-            for call in graph["calls"]]
+        # row-tile variants (compiler/lowering/row_variants.py): (rows expression,
+        # [(function, name, tile, cost)]), the call's own kernel first; one runs per binding
+        self._row_variants = []
+        for call in graph["calls"]:
+            found = variant_choices(call)
+            self._row_variants.append(None if found is None else (
+                ShapeExpr([found[0]], names),
+                [(library_kernel(kernels, k), k, t, c) for k, t, c in found[1]]))
         self._shapes = [ShapeExpr(t["shape"], names) for t in graph["tensors"]]
         # bytes into the buffer: ints, or expressions of the dims (a cache's new rows)
         self._offsets = [ShapeExpr([t.get("offset", 0)], names) for t in graph["tensors"]]
@@ -475,8 +479,9 @@ class Session:
                 args.insert(pos, int(e(binding)[0]))
             fn = self._fns[k]
             variant = self._row_variants[k]
-            if variant is not None and use_variant(variant[1](binding)[0], variant[2]):
-                fn = variant[0]
+            if variant is not None:
+                choices = [(n, t, c) for _, n, t, c in variant[1]]
+                fn = variant[1][pick_variant(variant[0](binding)[0], choices)][0]
             if prev is None:
                 calls.append((fn, tuple(args)))
             else:
@@ -904,7 +909,8 @@ class Session:
             end = time.perf_counter_ns()
             if prof is not None:
                 prof.record(call if fn is self._fns[k] else  # a row variant: its own name
-                            {**call, "kernel": call["rows_variant"]["kernel"]},
+                            {**call, "kernel": next(n for f, n, _, _ in self._row_variants[k][1]
+                                                    if f is fn)},
                             start, end, tensors, self._runs, binding)
             if check:
                 check_outputs(call, self._np, tensors, self._kernels, saved, self._model_inputs)

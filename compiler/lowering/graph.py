@@ -18,7 +18,7 @@ from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from compiler.frontend import shape_arith
 from runtime.artifact import PARAM_ALIGN  # the loader maps params in place: keep them aligned
-from runtime.dims import ShapeExpr
+from runtime.dims import ShapeExpr, call_kernels
 from runtime.memory_plan import MemoryPlan, MemoryPlanner
 from schedules import flops
 
@@ -515,11 +515,9 @@ def _place(g: KernelGraph, call: dict, groups: dict, outs: set, io_roots: dict):
 
 
 def _rows_once(call: dict, rules: dict) -> bool:
-    """Whether every kernel the call may run (its row variant too) was scheduled by a rule
+    """Whether every kernel the call may run (its row variants too) was scheduled by a rule
     that computes each row's reductions once (``inplace.ROWS_ONCE``)."""
-    kernels = [call["kernel"]] + ([call["rows_variant"]["kernel"]]
-                                  if call.get("rows_variant") else [])
-    return all(rules.get(k) in ROWS_ONCE for k in kernels)
+    return all(rules.get(k) in ROWS_ONCE for k in call_kernels(call))
 
 
 def plan_storage(g: KernelGraph, reuse: bool = True, dims: list | None = None,

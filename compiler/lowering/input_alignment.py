@@ -30,6 +30,7 @@ import json
 
 import numpy as np
 
+from runtime.dims import call_kernels
 from runtime.session import arg_positions
 
 from .graph import _root  # the tensor whose storage a view is of
@@ -49,8 +50,7 @@ def mark(graph) -> dict:
     written = set()        # inputs whose storage a kernel writes
     for call in graph.calls:
         nin = len(call["args"]) - call["num_outputs"]
-        kernels = [call["kernel"]] + ([call["rows_variant"]["kernel"]]
-                                      if call.get("rows_variant") else [])
+        kernels = call_kernels(call)
         for i, (t, pos) in enumerate(zip(call["args"], arg_positions(call))):
             r = _root(graph, t)
             if r not in inputs:

@@ -1,20 +1,32 @@
-"""General variants of one-row kernels: a decoder's prompt runs padded register tiles.
+"""Row-tile variants of symbolic-row matmul kernels: each call runs the tile that fits its rows.
 
-A build whose ``seq`` is declared at opt 1 (``dims={"seq": (1, 512, 1)}``: a decoder tuned
-for its one-token steps) leaves the rows of its constant-weight matmuls unpadded
-(``passes/pack_matmul_weights.py``), so ``cpu.matmul_packed`` runs them a row at a time,
-each weight panel streamed once per row: the fastest decode step, but a prompt of 64 tokens
-then streams every panel 64 times (GPT-2 prefill 2x slower than the build with padded
-tiles).  Here each such kernel gets a second PrimFunc with the same parameters: the same
-kernel with the matmul's rows padded to whole register tiles, A read at ``min(i, M - 1)``
-and the result cut back to M rows (what ``pack_matmul_weights.matmul_packed`` computes
-with ``rows`` > 1), the rest of the kernel (column cut, fused epilogue) unchanged.
+A matmul against constant weights whose row count M is symbolic (batch x seq tokens) is
+compiled once for every M in the declared range, so its register tile cannot be chosen for
+the M of a call as a static build chooses it (``pack_matmul_weights.pad_rows``).  Two cases:
 
-The graph call keeps the one-row kernel and names the variant with the matmul's row count
-as an expression of the dims and the tile it is padded to (``call["rows_variant"] =
-{"kernel", "rows", "tile"}``); the runtime (``runtime/dims.py`` :func:`use_variant`)
-runs the variant when padding adds at most half the real rows.  Both are correct at
-any binding: the choice is speed only.
+* A build whose ``seq`` is declared at opt 1 (``dims={"seq": (1, 512, 1)}``: a decoder tuned
+  for its one-token steps) leaves the rows unpadded, so ``cpu.matmul_packed`` runs them a row
+  at a time, each weight panel streamed once per row: the fastest decode step, but a prompt
+  of 64 tokens then streams every panel 64 times (GPT-2 prefill 2x slower than the build with
+  padded tiles).  Such a kernel gets a variant with its rows padded to whole register tiles.
+* Otherwise the pass pads M to a multiple of the target's full tile (12 rows on AVX-512, 6
+  on AVX2): a call of 16 rows computes 24, 1.5x the work (a BERT-base encoder compiled for
+  seq 1..512 at opt 128, run at seq 16: 43 ms against a static seq-16 build's 29, one
+  thread, Zen 4).  Such a kernel gets variants padded to a few smaller tiles
+  (:func:`variant_tiles`, picked for the target's full tile).
+
+A variant is a second PrimFunc with the same parameters: the same kernel with the matmul's
+rows padded to a multiple of its tile, A read at ``min(i, M - 1)`` and the result cut back
+to M rows (what ``pack_matmul_weights.matmul_packed`` computes with ``rows`` > 1), the rest
+of the kernel (column cut, fused epilogue) unchanged.
+
+The graph call keeps its kernel and lists the choices (``call["row_variants"] = {"rows":
+the matmul's row count as an expression of the dims, "choices": [[kernel, tile, cost],
+...]}``, the call's own kernel first); the runtime (``runtime/dims.py``
+:func:`pick_variant`) runs, per binding, the choice of least ``ceil(M / tile) * tile *
+cost``: the rows it computes times its tile's time per row (``pack_matmul_weights
+.tile_cost``; a one-row kernel counts 1.5, a padded row costing about two thirds of an
+unpadded one).  Every choice is correct at any binding: the choice is speed only.
 """
 
 from __future__ import annotations
@@ -31,44 +43,118 @@ from .symbolic import DIM_OPT_ATTR, expr_text
 SUFFIX = "__rows"
 
 
-def add_row_variants(graph, rows: int, dim_names) -> list:
-    """Add a general variant of every one-row matmul kernel of ``graph`` (a KernelGraph
-    after ``annotate_dim_opt``) to ``graph.prim_funcs`` and name it on each call of the
-    kernel; ``rows`` is the register tile the padded rows are rounded to
-    (pack_matmul_weights' ``rows``).  Returns the kernels that got one."""
+# A one-row kernel's time per row against a full tile's (runtime/dims.py pick_variant):
+# GPT-2 prefill, one thread, Zen 3, one-row build / padded 6-row variant (ms): 2 rows 48 / 43,
+# 4 rows 69 / 67, 7 rows 95 / 102 (12 padded rows), 12 rows 153 / 122, 64 rows 535 / 374
+ONE_ROW_COST = 1.5
+# smaller tiles a kernel of padded rows gets variants for (each costs a kernel build)
+VARIANT_COUNT = 2
+
+
+def variant_tiles(rows: int, count: int = VARIANT_COUNT) -> list:
+    """``count`` tiles below ``rows`` for variants: the largest power of two (token counts
+    are most often multiples of 8: a batch of 16 tokens takes two 8-row tiles, not 24
+    padded rows), then, one at a time, the tile that brings the set nearest on average to
+    the best tile of every M from 2 to ``8 * rows`` (``ceil(M / t) * t * tile_cost(t)``).
+    12-row tiles (AVX-512) get 8 and 11, 6-row ones (AVX2) 4 and 5."""
+    from passes.pack_matmul_weights import tile_cost
+
+    def cost(m, t):
+        return -(-m // t) * t * tile_cost(t, rows)
+
+    ms = range(2, 8 * rows + 1)
+    best = {m: min(cost(m, t) for t in range(1, rows + 1)) for m in ms}
+    chosen = [rows]
+    power = 1 << (rows - 1).bit_length() - 1  # the largest power of two below rows
+    if count and power >= 2:
+        chosen.append(power)
+    while len(chosen) < count + 1 and len(chosen) < rows - 1:
+        left = [t for t in range(2, rows) if t not in chosen]
+        chosen.append(min(left, key=lambda t: sum(
+            min(cost(m, u) for u in chosen + [t]) / best[m] for m in ms)))
+    return sorted(chosen[1:])
+
+
+def add_row_variants(graph, rows: int, one_row: bool, dim_names) -> list:
+    """Add the row-tile variants of ``graph``'s symbolic-row matmul kernels (a KernelGraph
+    after ``annotate_dim_opt``) to ``graph.prim_funcs`` and list them on each call of the
+    kernel; ``rows`` is the target's full register tile (pack_matmul_weights' ``rows``),
+    ``one_row`` whether the pass left some kernels' rows unpadded (dims at opt 1).  Returns
+    the kernels that got variants."""
+    from passes.pack_matmul_weights import tile_cost
+
     if rows <= 1:
         return []
     made = {}
+    smaller = variant_tiles(rows)
     for name, func in list(graph.prim_funcs.items()):
         if func.attrs is None or DIM_OPT_ATTR not in func.attrs:
             continue
-        found = general_variant(func, rows)
-        if found is None:
+        padded = padded_tile(func)
+        if padded is None:
             continue
-        variant, m_rows = found
+        if padded == 1:  # one row at a time: a variant of full tiles for several rows
+            if not one_row:
+                continue
+            choices = [[name, 1, ONE_ROW_COST], [name + SUFFIX, rows, 1.0]]
+        else:
+            choices = [[name, padded, tile_cost(padded, rows)]] + [
+                [f"{name}{SUFFIX}{t}", t, round(tile_cost(t, rows), 4)]
+                for t in smaller if t != padded]
+        variants = []
+        for kernel, tile, _ in choices[1:]:
+            found = general_variant(func, tile)
+            if found is None:
+                break
+            variants.append((kernel, found[0]))
+            m_rows = found[1]
+        if len(variants) != len(choices) - 1:
+            continue
         try:
             text = expr_text(m_rows, set(dim_names), "row count")
         except Exception:  # rows the runtime could not evaluate: keep the one kernel
             continue
-        graph.prim_funcs[name + SUFFIX] = variant
-        made[name] = {"kernel": name + SUFFIX, "rows": text, "tile": int(rows)}
+        graph.prim_funcs.update(variants)
+        made[name] = {"rows": text, "choices": choices}
     for call in graph.calls:
         if call["kernel"] in made:
-            call["rows_variant"] = dict(made[call["kernel"]])
+            call["row_variants"] = {"rows": made[call["kernel"]]["rows"],
+                                    "choices": [list(c) for c in made[call["kernel"]]["choices"]]}
     return sorted(made)
 
 
+def padded_tile(func):
+    """The row tile ``func``'s packed matmul pads its symbolic rows to (1: unpadded, one row
+    at a time), or None when it has none (no such matmul, static rows)."""
+    from tvm import s_tir
+
+    from schedules.cpu.common import row_multiple
+    from schedules.cpu.matmul_packed import match_packed_matmul
+
+    sch = s_tir.Schedule(func)
+    found = match_packed_matmul(sch)
+    if found is None:
+        return None
+    extent = sch.get(sch.get_loops(found[0])[-3]).extent
+    if isinstance(extent, tirx.IntImm):
+        return None
+    if not found[2]:
+        return 1
+    return row_multiple(extent)
+
+
 def general_variant(func, rows: int):
-    """(``func`` with its one-row matmul computed over rows padded to a multiple of
-    ``rows``, the matmul's row count M) when ``func``'s matmul is one ``cpu.matmul_packed``
-    takes (``match_packed_matmul``) with symbolic, unpadded rows; else None."""
+    """(``func`` with its matmul computed over rows padded to a multiple of ``rows``, the
+    matmul's row count M) when ``func``'s matmul is one ``cpu.matmul_packed`` takes
+    (``match_packed_matmul``) with symbolic rows, unpadded or padded to another tile;
+    else None."""
     from tvm import s_tir
 
     from schedules.cpu.matmul_packed import match_packed_matmul
 
     sch = s_tir.Schedule(func)  # the rule's own matcher says which block is the matmul
     found = match_packed_matmul(sch)
-    if found is None or found[2]:  # none, or its rows already padded (clamped reads)
+    if found is None:
         return None
     mm = sch.get(found[0])
     func = sch.mod["main"]  # the function that block belongs to

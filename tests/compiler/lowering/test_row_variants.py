@@ -1,5 +1,6 @@
 """compiler/lowering/row_variants.py: padded-tile variants of one-row kernels (a decoder's
-prompt), and the runtime's choice between them (runtime/dims.py use_variant)."""
+prompt), smaller-tile variants of padded ones (few rows), and the runtime's choice between
+them (runtime/dims.py pick_variant)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,15 @@ from onnx import helper
 import compiler
 import runtime
 from compiler import driver
-from compiler.lowering.row_variants import SUFFIX, general_variant
-from runtime.dims import use_variant
+from compiler.lowering.row_variants import SUFFIX, general_variant, variant_tiles
+from passes.pack_matmul_weights import tile_cost
+from runtime.dims import pick_variant
 from tests.schedules.util import onnx_model
 
 ONE_ROW = {"batch": (1, 2, 1), "seq": (1, 64, 1)}  # a decoder's dims: opt 1
 
 
-def _flat(k=24, n=40):
+def _flat(k=24, n=40, dims=("batch", "seq")):
     """x[batch, seq, k] reshaped to [batch * seq, k] (GPT-2's Conv1D) @ W + b."""
     rng = np.random.default_rng(0)
     inits = {"w": rng.standard_normal((k, n)).astype("float32"),
@@ -29,7 +31,7 @@ def _flat(k=24, n=40):
     nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]),
              helper.make_node("MatMul", ["r", "w"], ["h"]),
              helper.make_node("Add", ["h", "b"], ["y"])]
-    return onnx_model(nodes, [("x", ["batch", "seq", k])], [("y", ["rows", n])], inits)
+    return onnx_model(nodes, [("x", [*dims, k])], [("y", ["rows", n])], inits)
 
 
 def _head(k=24, n=50):
@@ -61,21 +63,41 @@ def test_structure_column_cut_is_replaced_by_one_cut():
     assert text.count('T.sblock("matmul_rows")') == 1 and "T.min(" in text
 
 
-def test_negative_padded_or_static_rows_get_no_variant():
-    # seq at opt 64: the pass pads rows itself; a static M: nothing to vary
+def test_negative_static_rows_get_no_variant():
+    _, funcs = driver.lower_to_kernels(_flat(dims=(1, 5)))
+    assert all(general_variant(f, 6) is None for f in funcs.values())
+    cm = compiler.compile(_flat(dims=(1, 5)))
+    assert cm.report.get("row_variants", []) == []
+
+
+def test_structure_padded_rows_get_smaller_tile_variants():
+    """seq at opt 64: the pass pads the rows to the full tile itself; the kernel gets
+    variants padded to smaller tiles, for calls of few rows."""
     _, funcs = driver.lower_to_kernels(_flat(), dims={"batch": (1, 2, 1), "seq": (1, 64, 64)})
-    assert all(general_variant(f, 6) is None for f in funcs.values())
-    _, funcs = driver.lower_to_kernels(_flat(), input_shapes={"x": [1, 5, 24]})
-    assert all(general_variant(f, 6) is None for f in funcs.values())
-    cm = compiler.compile(_flat(), dims={"batch": (1, 2, 1), "seq": (1, 64, 64)})
-    assert cm.report["row_variants"] == []
+    (func,) = funcs.values()
+    variant, rows = general_variant(func, 8)
+    assert str(rows) == "batch * seq"
+    text = variant.script()
+    assert "(batch * seq + T.int64(7)) // T.int64(8) * T.int64(8)" in text
+    assert text.count('T.sblock("matmul_rows")') == 1
 
 
 def test_use_variant_when_padding_adds_at_most_half():
-    assert not use_variant(1, 6) and not use_variant(2, 6) and not use_variant(3, 6)
-    assert use_variant(4, 6) and use_variant(12, 6) and use_variant(64, 6)
-    assert not use_variant(7, 6)  # 12 padded rows for 7
-    assert not use_variant(7, 12) and use_variant(8, 12)  # AVX-512's 12-row tiles
+    """A one-row kernel against its padded variant: what use_variant decided before
+    the choices became a list (padding that adds at most half the rows)."""
+    def use(rows, tile):
+        return pick_variant(rows, [("one", 1, 1.5), ("pad", tile, 1.0)]) == 1
+    assert not use(1, 6) and not use(2, 6) and not use(3, 6)
+    assert use(4, 6) and use(12, 6) and use(64, 6)
+    assert not use(7, 6)  # 12 padded rows for 7
+    assert not use(7, 12) and use(8, 12)  # AVX-512's 12-row tiles
+
+
+def test_pick_variant_takes_the_tile_that_fits_the_rows():
+    choices = [("k", 12, 1.0)] + [(f"k{t}", t, tile_cost(t, 12)) for t in variant_tiles(12)]
+    assert variant_tiles(12) == [8, 11] and variant_tiles(6) == [4, 5]
+    picked = {m: choices[pick_variant(m, choices)][1] for m in (1, 7, 12, 16, 20, 22, 128)}
+    assert picked == {1: 8, 7: 8, 12: 12, 16: 8, 20: 11, 22: 11, 128: 12}
 
 
 def _relu(k=24, n=32):
@@ -115,3 +137,28 @@ def test_runtime_runs_the_variant_only_for_several_rows(tmp_path):
     with open(sess.end_profiling()) as f:
         ran = [e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
     assert ran == [base, base, base + SUFFIX]
+
+
+@pytest.mark.parametrize("make", [_flat, _head])
+def test_numerics_padded_rows_every_tile_from_one_artifact(make, tmp_path):
+    """Rows padded to the full tile (seq opt 64) with smaller-tile variants: every row
+    count from one artifact against onnxruntime, and the runtime ran the tile that fits."""
+    model = make()
+    cm = compiler.compile(model, dims={"batch": (1, 2, 1), "seq": (1, 64, 64)})
+    (base,) = cm.report["row_variants"]
+    assert cm.report["schedules"] == {"cpu.matmul_packed": 3}
+    path = cm.export(str(tmp_path / "m.so"))
+    opts = runtime.SessionOptions(enable_profiling=True,
+                                  profile_file_prefix=str(tmp_path / "prof"))
+    sess = runtime.load(path, opts)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    shapes = [(1, 1), (1, 5), (2, 8), (1, 16), (1, 23), (2, 33), (2, 64), (2, 60)]
+    for b, s in shapes:
+        x = rng.standard_normal((b, s, 24)).astype("float32")
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
+                                   rtol=1e-4, atol=1e-5)
+    with open(sess.end_profiling()) as f:
+        ran = [e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(ran) == len(shapes) and ran[-1] == base  # 60 or 120 rows: the full tile
+    assert len(set(ran)) >= 2 and all(k == base or k.startswith(base + SUFFIX) for k in ran)
