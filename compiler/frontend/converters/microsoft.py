@@ -69,6 +69,14 @@ def _dims(ctx, x, what):
         refuse(ctx, f"{what} of a shape not known at compile time")
 
 
+def _rank(ctx, x, what) -> int:
+    """Rank of ``x``, static or symbolic dims alike."""
+    ndim = getattr(x.ty, "ndim", -1)
+    if ndim is None or ndim < 0:
+        refuse(ctx, f"{what} of unknown rank")
+    return int(ndim)
+
+
 def _refuse_set(ctx, attrs, name, ok=lambda v: not v):
     """Refuse attribute ``name`` when it is set to a value ``ok`` rejects."""
     if name in attrs and not ok(attrs[name]):
@@ -92,7 +100,7 @@ def _outputs(*items):
 
 def _skip_sum(bb, ctx, x, skip, bias):
     _float(ctx, x)
-    rank = len(_dims(ctx, x, "input"))
+    rank = _rank(ctx, x, "input")
     if rank not in (2, 3):
         refuse(ctx, f"input of rank {rank} (2 or 3 expected)")
     s = relax.op.add(x, skip)
@@ -148,7 +156,7 @@ def simplified_layer_normalization(bb, inputs, attrs, ctx):
     default) computes a float16 / bfloat16 X in float32, as onnxruntime does."""
     x, scale = _pad(inputs, 2)[:2]
     _float(ctx, x)
-    rank = len(_dims(ctx, x, "input"))
+    rank = _rank(ctx, x, "input")
     axis = int(attrs.get("axis", -1))
     if not -rank <= axis < rank:
         refuse(ctx, f"axis {axis} for an input of rank {rank}")
@@ -286,14 +294,14 @@ def fused_matmul(bb, inputs, attrs, ctx):
         _refuse_set(ctx, attrs, name, lambda v: int(v) == 0)
     for x, flag, what in ((a, "transA", "A"), (b, "transB", "B")):
         if int(attrs.get(flag, 0)):
-            rank = len(_dims(ctx, x, what))
+            rank = _rank(ctx, x, what)
             if rank < 2:
                 refuse(ctx, f"{flag}=1 with {what} of rank {rank}")
     if int(attrs.get("transA", 0)):
-        rank = len(static_shape(a))
+        rank = _rank(ctx, a, "A")
         a = bb.emit(relax.op.permute_dims(a, list(range(rank - 2)) + [rank - 1, rank - 2]))
     if int(attrs.get("transB", 0)):
-        rank = len(static_shape(b))
+        rank = _rank(ctx, b, "B")
         b = bb.emit(relax.op.permute_dims(b, list(range(rank - 2)) + [rank - 1, rank - 2]))
     y = relax.op.matmul(a, b)
     alpha = float(attrs.get("alpha", 1.0))

@@ -117,6 +117,49 @@ def test_skip_layer_norm_sum_output_only():
           outputs=["y0", "", "", "y3"])
 
 
+def _symbolic(model, names):
+    """``model`` with dims 0 and 1 of inputs ``names`` and of every output symbolic."""
+    for vi in list(model.graph.input) + list(model.graph.output):
+        if vi.name in names or vi in model.graph.output:
+            dims = vi.type.tensor_type.shape.dim
+            for k, sym in enumerate(("batch", "seq")[:max(len(dims) - 1, 0)]):
+                dims[k].ClearField("dim_value")
+                dims[k].dim_param = sym
+    return model
+
+
+@pytest.mark.parametrize("op,extra", [
+    ("SkipLayerNormalization", {"beta": randn(H), "bias": randn(H)}),
+    ("SkipSimplifiedLayerNormalization", {"bias": randn(H)}),
+    ("FusedMatMul", {})])
+def test_symbolic_batch_and_sequence_compile_once(op, extra):
+    """onnxruntime's optimizer output of a model exported with dynamic (batch, seq) axes:
+    the layer-norm family and FusedMatMul read only the rank of their input.  They
+    refused a symbolic input ('of a shape not known at compile time'), so the whole
+    optimized BERT compiled per shape."""
+    if op == "FusedMatMul":
+        inputs, consts, attrs = {"x": randn(2, 5, H), "w": randn(16, H)}, ("w",), \
+            {"transB": 1, "alpha": 0.5}
+    else:
+        inputs = {"x": randn(2, 5, H), "skip": randn(2, 5, H), "gamma": randn(H), **extra}
+        consts, attrs = ("gamma", *extra), {"epsilon": 1e-5}
+    model = _model(op, inputs, consts, outputs=["y0"], **attrs)
+    del model.graph.output[:]
+    n = 16 if op == "FusedMatMul" else H
+    model.graph.output.append(helper.make_tensor_value_info("y0", TensorProto.FLOAT, [2, 5, n]))
+    model = _symbolic(model, {"x", "skip"})
+    cm = compiler.compile(model, dims={"batch": (1, 4, 1), "seq": (1, 64, 16)})
+    assert "kernel_table" in cm.report  # one artifact, not a per-shape build
+    sess = cm.session()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b, t in ((1, 1), (2, 7), (4, 64)):
+        feeds = {"x": randn(b, t, H)}
+        if op != "FusedMatMul":
+            feeds["skip"] = randn(b, t, H)
+        np.testing.assert_allclose(sess.run(None, feeds)[0], ref.run(None, feeds)[0],
+                                   rtol=1e-4, atol=1e-5)
+
+
 def test_skip_simplified_layer_norm():
     d = {"x": randn(2, 5, H), "skip": randn(2, 5, H), "gamma": randn(H), "bias": randn(H)}
     check("SkipSimplifiedLayerNormalization", d, consts=("gamma", "bias"),
