@@ -67,6 +67,11 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None,
 
 # Ops whose indices (input 1) select along the axes of their data (input 0)
 _INDEXING = {"Gather", "GatherElements", "ScatterElements", "GatherND", "ScatterND"}
+# contrib ops whose inputs index the rows of a table input: {op: [(index input, table input)]}
+# (onnxruntime's EmbedLayerNormalization refuses ids past its tables: "input index out of
+# range"; our converter clamps them)
+_TABLE_INDEXING = {"EmbedLayerNormalization": [(0, 2), (1, 4)],
+                   "QEmbedLayerNormalization": [(0, 2), (1, 4)]}
 
 
 def index_bounds(model: onnx.ModelProto) -> list[dict]:
@@ -80,11 +85,19 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
     each ``-size`` / ``size - 1``)."""
     from .fold_onnx import static_shapes
 
-    fed = {vi.name for vi in graph_inputs(model)}
+    fed = {vi.name: vi.name for vi in graph_inputs(model)}
     shapes = static_shapes(model)
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     bounds = []
     for i, node in enumerate(model.graph.node):
+        if node.op_type == "Cast" and node.input and node.input[0] in fed:
+            fed[node.output[0]] = fed[node.input[0]]  # ids cast to int32 before the op
+        for k, table in _TABLE_INDEXING.get(node.op_type, ()):
+            rows = (shapes.get(node.input[table]) or [None])[0] \
+                if len(node.input) > table else None
+            if len(node.input) > k and node.input[k] in fed and isinstance(rows, int):
+                bounds.append({"input": fed[node.input[k]], "node": node.name or f"#{i}",
+                               "op": node.op_type, "size": rows, "low": 0, "high": rows - 1})
         if node.op_type not in _INDEXING or len(node.input) < 2 or node.input[1] not in fed:
             continue
         data = shapes.get(node.input[0])
@@ -97,7 +110,7 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
             if not isinstance(cols, int) or not 0 < cols <= len(data) - batch:
                 continue  # the converter refuses it, or the width is symbolic
             sizes = list(data[batch:batch + cols])
-            bounds.append({"input": node.input[1], "node": name, "op": node.op_type,
+            bounds.append({"input": fed[node.input[1]], "node": name, "op": node.op_type,
                            "sizes": sizes, "low": [-n for n in sizes],
                            "high": [n - 1 for n in sizes]})
             continue
@@ -106,7 +119,7 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
             raise ModelError(f"node {name!r} ({node.op_type}): axis {axis} is out of range "
                              f"for its data input {node.input[0]!r} of rank {len(data)}")
         size = data[axis + len(data) if axis < 0 else axis]
-        bounds.append({"input": node.input[1], "node": name, "op": node.op_type,
+        bounds.append({"input": fed[node.input[1]], "node": name, "op": node.op_type,
                        "size": size, "low": -size, "high": size - 1})
     return bounds
 

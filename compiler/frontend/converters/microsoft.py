@@ -69,6 +69,35 @@ def _dims(ctx, x, what):
         refuse(ctx, f"{what} of a shape not known at compile time")
 
 
+def _shape(ctx, x, what) -> list:
+    """Shape of ``x``: ints where static, TIR expressions where symbolic (a model exported
+    with dynamic batch / sequence axes, compiled once for ranges of them)."""
+    from tvm import tirx
+
+    values = getattr(getattr(x.ty, "shape", None), "values", None)
+    if values is None:
+        refuse(ctx, f"{what} of unknown shape")
+    return [int(v) if isinstance(v, tirx.IntImm) else v for v in values]
+
+
+def _same(a, b) -> bool:
+    """Two dims (ints or TIR expressions) provably equal."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    return bool(Analyzer().can_prove_equal(tirx.const(a, "int64") if isinstance(a, int) else a,
+                                           tirx.const(b, "int64") if isinstance(b, int) else b))
+
+
+def _arange(n):
+    """0 .. n-1 as int32: a constant for a static ``n``, a run-time range for a symbolic one."""
+    if isinstance(n, int):
+        return relax.const(np.arange(n, dtype=np.int32))
+    return relax.op.arange(0, n, 1, "int32")
+
+
 def _rank(ctx, x, what) -> int:
     """Rank of ``x``, static or symbolic dims alike."""
     ndim = getattr(x.ty, "ndim", -1)
@@ -216,10 +245,16 @@ def embed_layer_normalization(bb, inputs, attrs, ctx):
     if int(attrs.get("mask_index_type", 1)) == 0 and _wants(ctx, 1):
         refuse(ctx, "output mask_index with attribute mask_index_type=0")
     _float(ctx, word, "word_embedding")
-    b, s = _dims(ctx, ids, "input_ids")
+    b, s = _shape(ctx, ids, "input_ids")
     emb = relax.op.take(word, ids, axis=0, mode="clip")
-    if pos_ids is None:
+    if pos_ids is None and isinstance(s, int):
         positions = bb.emit(_slice(pos_table, 0, 0, s))                  # (S, H)
+    elif pos_ids is None:  # a symbolic S: its range is capped at the table's rows
+        from ..shape_arith import check_slice_bounds
+
+        positions = bb.emit(check_slice_bounds(relax.op.strided_slice(
+            pos_table, axes=[0], begin=[0], end=[s], strides=[1], assume_inbound=True),
+            f"node {ctx.node.name!r} (EmbedLayerNormalization)"))
     else:
         positions = relax.op.take(pos_table, pos_ids, axis=0, mode="clip")
     emb = relax.op.add(emb, positions)
@@ -234,8 +269,10 @@ def embed_layer_normalization(bb, inputs, attrs, ctx):
     if mask is not None:
         ones = relax.op.equal(mask, relax.const(1, mask.ty.dtype))
         mask_index = relax.op.sum(relax.op.astype(ones, "int32"), axis=[1])
-    else:
+    elif isinstance(b, int):
         mask_index = relax.const(np.zeros([b], np.int32), "int32")
+    else:
+        mask_index = relax.op.zeros(relax.ShapeExpr([b]), "int32")
     return _outputs(y, mask_index, emb)
 
 
@@ -441,20 +478,24 @@ def _keep_from_mask(bb, ctx, mask, b, s, t, what: str):
     (B) lengths (right padding), (2B) ends then starts, (B, T) raw, (B, S, T) raw.  The
     (B, 1, M, M) form is refused: onnxruntime's CPU kernel refuses it too, so there is
     nothing to check a conversion against."""
-    mshape = _dims(ctx, mask, what)
-    cols = relax.const(np.arange(t, dtype=np.int32).reshape(1, 1, 1, t), "int32")
-    if len(mshape) == 1 and mshape[0] in (b, 2 * b):
+    mshape = _shape(ctx, mask, what)
+    cols = relax.op.reshape(_arange(t), [1, 1, 1, t])
+    if len(mshape) == 1 and (_same(mshape[0], b) or _same(mshape[0], 2 * b)):
         m = relax.op.astype(mask, "int32")
         end = relax.op.reshape(_slice(m, 0, 0, b), [b, 1, 1, 1])
         keep = relax.op.less(cols, end)
-        if mshape[0] == 2 * b:
+        if not _same(mshape[0], b):
             start = relax.op.reshape(_slice(m, 0, b, 2 * b), [b, 1, 1, 1])
             keep = relax.op.logical_and(keep, relax.op.greater_equal(cols, start))
         return bb.emit(keep)
+
+    def shaped(*want):
+        return len(mshape) == len(want) and all(_same(a, w) for a, w in zip(mshape, want))
+
     raw = None
-    if mshape == [b, t]:
+    if shaped(b, t):
         raw = relax.op.reshape(mask, [b, 1, 1, t])
-    elif mshape == [b, s, t]:
+    elif shaped(b, s, t):
         raw = relax.op.reshape(mask, [b, 1, s, t])
     if raw is None:
         refuse(ctx, f"{what} of shape {mshape} (with batch {b}, sequence {s}, total "
@@ -464,8 +505,11 @@ def _keep_from_mask(bb, ctx, mask, b, s, t, what: str):
 
 def _causal_keep(s, t, past):
     """(1, 1, S, T): key t visible from query s when t <= past + s."""
-    rows = np.arange(s).reshape(s, 1) + past
-    return relax.const((np.arange(t).reshape(1, t) <= rows).reshape(1, 1, s, t))
+    if all(isinstance(v, int) for v in (s, t, past)):
+        rows = np.arange(s).reshape(s, 1) + past
+        return relax.const((np.arange(t).reshape(1, t) <= rows).reshape(1, 1, s, t))
+    rows = relax.op.reshape(relax.op.arange(past, past + s, 1, "int32"), [1, 1, s, 1])
+    return relax.op.less_equal(relax.op.reshape(_arange(t), [1, 1, 1, t]), rows)
 
 
 def _additive_mask(bb, dtype, keeps, bias, filter_value):
@@ -531,14 +575,15 @@ def attention(bb, inputs, attrs, ctx):
     if past_len is not None:
         refuse(ctx, "input past_sequence_length (shared past/present buffers)")
     n = int(attrs.get("num_heads", 0))
-    b, s, din = _dims(ctx, x, "input")
+    b, s, din = _shape(ctx, x, "input")
     wshape = _dims(ctx, w, "weights")
     sizes = [int(v) for v in attrs.get("qkv_hidden_sizes", [])]
     if not sizes:
         if wshape[1] % 3:
             refuse(ctx, f"weights of shape {wshape} without qkv_hidden_sizes")
         sizes = [wshape[1] // 3] * 3
-    if len(sizes) != 3 or sum(sizes) != wshape[1] or wshape[0] != din or sizes[0] != sizes[1]:
+    if len(sizes) != 3 or sum(sizes) != wshape[1] or not _same(wshape[0], din) or \
+            sizes[0] != sizes[1]:
         refuse(ctx, f"qkv_hidden_sizes={sizes} with weights of shape {wshape} and input "
                     f"hidden size {din}")
     if n <= 0 or sizes[0] % n or sizes[2] % n:
@@ -550,8 +595,9 @@ def attention(bb, inputs, attrs, ctx):
     v = _heads(bb, _projection(bb, x, w, bias, 2 * sizes[0], wshape[1]), b, s, n, hv)
     p = 0
     if past is not None:
-        pshape = _dims(ctx, past, "past")
-        if hq != hv or len(pshape) != 5 or pshape[:3] != [2, b, n] or pshape[4] != hq:
+        pshape = _shape(ctx, past, "past")
+        if hq != hv or len(pshape) != 5 or not all(
+                _same(a, w) for a, w in zip(pshape, (2, b, n, pshape[3], hq))):
             refuse(ctx, f"past of shape {pshape} (expected (2, {b}, {n}, P, {hq}), with equal "
                         "Q/K/V hidden sizes)")
         p = pshape[3]

@@ -1077,3 +1077,77 @@ def test_qlinear_add_of_a_1d_bias():
          "b": _qx(16), "bs": _q(0.01, np.float32), "bz": _q(128),
          "ys": _q(0.03, np.float32), "yz": _q(110)}
     qcheck("QLinearAdd", d, consts=("as", "az", "b", "bs", "bz", "ys", "yz"))
+
+
+def _ort_bert_chain(unidirectional=0, past=False):
+    """onnxruntime's optimized BERT / GPT-2 attention block over symbolic (batch, seq
+    [, past]) axes: ids -> EmbedLayerNormalization (mask_index = lengths) -> Attention."""
+    vocab, heads = 20, N
+    consts = {"word": randn(vocab, D), "pos": randn(16, D), "gamma": randn(D),
+              "beta": randn(D), "w": randn(D, 3 * D, scale=0.3), "b": randn(3 * D)}
+    ins = [helper.make_tensor_value_info("ids", TensorProto.INT32, ["batch", "seq"]),
+           helper.make_tensor_value_info("mask", TensorProto.INT32, ["batch", "seq"])]
+    att_in = ["emb", "w", "b", "" if past else "mi"]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", D])]
+    if past:
+        ins.append(helper.make_tensor_value_info(
+            "past", TensorProto.FLOAT, [2, "batch", heads, "past_seq", D // heads]))
+        att_in.append("past")
+        outs.append(helper.make_tensor_value_info(
+            "present", TensorProto.FLOAT, [2, "batch", heads, "total", D // heads]))
+    nodes = [helper.make_node("EmbedLayerNormalization",
+                              ["ids", "", "word", "pos", "", "gamma", "beta", "mask"],
+                              ["emb", "mi"], domain=MS, name="eln", epsilon=1e-12),
+             helper.make_node("Attention", att_in, ["y"] + (["present"] if past else []),
+                              domain=MS, name="att", num_heads=heads,
+                              unidirectional=unidirectional)]
+    g = helper.make_graph(nodes, "g", ins, outs,
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid(MS, 1)])
+
+
+@pytest.mark.parametrize("unidirectional,past", [(0, False), (1, False), (1, True)])
+def test_embed_layer_norm_and_attention_over_symbolic_batch_and_sequence(unidirectional,
+                                                                         past):
+    """An ORT-optimized BERT (or GPT-2, with its past) exported with dynamic axes compiles
+    once: both ops refused a symbolic input shape and the model compiled per shape.  The
+    position table's 16 rows cap seq at 16 (a warning; run() refuses more)."""
+    model = _ort_bert_chain(unidirectional, past)
+    dims = {"batch": (1, 3, 1), "seq": (1, 32, 8)}
+    if past:
+        dims["past_seq"] = (0, 8, 4)
+    cm = compiler.compile(model, dims=dims)
+    assert "kernel_table" in cm.report  # one artifact, not a per-shape build
+    assert any("seq" in w and "16" in w for w in cm.report["warnings"])
+    sess = cm.session()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for b, s in ((1, 1), (2, 5), (3, 16)):
+        feeds = {"ids": rng.integers(0, 20, (b, s)).astype(np.int32),
+                 "mask": np.ones((b, s), np.int32)}
+        feeds["mask"][0, s // 2 + 1:] = 0
+        if past:
+            feeds["past"] = randn(2, b, N, 3, D // N)
+        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(Exception, match="seq"):
+        sess.run(None, {"ids": np.zeros((1, 17), np.int32), "mask": np.ones((1, 17), np.int32),
+                        **({"past": randn(2, 1, N, 3, D // N)} if past else {})})
+
+
+def test_embed_layer_norm_ids_past_the_table_are_refused_by_the_session():
+    """onnxruntime refuses ids past EmbedLayerNormalization's tables ("input index out of
+    range"); the session does too, naming the node, also through a Cast to int32 (what the
+    optimizer writes in front of it), and bench feeds ids within the table."""
+    model = _ort_bert_chain()
+    g = model.graph
+    g.input[0].type.tensor_type.elem_type = TensorProto.INT64
+    g.node.insert(0, helper.make_node("Cast", ["ids"], ["ids32"], to=TensorProto.INT32))
+    g.node[1].input[0] = "ids32"
+    sess = compiler.compile(model, dims={"batch": (1, 2, 1), "seq": (1, 8, 8)}).session()
+    feeds = {"ids": np.full((1, 4), 19, np.int64), "mask": np.ones((1, 4), np.int32)}
+    sess.run(None, feeds)
+    feeds["ids"][0, 2] = 20
+    with pytest.raises(ValueError, match="'eln'.*EmbedLayerNormalization.*\\[0, 19\\]"):
+        sess.run(None, feeds)
