@@ -41,6 +41,18 @@ def static_shape(x) -> list[int]:
     return [int(v.value) for v in values]
 
 
+def shape_of(x) -> list | None:
+    """Shape of a tensor expression: ints where static, TIR expressions where symbolic
+    (dims of a model exported with dynamic axes, compiled once for their ranges); None
+    when even the rank is unknown."""
+    from tvm import tirx
+
+    values = getattr(getattr(x.ty, "shape", None), "values", None)
+    if values is None:
+        return None
+    return [int(v.value) if isinstance(v, tirx.IntImm) else v for v in values]
+
+
 def np_dtype(dtype: str):
     """The numpy dtype of a TVM dtype string (bfloat16 through ml_dtypes)."""
     if dtype == "bfloat16":

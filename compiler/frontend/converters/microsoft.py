@@ -26,7 +26,7 @@ import numpy as np
 from tvm import relax
 
 from .common import (attr_text, constant_value, dtype_of, is_float, refuse, scalar,
-                     static_shape)
+                     shape_of, static_shape)
 from .quantization import dequantized, eight_bit, per_tensor, quantized
 from .rnn import rotary_embedding
 from ..registry import register_op
@@ -72,12 +72,10 @@ def _dims(ctx, x, what):
 def _shape(ctx, x, what) -> list:
     """Shape of ``x``: ints where static, TIR expressions where symbolic (a model exported
     with dynamic batch / sequence axes, compiled once for ranges of them)."""
-    from tvm import tirx
-
-    values = getattr(getattr(x.ty, "shape", None), "values", None)
-    if values is None:
+    shape = shape_of(x)
+    if shape is None:
         refuse(ctx, f"{what} of unknown shape")
-    return [int(v) if isinstance(v, tirx.IntImm) else v for v in values]
+    return shape
 
 
 def _same(a, b) -> bool:
@@ -96,6 +94,13 @@ def _arange(n):
     if isinstance(n, int):
         return relax.const(np.arange(n, dtype=np.int32))
     return relax.op.arange(0, n, 1, "int32")
+
+
+def _dim_tensor(v):
+    """A 0-d int64 tensor of dim ``v`` (an int, or a TIR expression of symbolic dims)."""
+    if isinstance(v, int):
+        return relax.const(v, "int64")
+    return relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([v])), [])
 
 
 def _rank(ctx, x, what) -> int:
@@ -453,12 +458,13 @@ def ms_rotary_embedding(bb, inputs, attrs, ctx):
 
 def _positions(bb, ctx, pos, b, s):
     """(B, S) int64 positions from position_ids of shape (B, S), or (1,): an offset."""
-    pshape = _dims(ctx, pos, "position_ids")
+    pshape = _shape(ctx, pos, "position_ids")
     pos = relax.op.astype(pos, "int64")
     if pshape in ([1], []):
-        steps = relax.const(np.arange(s, dtype=np.int64).reshape(1, s), "int64")
+        steps = relax.op.reshape(relax.op.astype(_arange(s), "int64"), [1, s])
         return bb.emit(relax.op.add(relax.op.reshape(pos, [1, 1]), steps))
-    if len(pshape) != 2 or pshape[1] != s or pshape[0] not in (1, b):
+    if len(pshape) != 2 or not _same(pshape[1], s) or not (_same(pshape[0], 1)
+                                                          or _same(pshape[0], b)):
         refuse(ctx, f"position_ids of shape {pshape} (({b}, {s}) or (1,) expected)")
     return bb.emit(pos)
 
@@ -772,7 +778,9 @@ def group_query_attention(bb, inputs, attrs, ctx):
     if n <= 0 or nkv <= 0 or n % nkv:
         refuse(ctx, f"num_heads={n} with kv_num_heads={nkv}")
     dtype = dtype_of(query)
-    b, s, d = _dims(ctx, query, "query")
+    b, s, d = _shape(ctx, query, "query")
+    if not isinstance(d, int):
+        refuse(ctx, "query of a hidden size not known at compile time")
     if key is None:                                  # packed QKV
         if value is not None or d % (n + 2 * nkv):
             refuse(ctx, f"packed query of hidden size {d} for {n} + 2 x {nkv} heads")
@@ -784,8 +792,9 @@ def group_query_attention(bb, inputs, attrs, ctx):
         if d % n:
             refuse(ctx, f"query hidden size {d} with num_heads={n}")
         h = d // n
-        kshape, vshape = _dims(ctx, key, "key"), _dims(ctx, value, "value")
-        if kshape != [b, s, nkv * h] or vshape != kshape:
+        kshape, vshape = _shape(ctx, key, "key"), _shape(ctx, value, "value")
+        if len(kshape) != 3 or len(vshape) != 3 or not all(
+                _same(x, w) for x, w in zip(kshape + vshape, [b, s, nkv * h] * 2)):
             refuse(ctx, f"key/value of shapes {kshape}, {vshape} (expected ({b}, {s}, "
                         f"{nkv * h}))")
     q = _heads(bb, bb.emit(query), b, s, n, h)
@@ -795,13 +804,15 @@ def group_query_attention(bb, inputs, attrs, ctx):
     if past_k is not None or past_v is not None:
         if past_k is None or past_v is None:
             refuse(ctx, "past_key without past_value")
-        pshape = _dims(ctx, past_k, "past_key")
-        if len(pshape) != 4 or pshape[:2] != [b, nkv] or pshape[3] != h:
+        pshape = _shape(ctx, past_k, "past_key")
+        if len(pshape) != 4 or not all(_same(x, w) for x, w in zip(pshape, (b, nkv,
+                                                                           pshape[2], h))):
             refuse(ctx, f"past_key of shape {pshape} (expected ({b}, {nkv}, P, {h}))")
         p = pshape[2]
-    shared = p > 0 and _shares_buffer(ctx, p)
+    has_past = not (isinstance(p, int) and p == 0)  # a symbolic P may be 0 at run time too
+    shared = has_past and _shares_buffer(ctx, p)
     lens = constant_value(seqlens_k)
-    if (not shared and lens is not None and p > 0
+    if (not shared and lens is not None and has_past and isinstance(p + s, int)
             and np.any(np.asarray(lens).reshape(-1) != p + s - 1)):
         refuse(ctx, f"seqlens_k={np.asarray(lens).reshape(-1).tolist()} with a past buffer of "
                     f"{p} (pasts shorter than the buffer)")
@@ -812,9 +823,12 @@ def group_query_attention(bb, inputs, attrs, ctx):
         if pos_ids is None and shared:
             pos = bb.emit(relax.op.add(relax.op.reshape(_write_start(bb, seqlens_k, b, s),
                                                         [b, 1]),
-                                       relax.const(np.arange(s, dtype=np.int64)[None], "int64")))
-        elif pos_ids is None:
+                                       relax.op.reshape(relax.op.astype(_arange(s), "int64"),
+                                                        [1, s])))
+        elif pos_ids is None and isinstance(p + s, int):
             pos = relax.const(np.arange(p, p + s, dtype=np.int64).reshape(1, s), "int64")
+        elif pos_ids is None:
+            pos = bb.emit(relax.op.reshape(relax.op.arange(p, p + s, 1, "int64"), [1, s]))
         else:
             pos = _positions(bb, ctx, pos_ids, b, s)
         rot = {"interleaved": int(attrs.get("rotary_interleaved", 0)),
@@ -825,7 +839,7 @@ def group_query_attention(bb, inputs, attrs, ctx):
         start = _write_start(bb, seqlens_k, b, s)
         k, v = (_write_rows(bb, past, new, start, b, nkv, p, s, h)
                 for past, new in ((past_k, k), (past_v, v)))
-    elif p:
+    elif has_past:
         k = bb.emit(relax.op.concat([past_k, k], axis=2))
         v = bb.emit(relax.op.concat([past_v, v], axis=2))
     t = p if shared else p + s
@@ -833,14 +847,14 @@ def group_query_attention(bb, inputs, attrs, ctx):
     if n != nkv:                                     # query head j uses KV head j // (n/nkv)
         k = bb.emit(relax.op.repeat(k, n // nkv, axis=1))
         v = bb.emit(relax.op.repeat(v, n // nkv, axis=1))
-    cols = relax.const(np.arange(t, dtype=np.int32).reshape(1, 1, 1, t), "int32")
+    cols = relax.op.reshape(_arange(t), [1, 1, 1, t])
     last = relax.op.reshape(relax.op.astype(seqlens_k, "int32"), [b, 1, 1, 1])
     keeps = [bb.emit(relax.op.less_equal(cols, last))]
     if int(attrs.get("causal", 1)) and shared:  # query i sits at start[b] + i
-        rows = relax.op.add(relax.op.reshape(start, [b, 1, 1, 1]),
-                            relax.const(np.arange(s, dtype=np.int64).reshape(1, 1, s, 1), "int64"))
+        rows = relax.op.add(relax.op.reshape(start, [b, 1, 1, 1]), relax.op.reshape(
+            relax.op.astype(_arange(s), "int64"), [1, 1, s, 1]))
         keeps.append(bb.emit(relax.op.less_equal(
-            relax.const(np.arange(t, dtype=np.int64).reshape(1, 1, 1, t), "int64"), rows)))
+            relax.op.reshape(relax.op.astype(_arange(t), "int64"), [1, 1, 1, t]), rows)))
     elif int(attrs.get("causal", 1)):
         keeps.append(_causal_keep(s, t, p))
     add = _additive_mask(bb, dtype, keeps, attn_bias, float(np.finfo(np.float32).min)
@@ -852,31 +866,31 @@ def group_query_attention(bb, inputs, attrs, ctx):
     return o
 
 
-def _shares_buffer(ctx, p: int) -> bool:
+def _shares_buffer(ctx, p) -> bool:
     """Whether the model declares present_key with the past's length (onnxruntime-genai's
     shared past/present buffer) rather than past + S."""
     if not _wants(ctx, 1) or ctx.importer is None:
         return False
     present = ctx.importer.declared_dims(ctx.node.output[1])
-    return bool(present) and len(present) == 4 and present[2] == p
+    return bool(present) and len(present) == 4 and (
+        present[2] == p if isinstance(p, int) else present[2] == str(p))
 
 
 def _write_start(bb, seqlens_k, b, s):
     """(B,) int64 seqlens_k[b] + 1 - S: where a shared buffer takes the new keys."""
     lens = relax.op.astype(relax.op.reshape(seqlens_k, [b]), "int64")
-    return bb.emit(relax.op.subtract(lens, relax.const(s - 1, "int64")))
+    return bb.emit(relax.op.subtract(lens, _dim_tensor(s - 1)))
 
 
 def _write_rows(bb, past, new, start, b, nkv, p, s, h):
     """(B, Nkv, P, H): ``past`` with rows start[b] .. start[b] + S - 1 taken from ``new``
     (B, Nkv, S, H)."""
-    rows = relax.const(np.arange(p, dtype=np.int64).reshape(1, 1, p, 1), "int64")
+    rows = relax.op.reshape(relax.op.astype(_arange(p), "int64"), [1, 1, p, 1])
     off = bb.emit(relax.op.subtract(rows, relax.op.reshape(start, [b, 1, 1, 1])))
     inside = bb.emit(relax.op.logical_and(
         relax.op.greater_equal(off, relax.const(0, "int64")),
-        relax.op.less(off, relax.const(s, "int64"))))
-    idx = relax.op.minimum(relax.op.maximum(off, relax.const(0, "int64")),
-                           relax.const(s - 1, "int64"))
+        relax.op.less(off, _dim_tensor(s))))
+    idx = relax.op.minimum(relax.op.maximum(off, relax.const(0, "int64")), _dim_tensor(s - 1))
     idx = bb.emit(relax.op.broadcast_to(idx, [b, nkv, p, h]))
     taken = bb.emit(relax.op.gather_elements(new, idx, axis=2))
     return bb.emit(relax.op.where(inside, taken, past))

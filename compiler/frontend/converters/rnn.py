@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from .common import (register, refuse, static_shape, scalar, dtype_of, is_float, attr_text,
-                     cpu_lanes)
+from .common import (register, refuse, shape_of, static_shape, scalar, dtype_of, is_float,
+                     attr_text, cpu_lanes)
 
 
 
@@ -50,7 +50,9 @@ def rotary_embedding(bb, inputs, attrs, ctx):
     half-split pairs; partial rotation (rotary_embedding_dim)."""
     x, cos, sin, pos = _pad_inputs(inputs, 4)[:4]
     _float_input(ctx, x, "input")
-    shape = static_shape(x)
+    shape = shape_of(x)
+    if shape is None:
+        refuse(ctx, "input of unknown rank")
     rank = len(shape)
     interleaved = bool(attrs.get("interleaved", 0))
     if rank == 4:
@@ -59,7 +61,7 @@ def rotary_embedding(bb, inputs, attrs, ctx):
     elif rank == 3:
         b, s, hidden = shape
         h = int(attrs.get("num_heads", 0))
-        if h <= 0 or hidden % h:
+        if h <= 0 or not isinstance(hidden, int) or hidden % h:
             refuse(ctx, f"3-D input of hidden size {hidden} with num_heads={h}")
         d = hidden // h
         # (B, S, H, D) through the 4-D (B, H, S, D) form: the direct reshape fuses into one
@@ -68,6 +70,8 @@ def rotary_embedding(bb, inputs, attrs, ctx):
         x4 = bb.emit(relax.op.reshape(x, [b, s, h, d]))
     else:
         refuse(ctx, f"input of rank {rank} (3 or 4 expected)")
+    if not isinstance(d, int):
+        refuse(ctx, "a head size not known at compile time")
     rd = int(attrs.get("rotary_embedding_dim", 0)) or d
     if rd > d or rd % 2:
         refuse(ctx, f"rotary_embedding_dim={rd} for head size {d}")
@@ -77,8 +81,8 @@ def rotary_embedding(bb, inputs, attrs, ctx):
         sin = relax.op.take(sin, pos, axis=0)
     cos = bb.emit(relax.op.expand_dims(cos, 2))                    # (B, S, 1, rd/2)
     sin = bb.emit(relax.op.expand_dims(sin, 2))
-    cshape = static_shape(cos)
-    if cshape[-1] != half:
+    cshape = shape_of(cos)
+    if cshape is None or cshape[-1] != half:
         refuse(ctx, f"cos_cache/sin_cache of last dimension {cshape[-1]} for "
                 f"rotary_embedding_dim/2 = {half}")
     if interleaved:

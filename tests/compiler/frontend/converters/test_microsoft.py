@@ -1151,3 +1151,70 @@ def test_embed_layer_norm_ids_past_the_table_are_refused_by_the_session():
     feeds["ids"][0, 2] = 20
     with pytest.raises(ValueError, match="'eln'.*EmbedLayerNormalization.*\\[0, 19\\]"):
         sess.run(None, feeds)
+
+
+def _symbolic_dims(model, names: dict):
+    """Set ``model``'s input / output dims to dim_params: {tensor: {axis: name}}."""
+    for vi in list(model.graph.input) + list(model.graph.output):
+        for axis, name in names.get(vi.name, {}).items():
+            d = vi.type.tensor_type.shape.dim[axis]
+            d.ClearField("dim_value")
+            d.dim_param = name
+    return model
+
+
+def test_gqa_symbolic_batch_sequence_and_past_compile_once():
+    """A GroupQueryAttention decoder exported with dynamic (batch, seq, past) axes compiles
+    to one artifact that serves prompts and steps: it refused a symbolic query shape and
+    compiled per shape."""
+    d = _gqa(S, 5, rotary=True)
+    model = _model("GroupQueryAttention", d, consts=("cos", "sin"), n_out=3, num_heads=N,
+                   kv_num_heads=NKV, do_rotary=1)
+    del model.graph.output[:]
+    f = onnx.TensorProto.FLOAT
+    model.graph.output.extend([
+        helper.make_tensor_value_info("y0", f, ["batch", "seq", N * HD]),
+        helper.make_tensor_value_info("y1", f, ["batch", NKV, "total", HD]),
+        helper.make_tensor_value_info("y2", f, ["batch", NKV, "total", HD])])
+    _symbolic_dims(model, {"q": {0: "batch", 1: "seq"}, "k": {0: "batch", 1: "seq"},
+                           "v": {0: "batch", 1: "seq"}, "pk": {0: "batch", 2: "past"},
+                           "pv": {0: "batch", 2: "past"}, "seqlens": {0: "batch"}})
+    cm = compiler.compile(model, dims={"batch": (1, 2, 1), "seq": (1, 16, 1),
+                                       "past": (1, 24, 8)})
+    assert "kernel_table" in cm.report  # one artifact, not a per-shape build
+    sess = cm.session()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b, s, p in ((1, 1, 1), (1, 7, 3), (2, 1, 24), (1, 16, 9)):  # onnxruntime: b 1 when s > 1
+        feeds = {"q": randn(b, s, N * HD), "k": randn(b, s, NKV * HD),
+                 "v": randn(b, s, NKV * HD), "pk": randn(b, NKV, p, HD),
+                 "pv": randn(b, NKV, p, HD), "seqlens": np.full(b, p + s - 1, np.int32),
+                 "total": np.array(p + s, np.int32)}
+        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_gqa_shared_buffer_prompt_and_steps_from_one_symbolic_artifact():
+    """onnxruntime-genai's shared past/present buffer with a symbolic sequence: the
+    prompt (5 tokens) and the decode steps after it run from one artifact."""
+    max_len = 32
+    model = _gqa_shared_buffer_model(max_len)
+    _symbolic_dims(model, {"x": {1: "seq"}, "y": {1: "seq"}})
+    cm = compiler.compile(model, dims={"seq": (1, 8, 1)})
+    assert "kernel_table" in cm.report
+    sess = cm.session()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    past = np.zeros((B, NKV, max_len, HD), np.float32)
+    ours = theirs = {"past_key": past, "past_value": past}
+    done = 0
+    for s in (5, 1, 1, 1):
+        lens = np.full(B, done + s - 1, np.int32)
+        feeds = {"x": randn(B, s, D), "seqlens_k": lens,
+                 "total_sequence_length": np.array(done + s, np.int32)}
+        y, pk, pv = sess.run(None, {**feeds, **ours})
+        want = ref.run(None, {**feeds, **theirs})
+        np.testing.assert_allclose(y, want[0], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(pk[:, :, :done + s], want[1][:, :, :done + s],
+                                   rtol=1e-5, atol=1e-6)
+        ours = {"past_key": pk, "past_value": pv}
+        theirs = {"past_key": want[1], "past_value": want[2]}
+        done += s
