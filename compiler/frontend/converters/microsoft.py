@@ -661,18 +661,22 @@ def multi_head_attention(bb, inputs, attrs, ctx):
     if _wants(ctx, 3):
         refuse(ctx, "output qk")
     dtype = dtype_of(query)
-    qshape = _dims(ctx, query, "query")
-    kshape = _dims(ctx, key, "key") if key is not None else None
+    qshape = _shape(ctx, query, "query")
+    kshape = _shape(ctx, key, "key") if key is not None else None
+    if not isinstance(qshape[-1], int) or (kshape is not None and not isinstance(kshape[-1],
+                                                                                  int)):
+        refuse(ctx, "query / key of a hidden size not known at compile time")
     b, s = qshape[0], qshape[1]
     if len(qshape) == 5:                          # packed QKV (B, S, N, 3, H)
-        if key is not None or value is not None or qshape[2] != n or qshape[3] != 3:
+        if key is not None or value is not None or not _same(qshape[2], n) or \
+                not _same(qshape[3], 3):
             refuse(ctx, f"query of shape {qshape} (packed QKV (B, S, {n}, 3, H), no key/value)")
         h = qshape[4]
         parts = [bb.emit(relax.op.squeeze(_slice(query, 3, i, i + 1), [3])) for i in range(3)]
         query, key, value = [relax.op.reshape(p_, [b, s, n * h]) for p_ in parts]
         kshape = [b, s, n * h]
     elif kshape is not None and len(kshape) == 5:  # packed KV (B, L, N, 2, H)
-        if value is not None or kshape[2] != n or kshape[3] != 2:
+        if value is not None or not _same(kshape[2], n) or not _same(kshape[3], 2):
             refuse(ctx, f"key of shape {kshape} (packed KV (B, L, {n}, 2, H), no value)")
         h = kshape[4]
         parts = [bb.emit(relax.op.squeeze(_slice(key, 3, i, i + 1), [3])) for i in range(2)]
@@ -686,7 +690,7 @@ def multi_head_attention(bb, inputs, attrs, ctx):
         refuse(ctx, f"query hidden size {qshape[2]} with num_heads={n}")
     hq = dq // n
     kv_heads = len(kshape) == 4                   # K, V given as (B, N, L, H)
-    vshape = _dims(ctx, value, "value") if kv_heads else None
+    vshape = _shape(ctx, value, "value") if kv_heads else None
     if bias is not None:
         bsz = _dims(ctx, bias, "bias")[0]
         if kv_heads:
@@ -696,13 +700,14 @@ def multi_head_attention(bb, inputs, attrs, ctx):
         value = relax.op.add(value, _slice(bias, 0, 2 * dq, bsz))
     q = _heads(bb, bb.emit(query), b, s, n, hq)
     if kv_heads:
-        if kshape[:2] != [b, n] or kshape[3] != hq or len(vshape) != 4:
+        if not (_same(kshape[0], b) and _same(kshape[1], n) and _same(kshape[3], hq)) or \
+                len(vshape) != 4 or not isinstance(vshape[3], int):
             refuse(ctx, f"key/value of shapes {kshape}, {vshape} (expected (B, {n}, L, {hq}))")
         k, v, hv = key, value, vshape[3]
     else:
         value = bb.emit(value)
-        dv = static_shape(value)[2]
-        if dv % n:
+        dv = _shape(ctx, value, "value")[2]
+        if not isinstance(dv, int) or dv % n:
             refuse(ctx, f"value hidden size {dv} with num_heads={n}")
         hv = dv // n
         length = kshape[1]
@@ -712,13 +717,13 @@ def multi_head_attention(bb, inputs, attrs, ctx):
     if past_k is not None or past_v is not None:
         if past_k is None or past_v is None or kv_heads:
             refuse(ctx, "past_key without past_value (or with key/value given per head)")
-        p = _dims(ctx, past_k, "past_key")[2]
+        p = _shape(ctx, past_k, "past_key")[2]
         k = bb.emit(relax.op.concat([past_k, k], axis=2))
         v = bb.emit(relax.op.concat([past_v, v], axis=2))
-    t = static_shape(k)[2]
+    t = _shape(ctx, k, "key")[2]
     keeps = []
     if kpm is not None:
-        if _dims(ctx, kpm, "key_padding_mask")[0] == 3 * b + 2:
+        if _same(_shape(ctx, kpm, "key_padding_mask")[0], 3 * b + 2):
             refuse(ctx, "key_padding_mask of shape (3B+2)")
         keeps.append(_keep_from_mask(bb, ctx, kpm, b, s, t, "key_padding_mask"))
     if int(attrs.get("unidirectional", 0)):

@@ -1218,3 +1218,47 @@ def test_gqa_shared_buffer_prompt_and_steps_from_one_symbolic_artifact():
         ours = {"past_key": pk, "past_value": pv}
         theirs = {"past_key": want[1], "past_value": want[2]}
         done += s
+
+
+@pytest.mark.parametrize("form", ["cross_attention_mask", "decoder_past"])
+def test_mha_symbolic_dims_compile_once(form):
+    """MultiHeadAttention (onnxruntime's optimizer output for encoder-decoder and CLIP-style
+    models) over symbolic batch / sequence / key lengths: one artifact, against
+    onnxruntime at several shapes (it refused a symbolic query shape)."""
+    f, i32 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT32
+    vi = helper.make_tensor_value_info
+    if form == "cross_attention_mask":
+        ins = [vi("q", f, ["batch", "seq", D]), vi("k", f, ["batch", "kv", D]),
+               vi("v", f, ["batch", "kv", D]), vi("kpm", i32, ["batch", "kv"])]
+        names, outs, attrs = ["q", "k", "v", "", "kpm"], ["y0"], {}
+        dims = {"batch": (1, 3, 1), "seq": (1, 16, 4), "kv": (1, 24, 8)}
+        shapes = [(1, 1, 1), (2, 5, 9), (3, 16, 24)]
+    else:
+        ins = [vi("q", f, ["batch", "seq", D]), vi("k", f, ["batch", "seq", D]),
+               vi("v", f, ["batch", "seq", D]), vi("pk", f, ["batch", N, "past", D // N]),
+               vi("pv", f, ["batch", N, "past", D // N])]
+        names, outs, attrs = ["q", "k", "v", "", "", "", "pk", "pv"], ["y0", "y1", "y2"], \
+            {"unidirectional": 1}
+        dims = {"batch": (1, 3, 1), "seq": (1, 16, 1), "past": (1, 24, 8)}
+        shapes = [(1, 1, 1), (2, 5, 9), (3, 1, 24)]
+    node = helper.make_node("MultiHeadAttention", names, outs, domain=MS, num_heads=N,
+                            name="mha", **attrs)
+    out_vis = [vi("y0", f, ["batch", "seq", D])] + [
+        vi(o, f, ["batch", N, "total", D // N]) for o in outs[1:]]
+    model = helper.make_model(helper.make_graph([node], "g", ins, out_vis),
+                              opset_imports=[helper.make_opsetid("", 17),
+                                             helper.make_opsetid(MS, 1)])
+    cm = compiler.compile(model, dims=dims)
+    assert "kernel_table" in cm.report  # one artifact, not a per-shape build
+    sess = cm.session()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b, s, l in shapes:
+        if form == "cross_attention_mask":
+            kpm = np.ones((b, l), np.int32)
+            kpm[0, l // 2 + 1:] = 0
+            feeds = {"q": randn(b, s, D), "k": randn(b, l, D), "v": randn(b, l, D), "kpm": kpm}
+        else:
+            feeds = {"q": randn(b, s, D), "k": randn(b, s, D), "v": randn(b, s, D),
+                     "pk": randn(b, N, l, D // N), "pv": randn(b, N, l, D // N)}
+        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
