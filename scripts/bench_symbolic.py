@@ -2,14 +2,18 @@
 """Symbolic (batch, seq) against per-shape static builds and onnxruntime.
 
 One artifact compiled with symbolic dims serves every shape: this measures its first call
-at a new shape (views prepared, no compile) against a repeat call, its latency against a
-static build at the same shape, and onnxruntime's, e.g.::
+at a new shape (views prepared, no compile) against a repeat call (in this process, which
+runs no onnxruntime), then, at each sequence length, the symbolic artifact, a static build
+at that shape and onnxruntime, each engine in its own worker processes, alternating
+(``compiler.tools.bench.measure``: onnxruntime's spinning workers never share a process
+with onnxc), e.g.::
 
     PYTHONPATH=. python scripts/bench_symbolic.py                     # zoo BERT-base stack
-    PYTHONPATH=. python scripts/bench_symbolic.py --model bert.onnx --seqs 16 128
+    PYTHONPATH=. python scripts/bench_symbolic.py --model bert.onnx --seqs 16 20 128 384
 
-Medians over ``--runs`` runs after one warm-up; single process, so on a shared host the
-numbers move with the load.
+A ``--model`` is a transformers-style export with inputs of dims ``batch`` / ``seq``
+(``input_ids``, ``attention_mask``, ``token_type_ids``...); it is compiled for batch
+1..8 and seq 1..``--max-seq`` at opt 128.  Medians over ``--rounds`` x ``--runs``.
 """
 
 from __future__ import annotations
@@ -55,47 +59,54 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="an ONNX model with dims batch / seq "
                     "(default: zoo.bert with symbolic batch and seq and an attention mask)")
     ap.add_argument("--seqs", type=int, nargs="+", default=[16, 128, 384])
-    ap.add_argument("--max-seq", type=int, default=384)
+    ap.add_argument("--max-seq", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args(argv)
 
     import onnx
-    import onnxruntime as ort
 
     import compiler
     import runtime
     import zoo
+    from compiler.tools.bench import host_cpu, measure
 
-    model = onnx.load(args.model) if args.model else zoo.bert(seq="seq", batch="batch",
-                                                              mask=True)
     tmp = tempfile.mkdtemp(prefix="bench-sym-")
-    path = os.path.join(tmp, "m.onnx")
-    onnx.save(model, path)
+    if args.model:
+        path = args.model
+        model = onnx.load(path, load_external_data=False)
+    else:
+        model = zoo.bert(seq="seq", batch="batch", mask=True)
+        path = os.path.join(tmp, "m.onnx")
+        onnx.save(model, path)
     t = time.perf_counter()
-    cm = compiler.compile(path, dims={"batch": (1, 4, 1), "seq": (1, args.max_seq, 128)})
-    print(f"symbolic compile: {time.perf_counter() - t:.1f}s ({type(cm).__name__}), arena "
-          f"{cm.report['memory']['arena_bytes'] / 2**20:.1f} MiB, rules {cm.report['schedules']}")
+    cm = compiler.compile(path, dims={"batch": (1, 8, 1), "seq": (1, args.max_seq, 128)})
     so = os.path.join(tmp, "m.so")
     cm.export(so)
+    print(f"{host_cpu()}; symbolic compile {time.perf_counter() - t:.1f} s, arena "
+          f"{cm.report['memory']['arena_bytes'] / 2**20:.1f} MiB, row variants "
+          f"{len(cm.report.get('row_variants', []))}")
     sess = runtime.load(so)
-    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    print("seq | first call (new shape) ms | repeat ms | static build ms (compile s) | "
-          "onnxruntime ms | max |diff| vs ort")
+    print("seq | first call (new shape) ms | repeat ms | symbolic ms | static ms (compile s) "
+          "| onnxruntime ms | symbolic / static | symbolic / onnxruntime | outputs match")
     for seq in args.seqs:
         feeds = _feeds(model, 1, seq, seed=seq)
         t = time.perf_counter()
-        out = sess.run(None, feeds)
+        sess.run(None, feeds)
         first = 1e3 * (time.perf_counter() - t)
         rep = _median_ms(lambda: sess.run(None, feeds), args.runs)
+        shapes = {k: list(v.shape) for k, v in feeds.items()}
         t = time.perf_counter()
-        static = compiler.compile(path, input_shapes={k: list(v.shape) for k, v in feeds.items()})
+        static = os.path.join(tmp, f"s{seq}.so")
+        compiler.compile(path, input_shapes=shapes).export(static)
         cs = time.perf_counter() - t
-        ssess = static.session()
-        st = _median_ms(lambda: ssess.run(None, feeds), args.runs)
-        ot = _median_ms(lambda: ref.run(None, feeds), args.runs)
-        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(out, ref.run(None, feeds)))
-        print(f"{seq} | {first:.1f} | {rep:.1f} | {st:.1f} ({cs:.1f}) | {ot:.1f} | {diff:.2e}",
-              flush=True)
+        sym = measure(path, so, rounds=args.rounds, runs=args.runs, shapes=shapes)
+        st = measure(path, static, rounds=args.rounds, runs=args.runs, shapes=shapes,
+                     compare=False)
+        a, b, o = (sym["onnxc"]["median_ms"], st["onnxc"]["median_ms"],
+                   sym["onnxruntime"]["median_ms"])
+        print(f"{seq} | {first:.1f} | {rep:.1f} | {a:.1f} | {b:.1f} ({cs:.1f}) | {o:.1f} | "
+              f"{a / b:.2f} | {a / o:.2f} | {sym['allclose']}", flush=True)
     return 0
 
 
