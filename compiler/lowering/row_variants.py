@@ -9,16 +9,18 @@ the M of a call as a static build chooses it (``pack_matmul_weights.pad_rows``).
   at a time, each weight panel streamed once per row: the fastest decode step, but a prompt
   of 64 tokens then streams every panel 64 times (GPT-2 prefill 2x slower than the build with
   padded tiles).  Such a kernel gets a variant with its rows padded to whole register tiles.
-* Otherwise the pass pads M to a multiple of the target's full tile (12 rows on AVX-512, 6
-  on AVX2): a call of 16 rows computes 24, 1.5x the work (a BERT-base encoder compiled for
-  seq 1..512 at opt 128, run at seq 16: 43 ms against a static seq-16 build's 29, one
-  thread, Zen 4).  Such a kernel gets variants padded to a few smaller tiles
-  (:func:`variant_tiles`, picked for the target's full tile).
+* Otherwise the pass pads M to a multiple of the target's full tile (fp32 / bf16: 12 rows
+  on AVX-512, 6 on AVX2; int8: 6): a call of 16 rows computes 24, 1.5x the work (a
+  BERT-base encoder compiled for seq 1..512 at opt 128, run at seq 16: 43 ms against a
+  static seq-16 build's 29, one thread, Zen 4).  Such a kernel gets variants padded to a
+  few smaller tiles (:func:`variant_tiles`, picked for its full tile).
 
-A variant is a second PrimFunc with the same parameters: the same kernel with the matmul's
-rows padded to a multiple of its tile, A read at ``min(i, M - 1)`` and the result cut back
-to M rows (what ``pack_matmul_weights.matmul_packed`` computes with ``rows`` > 1), the rest
-of the kernel (column cut, fused epilogue) unchanged.
+A variant is a second PrimFunc with the same parameters.  For a one-row kernel: the same
+kernel with the matmul block replaced by the padded TE (A read at ``min(i, M - 1)``, the
+result cut back to M rows: what ``pack_matmul_weights.matmul_packed`` computes with
+``rows`` > 1), the rest of the kernel (column cut, fused epilogue) unchanged
+(:func:`general_variant`).  For a padded kernel, of any of the three packings: the same
+kernel with every ``(M + t - 1) // t * t`` read for the smaller tile (:func:`repadded`).
 
 The graph call keeps its kernel and lists the choices (``call["row_variants"] = {"rows":
 the matmul's row count as an expression of the dims, "choices": [[kernel, tile, cost],
@@ -86,30 +88,24 @@ def add_row_variants(graph, rows: int, one_row: bool, dim_names) -> list:
     if rows <= 1:
         return []
     made = {}
-    smaller = variant_tiles(rows)
     for name, func in list(graph.prim_funcs.items()):
         if func.attrs is None or DIM_OPT_ATTR not in func.attrs:
             continue
-        padded = padded_tile(func)
-        if padded is None:
+        found = padded_tile(func)
+        if found is None:
             continue
+        padded, m_rows = found
         if padded == 1:  # one row at a time: a variant of full tiles for several rows
-            if not one_row:
+            variant = general_variant(func, rows) if one_row else None
+            if variant is None:
                 continue
             choices = [[name, 1, ONE_ROW_COST], [name + SUFFIX, rows, 1.0]]
-        else:
-            choices = [[name, padded, tile_cost(padded, rows)]] + [
-                [f"{name}{SUFFIX}{t}", t, round(tile_cost(t, rows), 4)]
-                for t in smaller if t != padded]
-        variants = []
-        for kernel, tile, _ in choices[1:]:
-            found = general_variant(func, tile)
-            if found is None:
-                break
-            variants.append((kernel, found[0]))
-            m_rows = found[1]
-        if len(variants) != len(choices) - 1:
-            continue
+            variants = [(name + SUFFIX, variant[0])]
+        else:  # the full tile of its own family (6 rows for int8 on AVX-512, 12 for fp32)
+            choices = [[name, padded, 1.0]] + [
+                [f"{name}{SUFFIX}{t}", t, round(tile_cost(t, padded), 4)]
+                for t in variant_tiles(padded)]
+            variants = [(k, repadded(func, padded, t)) for k, t, _ in choices[1:]]
         try:
             text = expr_text(m_rows, set(dim_names), "row count")
         except Exception:  # rows the runtime could not evaluate: keep the one kernel
@@ -124,23 +120,72 @@ def add_row_variants(graph, rows: int, one_row: bool, dim_names) -> list:
 
 
 def padded_tile(func):
-    """The row tile ``func``'s packed matmul pads its symbolic rows to (1: unpadded, one row
-    at a time), or None when it has none (no such matmul, static rows)."""
+    """(the row tile ``func``'s matmul pads its symbolic rows to, the row count M) -- tile 1:
+    unpadded, one row at a time (``cpu.matmul_packed``) -- or None when it has none (no
+    such matmul, static rows).  The fp32, bf16 and int8 packed matmuls
+    (pack_matmul_weights, pack_bf16_matmul, pack_int_matmul) pad M alike: their extents
+    read ``(M + t - 1) // t * t``."""
     from tvm import s_tir
 
-    from schedules.cpu.common import row_multiple
     from schedules.cpu.matmul_packed import match_packed_matmul
 
+    paddings = _paddings(func)
+    if len(paddings) == 1:
+        (tile, m_rows), = paddings.items()
+        return tile, m_rows
+    if paddings:  # several tiles in one kernel: leave it alone
+        return None
     sch = s_tir.Schedule(func)
     found = match_packed_matmul(sch)
-    if found is None:
+    if found is None or found[2]:
         return None
     extent = sch.get(sch.get_loops(found[0])[-3]).extent
-    if isinstance(extent, tirx.IntImm):
+    return None if isinstance(extent, tirx.IntImm) else (1, extent)
+
+
+def _padded(e):
+    """(t, M) when ``e`` is ``(M + t - 1) // t * t`` with a symbolic M, else None."""
+    if not (isinstance(e, tirx.Mul) and isinstance(e.b, tirx.IntImm)
+            and isinstance(e.a, tirx.FloorDiv) and isinstance(e.a.b, tirx.IntImm)
+            and isinstance(e.a.a, tirx.Add) and isinstance(e.a.a.b, tirx.IntImm)):
         return None
-    if not found[2]:
-        return 1
-    return row_multiple(extent)
+    t = int(e.b)
+    if t < 2 or int(e.a.b) != t or int(e.a.a.b) != t - 1 or \
+            not tirx.analysis.undefined_vars(e.a.a.a):
+        return None
+    return t, e.a.a.a
+
+
+def _paddings(func) -> dict:
+    """{t: M} of the padded row extents in ``func`` (its matmul blocks' loops)."""
+    from tvm.s_tir.stmt import SBlock
+
+    found: dict = {}
+
+    def visit(block):
+        if not block.name_hint.startswith("matmul"):
+            return
+        for iv in block.iter_vars:
+            hit = _padded(iv.dom.extent)
+            if hit is not None:
+                found.setdefault(hit[0], hit[1])
+
+    tvm_ffi.structural_walk(func.body, [(SBlock, visit)], order="pre")
+    return found
+
+
+def repadded(func, rows: int, tile: int):
+    """``func`` with its rows padded to a multiple of ``tile`` instead of ``rows``: every
+    ``(M + rows - 1) // rows * rows`` (the matmul's loops, iteration domain, buffer) read
+    as ``(M + tile - 1) // tile * tile``.  Rows past M read row M - 1 and are cut after the
+    matmul whatever the padding, so the result is the same."""
+    def on_mul(e, mutator):
+        hit = _padded(e)
+        if hit is not None and hit[0] == rows:
+            return tirx.floordiv(hit[1] + (tile - 1), tile) * tile
+        return mutator.default_mutate(e)
+
+    return tvm_ffi.structural_mutate(func, [(tirx.Mul, on_mul)])
 
 
 def general_variant(func, rows: int):

@@ -10,6 +10,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 import compiler
+from compiler.lowering.row_variants import VARIANT_COUNT
 from passes.pack_bf16_matmul import RULE, from_bf16, pack_bf16, to_bf16
 from tests.conftest import ort_run
 
@@ -108,7 +109,9 @@ def test_symbolic_rows_one_build_for_every_length():
     model, (w1, b1, w2) = mlp(m="seq")
     cm = compiler.compile(model, target="host", precision="bf16-emulated",
                           dims={"seq": (1, 64, 32)})
-    assert cm.report["schedules"].get("cpu.matmul_bf16") == 2
+    # two kernels, each with its variants of smaller row tiles (lowering/row_variants.py)
+    assert cm.report["schedules"].get("cpu.matmul_bf16") == 2 * (1 + VARIANT_COUNT)
+    assert len(cm.report["row_variants"]) == 2
     assert 0 < cm.report["precision"]["max_rel_error"] < 2e-2  # fed at OPT (32)
     sess = cm.session()
     for seq in (1, 7, 64):
