@@ -49,22 +49,25 @@ SUFFIX = "__rows"
 # GPT-2 prefill, one thread, Zen 3, one-row build / padded 6-row variant (ms): 2 rows 48 / 43,
 # 4 rows 69 / 67, 7 rows 95 / 102 (12 padded rows), 12 rows 153 / 122, 64 rows 535 / 374
 ONE_ROW_COST = 1.5
-# smaller tiles a kernel of padded rows gets variants for (each costs a kernel build)
-VARIANT_COUNT = 2
+# smaller tiles a kernel of padded rows gets variants for (each costs a kernel build: a
+# BERT-base over symbolic (batch, seq) 6.1 s to compile without, 8.1 s with two)
+VARIANT_COUNT = 3
 
 
 def variant_tiles(rows: int, count: int = VARIANT_COUNT) -> list:
     """``count`` tiles below ``rows`` for variants: the largest power of two (token counts
     are most often multiples of 8: a batch of 16 tokens takes two 8-row tiles, not 24
     padded rows), then, one at a time, the tile that brings the set nearest on average to
-    the best tile of every M from 2 to ``8 * rows`` (``ceil(M / t) * t * tile_cost(t)``).
-    12-row tiles (AVX-512) get 8 and 11, 6-row ones (AVX2) 4 and 5."""
+    the best tile of every M from ``rows`` to ``8 * rows`` (``ceil(M / t) * t *
+    tile_cost(t)``; fewer rows than one full tile are rarer in a padded kernel: a decoder's
+    steps take the one-row kernels).  12-row tiles (AVX-512) get 8, 10 and 11; 6-row ones
+    (AVX2, int8) 2, 4 and 5."""
     from passes.pack_matmul_weights import tile_cost
 
     def cost(m, t):
         return -(-m // t) * t * tile_cost(t, rows)
 
-    ms = range(2, 8 * rows + 1)
+    ms = range(rows, 8 * rows + 1)
     best = {m: min(cost(m, t) for t in range(1, rows + 1)) for m in ms}
     chosen = [rows]
     power = 1 << (rows - 1).bit_length() - 1  # the largest power of two below rows
