@@ -158,5 +158,3 @@ def pick_variant(rows: int, choices) -> int:
     7 rows 95 / 102, 12 rows 153 / 122, 64 rows 535 / 374)."""
     costs = [-(-max(rows, 1) // t) * t * c for _, t, c in choices]
     return min(range(len(costs)), key=lambda i: (costs[i], -choices[i][1]))
-
-

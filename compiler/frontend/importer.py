@@ -67,6 +67,9 @@ def input_signature(model: onnx.ModelProto, where: str = "model", shapes=None,
 
 # Ops whose indices (input 1) select along the axes of their data (input 0)
 _INDEXING = {"Gather", "GatherElements", "ScatterElements", "GatherND", "ScatterND"}
+_INT_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+              onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+              onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
 # contrib ops whose inputs index the rows of a table input: {op: [(index input, table input)]}
 # (onnxruntime's EmbedLayerNormalization refuses ids past its tables: "input index out of
 # range"; our converter clamps them)
@@ -86,12 +89,15 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
     from .fold_onnx import static_shapes
 
     fed = {vi.name: vi.name for vi in graph_inputs(model)}
+    ints = {vi.name for vi in graph_inputs(model)
+            if vi.type.tensor_type.elem_type in _INT_TYPES}
     shapes = static_shapes(model)
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     bounds = []
     for i, node in enumerate(model.graph.node):
-        if node.op_type == "Cast" and node.input and node.input[0] in fed:
+        if node.op_type == "Cast" and node.input and node.input[0] in ints:
             fed[node.output[0]] = fed[node.input[0]]  # ids cast to int32 before the op
+            ints.add(node.output[0])
         for k, table in _TABLE_INDEXING.get(node.op_type, ()):
             rows = (shapes.get(node.input[table]) or [None])[0] \
                 if len(node.input) > table else None
