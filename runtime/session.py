@@ -332,13 +332,13 @@ class Session:
         self._checks = [(ShapeExpr([c["lhs"], c["rhs"]], names), c["what"])
                         for c in graph.get("checks", ())]
         # row-tile variants (compiler/lowering/row_variants.py): (rows expression,
-        # [(function, name, tile, cost)]), the call's own kernel first; one runs per binding
+        # [(name, tile, cost)], [function]), the call's own kernel first; one runs per binding
         self._row_variants = []
         for call in graph["calls"]:
             found = variant_choices(call)
             self._row_variants.append(None if found is None else (
-                ShapeExpr([found[0]], names),
-                [(library_kernel(kernels, k), k, t, c) for k, t, c in found[1]]))
+                ShapeExpr([found[0]], names), found[1],
+                [library_kernel(kernels, k) for k, _, _ in found[1]]))
         self._shapes = [ShapeExpr(t["shape"], names) for t in graph["tensors"]]
         # bytes into the buffer: ints, or expressions of the dims (a cache's new rows)
         self._offsets = [ShapeExpr([t.get("offset", 0)], names) for t in graph["tensors"]]
@@ -480,8 +480,8 @@ class Session:
             fn = self._fns[k]
             variant = self._row_variants[k]
             if variant is not None:
-                choices = [(n, t, c) for _, n, t, c in variant[1]]
-                fn = variant[1][pick_variant(variant[0](binding)[0], choices)][0]
+                rows, choices, fns = variant
+                fn = fns[pick_variant(rows(binding)[0], choices)]
             if prev is None:
                 calls.append((fn, tuple(args)))
             else:
@@ -908,10 +908,12 @@ class Session:
             fn(*args)
             end = time.perf_counter_ns()
             if prof is not None:
-                prof.record(call if fn is self._fns[k] else  # a row variant: its own name
-                            {**call, "kernel": next(n for f, n, _, _ in self._row_variants[k][1]
-                                                    if f is fn)},
-                            start, end, tensors, self._runs, binding)
+                rec = call
+                if fn is not self._fns[k]:  # a row variant: its own name
+                    _, choices, fns = self._row_variants[k]
+                    rec = {**call, "kernel": next(c[0] for c, f in zip(choices, fns)
+                                                  if f is fn)}
+                prof.record(rec, start, end, tensors, self._runs, binding)
             if check:
                 check_outputs(call, self._np, tensors, self._kernels, saved, self._model_inputs)
         self._runs += 1

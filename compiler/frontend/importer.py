@@ -88,16 +88,15 @@ def index_bounds(model: onnx.ModelProto) -> list[dict]:
     each ``-size`` / ``size - 1``)."""
     from .fold_onnx import static_shapes
 
-    fed = {vi.name: vi.name for vi in graph_inputs(model)}
-    ints = {vi.name for vi in graph_inputs(model)
-            if vi.type.tensor_type.elem_type in _INT_TYPES}
+    # integer inputs the caller feeds (indices are integers), and casts of them: their root
+    fed = {vi.name: vi.name for vi in graph_inputs(model)
+           if vi.type.tensor_type.elem_type in _INT_TYPES}
     shapes = static_shapes(model)
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     bounds = []
     for i, node in enumerate(model.graph.node):
-        if node.op_type == "Cast" and node.input and node.input[0] in ints:
+        if node.op_type == "Cast" and node.input and node.input[0] in fed:
             fed[node.output[0]] = fed[node.input[0]]  # ids cast to int32 before the op
-            ints.add(node.output[0])
         for k, table in _TABLE_INDEXING.get(node.op_type, ()):
             rows = (shapes.get(node.input[table]) or [None])[0] \
                 if len(node.input) > table else None

@@ -192,17 +192,17 @@ def repadded(func, rows: int, tile: int):
 
 
 def general_variant(func, rows: int):
-    """(``func`` with its matmul computed over rows padded to a multiple of ``rows``, the
-    matmul's row count M) when ``func``'s matmul is one ``cpu.matmul_packed`` takes
-    (``match_packed_matmul``) with symbolic rows, unpadded or padded to another tile;
-    else None."""
+    """(``func`` with its one-row matmul computed over rows padded to a multiple of
+    ``rows``, the matmul's row count M) when ``func``'s matmul is one ``cpu.matmul_packed``
+    takes (``match_packed_matmul``) with symbolic, unpadded rows; else None (a padded
+    kernel's variants are :func:`repadded`)."""
     from tvm import s_tir
 
     from schedules.cpu.matmul_packed import match_packed_matmul
 
     sch = s_tir.Schedule(func)  # the rule's own matcher says which block is the matmul
     found = match_packed_matmul(sch)
-    if found is None:
+    if found is None or found[2]:  # none, or its rows already padded (clamped reads)
         return None
     mm = sch.get(found[0])
     func = sch.mod["main"]  # the function that block belongs to

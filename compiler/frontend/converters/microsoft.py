@@ -79,21 +79,21 @@ def _shape(ctx, x, what) -> list:
 
 
 def _same(a, b) -> bool:
-    """Two dims (ints or TIR expressions) provably equal."""
+    """Two dims (ints or TIR expressions) provably equal (``shape_arith.provably_equal``)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     from tvm import tirx
-    from tvm.sym.analyzer import Analyzer
 
-    return bool(Analyzer().can_prove_equal(tirx.const(a, "int64") if isinstance(a, int) else a,
-                                           tirx.const(b, "int64") if isinstance(b, int) else b))
+    from ..shape_arith import provably_equal
+
+    return provably_equal(*(tirx.const(v, "int64") if isinstance(v, int) else v for v in (a, b)))
 
 
-def _arange(n):
-    """0 .. n-1 as int32: a constant for a static ``n``, a run-time range for a symbolic one."""
-    if isinstance(n, int):
-        return relax.const(np.arange(n, dtype=np.int32))
-    return relax.op.arange(0, n, 1, "int32")
+def _arange(n, dtype="int32", start=0):
+    """start .. start + n - 1: a constant where both are static, else a run-time range."""
+    if isinstance(n, int) and isinstance(start, int):
+        return relax.const(np.arange(start, start + n, dtype=dtype), dtype)
+    return relax.op.arange(start, start + n, 1, dtype)
 
 
 def _dim_tensor(v):
@@ -461,7 +461,7 @@ def _positions(bb, ctx, pos, b, s):
     pshape = _shape(ctx, pos, "position_ids")
     pos = relax.op.astype(pos, "int64")
     if pshape in ([1], []):
-        steps = relax.op.reshape(relax.op.astype(_arange(s), "int64"), [1, s])
+        steps = relax.op.reshape(_arange(s, "int64"), [1, s])
         return bb.emit(relax.op.add(relax.op.reshape(pos, [1, 1]), steps))
     if len(pshape) != 2 or not _same(pshape[1], s) or not (_same(pshape[0], 1)
                                                           or _same(pshape[0], b)):
@@ -514,7 +514,7 @@ def _causal_keep(s, t, past):
     if all(isinstance(v, int) for v in (s, t, past)):
         rows = np.arange(s).reshape(s, 1) + past
         return relax.const((np.arange(t).reshape(1, t) <= rows).reshape(1, 1, s, t))
-    rows = relax.op.reshape(relax.op.arange(past, past + s, 1, "int32"), [1, 1, s, 1])
+    rows = relax.op.reshape(_arange(s, start=past), [1, 1, s, 1])
     return relax.op.less_equal(relax.op.reshape(_arange(t), [1, 1, 1, t]), rows)
 
 
@@ -828,12 +828,9 @@ def group_query_attention(bb, inputs, attrs, ctx):
         if pos_ids is None and shared:
             pos = bb.emit(relax.op.add(relax.op.reshape(_write_start(bb, seqlens_k, b, s),
                                                         [b, 1]),
-                                       relax.op.reshape(relax.op.astype(_arange(s), "int64"),
-                                                        [1, s])))
-        elif pos_ids is None and isinstance(p + s, int):
-            pos = relax.const(np.arange(p, p + s, dtype=np.int64).reshape(1, s), "int64")
+                                       relax.op.reshape(_arange(s, "int64"), [1, s])))
         elif pos_ids is None:
-            pos = bb.emit(relax.op.reshape(relax.op.arange(p, p + s, 1, "int64"), [1, s]))
+            pos = bb.emit(relax.op.reshape(_arange(s, "int64", start=p), [1, s]))
         else:
             pos = _positions(bb, ctx, pos_ids, b, s)
         rot = {"interleaved": int(attrs.get("rotary_interleaved", 0)),
@@ -856,10 +853,10 @@ def group_query_attention(bb, inputs, attrs, ctx):
     last = relax.op.reshape(relax.op.astype(seqlens_k, "int32"), [b, 1, 1, 1])
     keeps = [bb.emit(relax.op.less_equal(cols, last))]
     if int(attrs.get("causal", 1)) and shared:  # query i sits at start[b] + i
-        rows = relax.op.add(relax.op.reshape(start, [b, 1, 1, 1]), relax.op.reshape(
-            relax.op.astype(_arange(s), "int64"), [1, 1, s, 1]))
+        rows = relax.op.add(relax.op.reshape(start, [b, 1, 1, 1]),
+                            relax.op.reshape(_arange(s, "int64"), [1, 1, s, 1]))
         keeps.append(bb.emit(relax.op.less_equal(
-            relax.op.reshape(relax.op.astype(_arange(t), "int64"), [1, 1, 1, t]), rows)))
+            relax.op.reshape(_arange(t, "int64"), [1, 1, 1, t]), rows)))
     elif int(attrs.get("causal", 1)):
         keeps.append(_causal_keep(s, t, p))
     add = _additive_mask(bb, dtype, keeps, attn_bias, float(np.finfo(np.float32).min)
@@ -890,7 +887,7 @@ def _write_start(bb, seqlens_k, b, s):
 def _write_rows(bb, past, new, start, b, nkv, p, s, h):
     """(B, Nkv, P, H): ``past`` with rows start[b] .. start[b] + S - 1 taken from ``new``
     (B, Nkv, S, H)."""
-    rows = relax.op.reshape(relax.op.astype(_arange(p), "int64"), [1, 1, p, 1])
+    rows = relax.op.reshape(_arange(p, "int64"), [1, 1, p, 1])
     off = bb.emit(relax.op.subtract(rows, relax.op.reshape(start, [b, 1, 1, 1])))
     inside = bb.emit(relax.op.logical_and(
         relax.op.greater_equal(off, relax.const(0, "int64")),

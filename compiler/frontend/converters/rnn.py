@@ -81,9 +81,9 @@ def rotary_embedding(bb, inputs, attrs, ctx):
         sin = relax.op.take(sin, pos, axis=0)
     cos = bb.emit(relax.op.expand_dims(cos, 2))                    # (B, S, 1, rd/2)
     sin = bb.emit(relax.op.expand_dims(sin, 2))
-    cshape = shape_of(cos)
-    if cshape is None or cshape[-1] != half:
-        refuse(ctx, f"cos_cache/sin_cache of last dimension {cshape[-1]} for "
+    last = (shape_of(cos) or [None])[-1]
+    if last != half:
+        refuse(ctx, f"cos_cache/sin_cache of last dimension {last} for "
                 f"rotary_embedding_dim/2 = {half}")
     if interleaved:
         x1, x2 = _slice(x4, 3, 0, rd, 2), _slice(x4, 3, 1, rd, 2)
