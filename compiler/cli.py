@@ -23,7 +23,7 @@ def _add_compile(sub):
     p.add_argument("model", help="the .onnx file")
     p.add_argument("-o", "--output", required=True, help="the .so to write")
     p.add_argument("--target", default="host", help="host, x86, x86-avx2, x86-avx512, arm, "
-                   "arm-dotprod, arm-sve, cuda, cuda:sm_XX or a TVM target JSON dict "
+                   "arm-dotprod, arm-i8mm, arm-sve, cuda, cuda:sm_XX or a TVM target JSON dict "
                    "(default: host)")
     p.add_argument("--opt-level", type=int, default=3, choices=range(4))
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME")

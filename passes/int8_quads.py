@@ -2,15 +2,23 @@
 for the u8 x s8 dot, and whether a kernel's products can saturate there.
 
 The target's ``int8_dot`` (targets.int8_dot, set as the passes' ``u8_dot`` option by the
-compile driver) multiplies u8 activations by s8 weights four at a time into each i32 lane:
-``vpdpbusd`` on AVX512-VNNI / AVX-VNNI sums the four products in int32 (exact);
-``vpmaddubsw`` on AVX2 / AVX-512BW first sums each pair ``a[2p] w[2p] + a[2p+1] w[2p+1]``
-into int16 with saturation, as onnxruntime's AVX2 kernel does.  With ``a`` in [0, 255] a
-pair cannot saturate when ``|w[2p]| + |w[2p+1]| <= 128`` (255 * 128 = 32640), which holds
-for every weight quantized with ``reduce_range`` (7-bit) or in [-64, 64]; the passes check
-this per kernel at compile time and report the kernels that can saturate.  Option
-``exact`` keeps such targets on the exact i16 pair path (``vpmaddwd``: activations widened
-to i16 minus their zero point, half the products per instruction).
+compile driver) multiplies 8-bit activations by s8 weights four at a time into each i32
+lane: ``vpdpbusd`` on AVX512-VNNI / AVX-VNNI sums the four u8 x s8 products in int32
+(exact); ``vpmaddubsw`` on AVX2 / AVX-512BW first sums each pair ``a[2p] w[2p] + a[2p+1]
+w[2p+1]`` into int16 with saturation, as onnxruntime's AVX2 kernel does; aarch64's
+``usdot`` (i8mm) takes u8 x s8, its ``sdot`` (dotprod) s8 x s8, both exact.  With ``a`` in
+[0, 255] a pair cannot saturate when ``|w[2p]| + |w[2p+1]| <= 128`` (255 * 128 = 32640),
+which holds for every weight quantized with ``reduce_range`` (7-bit) or in [-64, 64]; the
+passes check this per kernel at compile time and report the kernels that can saturate.
+Option ``exact`` keeps such targets on the exact i16 pair path (``vpmaddwd``: activations
+widened to i16 minus their zero point, half the products per instruction).
+
+An activation of the other 8-bit type than the dot's (``targets.INT8_DOT_ACTIVATION``: s8
+activations, quantize_static's default, on x86; u8 ones under ``sdot``) is shifted into it
+as the kernel copies it, ``a' = a - shift`` with ``shift`` = -128 (s8 -> u8) or 128 (u8 ->
+s8), one XOR of the sign bit per byte; the zero-point correction then subtracts ``(za -
+shift) * colsum(W)`` instead of ``za * colsum(W)``, so the result is exact as before
+(onnxruntime's x86 kernels run s8 activations the same way, flipping their sign bit).
 """
 
 from __future__ import annotations
@@ -28,13 +36,35 @@ OPTIONS = {"u8_dot": "", "exact": False}
 
 def use_quads(options: dict, a_dtype: str, w: np.ndarray) -> bool:
     """Whether a kernel of ``a_dtype`` activations by the integer weight ``w`` (zero point
-    already subtracted) takes the u8 x s8 layout: the target has a u8 x s8 dot, the
-    activation is u8, every weight fits s8, and ``exact`` does not ask to avoid a
+    already subtracted) takes the layout by fours: the target has an 8-bit dot, the
+    activation is u8 or s8, every weight fits s8, and ``exact`` does not ask to avoid a
     saturating dot."""
     kind = options.get("u8_dot") or ""
-    if not kind or a_dtype != "uint8" or w.size == 0 or w.min() < -128 or w.max() > 127:
+    if (not kind or a_dtype not in ("uint8", "int8") or w.size == 0 or w.min() < -128
+            or w.max() > 127):
         return False
     return not (options.get("exact") and kind in targets.INT8_DOT_SATURATES)
+
+
+def shift(options: dict, a_dtype: str) -> tuple[int, str]:
+    """(shift, dtype): the dot's activation type and what to subtract from an ``a_dtype``
+    activation to bring it there: (0, a_dtype) when they agree, (-128, "uint8") for s8
+    into a u8 dot, (128, "int8") for u8 into an s8 dot."""
+    want = targets.INT8_DOT_ACTIVATION[options["u8_dot"]]
+    if want == a_dtype:
+        return 0, a_dtype
+    return (-128, want) if a_dtype == "int8" else (128, want)
+
+
+def shifted(v, by: int, dtype: str):
+    """The TE expression ``v - by`` (``by`` +-128) in ``dtype``, the other 8-bit type: the
+    same bits with the sign bit flipped."""
+    from tvm import tirx
+
+    if by == 0:
+        return v
+    sign = tirx.const(-128 if str(v.dtype) == "int8" else 128, v.dtype)  # the bit 0x80
+    return tirx.reinterpret(dtype, tirx.bitwise_xor(v, sign))
 
 
 def can_saturate(options: dict, wq: np.ndarray) -> bool:

@@ -15,11 +15,12 @@ conv is taken (TVM cannot lower a blocked int conv2d); convs left NCHW become th
 conv of the same integers (``RULE_FLOAT``).  Runs after convert_layout, before
 pack_conv_weights.
 
-On targets with a u8 x s8 dot (option ``u8_dot``, set by the driver: passes/int8_quads.py)
-a u8 activation by a weight that fits s8 is not widened: the weight is packed by fours of
-input channels, ``[F/b, CO, KH, KW, CQ, b, 4]`` int8, the first stage only pads the u8
+On targets with an 8-bit dot (option ``u8_dot``, set by the driver: passes/int8_quads.py)
+an 8-bit activation by a weight that fits s8 is not widened: the weight is packed by fours
+of input channels, ``[F/b, CO, KH, KW, CQ, b, 4]`` int8, the first stage only pads the
 activation (with its zero point, so padding adds nothing once corrected) into ``[N, CO,
-H+pads, W+pads, CQ, 4]``, and the zero point is corrected after the sum, ``acc - za *
+H+pads, W+pads, CQ, 4]``, flipping its sign bit where the dot takes the other 8-bit type
+(``shift``), and the zero point is corrected after the sum, ``acc - (za - shift) *
 sum(W[f])`` (a constant per output channel), fused into the write-back.
 """
 
@@ -39,8 +40,8 @@ from .dataflow import rewrite_calls
 
 RULE = ("conv2d_int32(int16(a) - za, W) NCHW[b]c => conv2d_int_packed(pad(int16(a) - za), "
         "[F/b, CO, KH, KW, CP, b, 2](W))")
-RULE_U8 = ("conv2d_int32(int16(a) - za, W) NCHW[b]c => conv2d_u8s8_packed(pad(u8 a, za), "
-           "[F/b, CO, KH, KW, CQ, b, 4](W)) - za * sum(W[f])")
+RULE_U8 = ("conv2d_int32(int16(a) - za, W) NCHW[b]c => conv2d_u8s8_packed(pad(8-bit a - shift, "
+           "za - shift), [F/b, CO, KH, KW, CQ, b, 4](W)) - (za - shift) * sum(W[f])")
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
 _BYTE = ("uint8", "int8", "int16")
 
@@ -155,16 +156,18 @@ def conv2d_int_packed(a, za, wp, strides, padding, dilation, channels: int, grou
 
 
 def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channels: int,
-                       groups: int = 1):
-    """TE compute.  ``a8[n, co, h, w, cq, k] = a[..]`` (uint8) at input channel ``co * 4 CQ
-    + 4 cq + k`` (clamped to the last one past ``channels``: their weights are 0) and pixel
-    ``(h - top, w - left)``, the zero point ``za`` in the padding; then ``acc[n, fo, y, x,
-    v] = sum_{co, ry, rx, cq, k} int32(a8[n, co, y sh + ry dh, x sw + rx dw, cq, k]) *
-    int32(wq[fo, co, ry, rx, cq, v, k])`` and ``out = acc - corr[fo, v]`` (``corr = za *
-    sum(W[f])``, None when ``za`` is 0).  ``a`` is NCHW[b]c (5-D) or NCHW (4-D).  An
-    unpadded strided 1x1 conv copies only the pixels it reads."""
+                       groups: int = 1, shift: int = 0):
+    """TE compute.  ``a8[n, co, h, w, cq, k] = a[..] - shift`` (``a`` u8 or s8; ``shift``
+    +-128 turns it into the other 8-bit type, int8_quads.shift) at input channel ``co * 4
+    CQ + 4 cq + k`` (clamped to the last one past ``channels``: their weights are 0) and
+    pixel ``(h - top, w - left)``, the zero point ``za - shift`` in the padding; then
+    ``acc[n, fo, y, x, v] = sum_{co, ry, rx, cq, k} int32(a8[n, co, y sh + ry dh, x sw + rx
+    dw, cq, k]) * int32(wq[fo, co, ry, rx, cq, v, k])`` and ``out = acc - corr[fo, v]``
+    (``corr = (za - shift) * sum(W[f])``, None when that is 0).  ``a`` is NCHW[b]c (5-D) or
+    NCHW (4-D).  An unpadded strided 1x1 conv copies only the pixels it reads."""
     (blocked, n, h, w, fo, co_n, kh, kw, cq_n, b, sh, sw, dh, dw, (pt, pl, pb, pr), oh, ow,
      sub) = _geometry(a, wq, strides, padding, dilation)
+    dtype = str(a.dtype) if not shift else ("int8" if shift > 0 else "uint8")
 
     def copy(i, co, y, x, cq, k):
         yy, xx = (y * sh, x * sw) if sub else (y - pt, x - pl)
@@ -172,10 +175,11 @@ def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channel
             v = a[i, co, yy, xx, cq * 4 + k]
         else:
             v = a[i, te.min(cq * 4 + k, channels - 1), yy, xx]
+        v = int8_quads.shifted(v, shift, dtype)
         if not (pt or pl or pb or pr):
             return v
         inside = tvm.tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)
-        return te.if_then_else(inside, v, tvm.tirx.const(za, "uint8"))
+        return te.if_then_else(inside, v, tvm.tirx.const(za - shift, dtype))
 
     a8 = te.compute((n, co_n * groups, *((oh, ow) if sub else (h + pt + pb, w + pl + pr)), cq_n,
                      4), copy, name="conv_int_a8")
@@ -255,7 +259,7 @@ def _widened(df, x):
 
 def _packed(m, df, call, options: dict):
     """(``call`` (a blocked int32 relax.nn.conv2d) as conv2d_u8s8_packed or
-    conv2d_int_packed, emitted through ``m``, whether it took the u8 x s8 form, whether
+    conv2d_int_packed, emitted through ``m``, whether it took the form by fours, whether
     that can saturate); None when it does not qualify."""
     a = call.attrs
     x, weight = call.args
@@ -279,23 +283,25 @@ def _packed(m, df, call, options: dict):
     src, za = widened
     channels = int(src.ty.shape[1]) * (int(src.ty.shape[4]) if blocked else 1)
     # a graph input's activation is blocked after its widening (layout_transform(int16(a) -
-    # za)): the u8 form blocks ``a`` itself, the widened copy is left dead
+    # za)): the form by fours blocks ``a`` itself, the widened copy is left dead
     moved = df.call(x, "layout_transform") if blocked else None
     inner = _widened(df, moved.args[0]) if moved is not None else None
-    u8 = inner[0] if inner is not None else src
-    if int8_quads.use_quads(options, str(u8.ty.dtype), w) and (
-            not blocked or w.shape[4] % 4 == 0):
+    act8 = inner[0] if inner is not None else src
+    byte = str(act8.ty.dtype)
+    if int8_quads.use_quads(options, byte, w) and (not blocked or w.shape[4] % 4 == 0):
         z = int((inner or widened)[1]) if (inner or widened)[1] is not None else 0
-        if 0 <= z <= 255:
+        info = np.iinfo(byte)
+        if info.min <= z <= info.max:
+            by, _ = int8_quads.shift(options, byte)
             wq = pack_conv_quads(w, blocked)
-            corr = z * wq.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))
-            corr = relax.const(corr.astype(np.int32)) if z else None
-            act = m.visit_expr(u8)
+            corr = (z - by) * wq.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))
+            corr = relax.const(corr.astype(np.int32)) if z != by else None
+            act = m.visit_expr(act8)
             if inner is not None:
                 act = m.builder_.emit(relax.op.layout_transform(
                     act, moved.attrs.index_map, pad_value=None))
             out = m.builder_.call_te(conv2d_u8s8_packed, act, z, relax.const(wq), corr,
-                                     a.strides, a.padding, a.dilation, channels, groups,
+                                     a.strides, a.padding, a.dilation, channels, groups, by,
                                      primfunc_name_hint="conv2d_integer")
             return out, True, int8_quads.can_saturate(options, wq)
     wp = pack_conv_int(w, blocked)

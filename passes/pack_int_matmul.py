@@ -15,11 +15,12 @@ row in W and a zero column in ``a16``; N not a multiple of ``panel`` zero column
 M with no register-tile divisor (197) zero rows in ``a16``, both dropped by a second stage.  FuseOps then fuses the dequantisation (cast, scale multiply, bias add)
 after the matmul: one f32 kernel per MatMulInteger.  Runs after fold_constants.
 
-On targets with a u8 x s8 dot (option ``u8_dot``, set by the driver from the target: see
-passes/int8_quads.py) a u8 activation by a weight that fits s8 is not widened: W is packed
-``[N/nr, K/4, nr, 4]`` (int8, four k per column), the activation stays u8 (a copy stage
-pads K to fours and M to the tile), and the zero point is corrected after the sum,
-``acc - za * colsum(W)`` (``colsum`` a constant per column), fused into the write-back.
+On targets with an 8-bit dot (option ``u8_dot``, set by the driver from the target: see
+passes/int8_quads.py) an 8-bit activation by a weight that fits s8 is not widened: W is
+packed ``[N/nr, K/4, nr, 4]`` (int8, four k per column), the activation stays 8-bit (a copy
+stage pads K to fours and M to the tile, and flips its sign bit where the dot takes the
+other 8-bit type), and the zero point is corrected after the sum, ``acc - (za - shift) *
+colsum(W)`` (``colsum`` a constant per column), fused into the write-back.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from .context import GraphPass, PassReport
 from .pack_matmul_weights import padded_rows
 
 RULE = "matmul(int32(a) - int32(za), W) => matmul_int_packed(int16(a) - int16(za), [N/nr, K/2, nr, 2](W))"
-RULE_U8 = ("matmul(int32(a) - int32(za), W) => matmul_u8s8_packed(u8 a, [N/nr, K/4, nr, 4](W)) "
-           "- za * colsum(W)")
+RULE_U8 = ("matmul(int32(a) - int32(za), W) => matmul_u8s8_packed(8-bit a - shift, "
+           "[N/nr, K/4, nr, 4](W)) - (za - shift) * colsum(W)")
 _BYTE = ("uint8", "int8")
 
 
@@ -92,23 +93,26 @@ def matmul_int_packed(a, za, wp, n: int, rows: int = 1):
 SYMBOLIC_ROWS = 6
 
 
-def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1):
-    """TE compute.  ``a8[.., i, k] = a[.., i, k]`` (uint8; 0 for k >= K up to whole fours,
-    row ``M - 1`` again for i >= M when ``rows`` pads M), then ``acc[.., i, j] = sum_{ko, ki}
-    int32(a8[.., i, 4 ko + ki]) * int32(wq[j // nr, ko, j % nr, ki])`` and ``out = acc -
-    int32(za) * colsum[j]`` for i < M, j < ``n`` (``za`` a scalar tensor or None: no
-    correction)."""
+def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1, shift: int = 0):
+    """TE compute.  ``a8[.., i, k] = a[.., i, k] - shift`` (``a`` u8 or s8; ``shift`` +-128
+    turns it into the other 8-bit type, int8_quads.shift; 0 for k >= K up to whole fours,
+    row ``M - 1`` again for i >= M when ``rows`` pads M), then ``acc[.., i, j] = sum_{ko,
+    ki} int32(a8[.., i, 4 ko + ki]) * int32(wq[j // nr, ko, j % nr, ki])`` and ``out = acc
+    - (int32(za) - shift) * colsum[j]`` for i < M, j < ``n`` (``za`` a scalar tensor or
+    None: a zero point of 0)."""
     *bat, m, kk = a.shape
     no, k4, nr, _ = (int(d) for d in wq.shape)
     kk = int(kk)
     m, mp, padded = padded_rows(m, rows)
+    dtype = str(a.dtype) if not shift else ("int8" if shift > 0 else "uint8")
 
     def copy(*idx):
         i, k = idx[-2:]
-        v = a[(*idx[:-2], te.min(i, m - 1) if padded else i, k)]
+        v = int8_quads.shifted(a[(*idx[:-2], te.min(i, m - 1) if padded else i, k)], shift,
+                               dtype)
         if kk == 4 * k4:
             return v
-        return te.if_then_else(k < kk, v, tvm.tirx.const(0, "uint8"))
+        return te.if_then_else(k < kk, v, tvm.tirx.const(0, dtype))
 
     a8 = te.compute((*bat, mp, 4 * k4), copy, name="matmul_int_a8")
     ko = te.reduce_axis((0, k4), "ko")
@@ -120,12 +124,17 @@ def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1):
             * wq[te.indexdiv(idx[-1], nr), ko, te.indexmod(idx[-1], nr), ki].astype("int32"),
             axis=[ko, ki]),
         name="matmul_int")
-    if za is None:
+    if za is None and not shift:
         if n == no * nr and not padded:
             return acc
         return te.compute((*bat, m, n), lambda *idx: acc[idx], name="matmul_int_cut")
+
+    def zero_point():
+        z = tvm.tirx.const(0, "int32") if za is None else za().astype("int32")
+        return z - shift if shift else z
+
     return te.compute((*bat, m, n),
-                      lambda *idx: acc[idx] - za().astype("int32") * colsum[idx[-1]],
+                      lambda *idx: acc[idx] - zero_point() * colsum[idx[-1]],
                       name="matmul_int_zp")
 
 
@@ -272,8 +281,9 @@ def _packed(m, df, call, options: dict):
     if quads:
         wq = pack_quads(w, panel)
         colsum = relax.const(w.sum(axis=0).astype(np.int32))
+        by, _ = int8_quads.shift(options, str(a.ty.dtype))
         out = m.builder_.call_te(matmul_u8s8_packed, a, za, relax.const(wq), colsum,
-                                 int(w.shape[1]), rows, primfunc_name_hint="matmul_integer")
+                                 int(w.shape[1]), rows, by, primfunc_name_hint="matmul_integer")
         return out, True, int8_quads.can_saturate(options, wq)
     wp = pack_int(w, panel)
     out = m.builder_.call_te(matmul_int_packed, a, za, relax.const(wp), int(w.shape[1]),

@@ -15,6 +15,7 @@ checks accuracy on one seeded input: the largest |difference| relative to the la
     python scripts/bench_qdq.py --model resnet50 --disable-pass qdq_conv_integer  # before
     python scripts/bench_qdq.py --model PATH.onnx --rounds 3 --runs 10 --top 12 --no-fp32
     python scripts/bench_qdq.py --model resnet50 --format qoperator   # QLinearConv, QLinearAdd...
+    python scripts/bench_qdq.py --model resnet50 --activations s8     # quantize_static's default
 """
 
 from __future__ import annotations
@@ -90,17 +91,20 @@ def calibration(src: str, images: int):
     return Reader()
 
 
-def quantize(src: str, dst: str, images: int = 4, fmt: str = "qdq") -> str:
+def quantize(src: str, dst: str, images: int = 4, fmt: str = "qdq",
+             activations: str = "u8") -> str:
     """``src`` quantized statically to ``dst`` (QDQ, or with ``fmt`` "qoperator" the
-    QLinear* ops; per-channel QInt8 weights, QUInt8 activations), calibrated on ``images``
-    seeded normal inputs; kept when it exists."""
+    QLinear* ops; per-channel QInt8 weights, QUInt8 activations, or QInt8 ones with
+    ``activations`` "s8": quantize_static's own default), calibrated on ``images`` seeded
+    normal inputs; kept when it exists."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     if os.path.exists(dst):
         return dst
     quant_format = QuantFormat.QOperator if fmt == "qoperator" else QuantFormat.QDQ
     quantize_static(src, dst, calibration(src, images), quant_format=quant_format,
-                    per_channel=True, activation_type=QuantType.QUInt8,
+                    per_channel=True,
+                    activation_type=QuantType.QInt8 if activations == "s8" else QuantType.QUInt8,
                     weight_type=QuantType.QInt8)
     return dst
 
@@ -117,6 +121,8 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default="/tmp/onnxc-qdq")
     p.add_argument("--format", default="qdq", choices=["qdq", "qoperator"],
                    help="the quantizer's output format (QuantFormat.QDQ or QOperator)")
+    p.add_argument("--activations", default="u8", choices=["u8", "s8"],
+                   help="activation type: QUInt8 (u8), or QInt8 (s8: quantize_static's default)")
     args = p.parse_args(argv)
 
     import compiler
@@ -128,8 +134,9 @@ def main(argv=None) -> int:
     else:
         src = MODELS.get(args.model, args.model)
     name = os.path.splitext(os.path.basename(src))[0].replace(".float", "")
-    tag = "qdq" if args.format == "qdq" else "qop"
-    qpath = quantize(src, os.path.join(args.cache, f"{name}_{tag}.onnx"), fmt=args.format)
+    tag = ("qdq" if args.format == "qdq" else "qop") + ("_s8" if args.activations == "s8" else "")
+    qpath = quantize(src, os.path.join(args.cache, f"{name}_{tag}.onnx"), fmt=args.format,
+                     activations=args.activations)
     print(f"CPU: {host_cpu()}, {args.threads or len(os.sched_getaffinity(0))} threads; "
           f"load: {os.getloadavg()[0]:.1f}")
     t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
 ``resolve("host")`` detects this machine (LLVM CPU name, ISA features, core count);
 ``x86``, ``x86-avx2`` and ``x86-avx512`` are portable x86-64 levels; ``arm``,
-``arm-dotprod`` and ``arm-sve`` are aarch64 Linux (cross-compiled, ``targets/arm.py``);
+``arm-dotprod``, ``arm-i8mm`` and ``arm-sve`` are aarch64 Linux (cross-compiled, ``targets/arm.py``);
 ``cuda``, ``cuda:sm_80``, ``cuda:sm_90`` are NVIDIA GPUs (``targets/cuda.py``); a TVM
 target JSON dict is accepted as is.  The result, :class:`TargetInfo`, carries everything later
 stages ask of a target: the TVM target dict, the vector width (lanes per fp32 vector,
@@ -189,12 +189,18 @@ def int16_dot(arch: str, features) -> str | None:
 
 
 def int8_dot(arch: str, features) -> str | None:
-    """The x86 u8 x s8 dot by fours (four u8 x s8 products summed into each i32 lane) at
-    the widest width ``features`` allow: "avx512vnni" (zmm ``vpdpbusd``, AVX512-VNNI),
-    "avxvnni" (ymm ``vpdpbusd``, AVX-VNNI: Alder Lake, Arrow Lake), both exact;
-    "avx512" (zmm ``vpmaddubsw`` + ``vpmaddwd`` by ones, AVX512BW) and "avx2" (ymm), whose
-    first step saturates a pair sum to int16 (onnxruntime's AVX2 kernel does the same);
-    else None."""
+    """The 8-bit dot by fours (four byte products summed into each i32 lane) at the widest
+    width ``features`` allow.  x86, u8 x s8: "avx512vnni" (zmm ``vpdpbusd``, AVX512-VNNI),
+    "avxvnni" (ymm ``vpdpbusd``, AVX-VNNI: Alder Lake, Arrow Lake), both exact; "avx512"
+    (zmm ``vpmaddubsw`` + ``vpmaddwd`` by ones, AVX512BW) and "avx2" (ymm), whose first
+    step saturates a pair sum to int16 (onnxruntime's AVX2 kernel does the same).  aarch64,
+    exact: "neoni8mm" (``usdot``, u8 x s8, FEAT_I8MM: Neoverse N2 / V1 / V2, Graviton 3 / 4,
+    Apple M2), "neondot" (``sdot``, s8 x s8, ARMv8.2 dot product: the activation's operand
+    is signed, see :data:`INT8_DOT_ACTIVATION`).  Else None."""
+    if arch == "aarch64":
+        if "i8mm" in features:
+            return "neoni8mm"
+        return "neondot" if "dotprod" in features else None
     if arch != "x86_64":
         return None
     if "avx512vnni" in features and "avx512bw" in features:
@@ -208,6 +214,10 @@ def int8_dot(arch: str, features) -> str | None:
 
 # int8_dot kinds whose pair step saturates (vpmaddubsw); the VNNI ones sum in int32, exact
 INT8_DOT_SATURATES = ("avx2", "avx512")
+# the activation operand's type of each int8_dot kind (the weight's is int8): an activation
+# of the other 8-bit type is shifted by 128 into it (passes/int8_quads.py)
+INT8_DOT_ACTIVATION = {"avx2": "uint8", "avx512": "uint8", "avxvnni": "uint8",
+                       "avx512vnni": "uint8", "neoni8mm": "uint8", "neondot": "int8"}
 
 
 def bf16_dot(arch: str, features) -> str | None:

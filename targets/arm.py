@@ -2,9 +2,11 @@
 
 ``arm`` is any ARMv8-A core with NEON (Advanced SIMD, mandatory on aarch64 Linux);
 ``arm-dotprod`` adds the ARMv8.2 dot-product instructions (Cortex-A55/A76 and later,
-Neoverse N1); ``arm-sve`` adds SVE (Neoverse V1/N2, Graviton 3).  The kernels' fixed-width
-vectors stay 128-bit NEON vectors for all three (lanes 4, NCHWc block 4): SVE is a feature
-LLVM may use, not a wider fixed vector.
+Neoverse N1: int8 kernels by ``sdot``); ``arm-i8mm`` adds the ARMv8.6 int8 matrix multiply
+too (int8 kernels by ``usdot``: u8 activations as they come); ``arm-sve`` adds SVE
+(Neoverse V1/N2, Graviton 3).  The kernels' fixed-width vectors stay 128-bit NEON vectors
+for all of them (lanes 4, NCHWc block 4): SVE is a feature LLVM may use, not a wider fixed
+vector.
 
 The artifact is linked with the cross toolchain (``aarch64-linux-gnu-gcc`` / ``-g++``,
 Debian's ``g++-aarch64-linux-gnu``): :data:`TOOLCHAIN`.
@@ -18,6 +20,9 @@ from __future__ import annotations
 ARM_PRESETS = {
     "arm": (("+neon",), "aarch64 Linux with NEON (cross-compiled)"),
     "arm-dotprod": (("+neon", "+dotprod"), "aarch64 with NEON and dot product (ARMv8.2+)"),
+    "arm-i8mm": (("+neon", "+dotprod", "+i8mm"),
+                 "aarch64 with NEON, dot product and int8 matrix multiply (ARMv8.6: Neoverse "
+                 "N2 / V1 / V2, Graviton 3 / 4)"),
     "arm-sve": (("+neon", "+sve"), "aarch64 with NEON and SVE (Neoverse V1, Graviton 3)"),
 }
 

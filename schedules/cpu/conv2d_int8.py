@@ -1,10 +1,11 @@
 """Integer conv in NCHW[b]c with the weight pre-packed [F/b, CO, KH, KW, CP, b, 2]
-(passes/pack_int_conv.py), or by fours [F/b, CO, KH, KW, CQ, b, 4] for a u8 activation by
-s8 weights (``a8`` the u8 activation padded with its zero point, no widening): there the
-step is ``cpu.matmul_int8``'s u8 x s8 intrinsic (``vpdpbusd`` on VNNI, ``vpmaddubsw`` +
-``vpmaddwd`` by ones on AVX2 / AVX-512BW; for 8-channel blocks on AVX-512 targets,
-convert_layout's half blocks, the 256-bit form of the same instruction) and the zero
-point's correction, a constant per output channel, is part of the epilogue.  The rest of
+(passes/pack_int_conv.py), or by fours [F/b, CO, KH, KW, CQ, b, 4] for an 8-bit activation
+by s8 weights (``a8`` the activation padded with its zero point, no widening, its sign bit
+flipped where the dot takes the other 8-bit type): there the step is ``cpu.matmul_int8``'s
+byte intrinsic (``vpdpbusd`` on VNNI, ``vpmaddubsw`` + ``vpmaddwd`` by ones on AVX2 /
+AVX-512BW, for 8-channel blocks on AVX-512 targets, convert_layout's half blocks, the
+256-bit form of the same instruction; ``usdot`` / ``sdot`` on aarch64) and the zero point's
+correction, a constant per output channel, is part of the epilogue.  The rest of
 this docstring describes the pairs.
 
 ``out[n, fo, y, x, v] += int32(a16[n, co, y*s + ry, x*s + rx, cp, k]) * int32(wp[fo, co, ry,
@@ -37,8 +38,8 @@ def match_int_conv(sch):
     """(block rv, vector block, activation dtype, wp dtype, k group) of the only reduction
     block when it is ``out[n, f, y, x, v]`` (int32) reduced over (co, ry, rx, cp, k) from a
     6-D ``a[n, co, .., .., cp, k]`` and a 7-D ``wp[f, co, ry, rx, cp, v, k]``: int16 ``a``
-    by int8 / int16 ``wp`` in pairs (k < 2), or uint8 ``a`` by int8 ``wp`` in fours (k <
-    4, pack_int_conv's u8 x s8 form); else None."""
+    by int8 / int16 ``wp`` in pairs (k < 2), or uint8 / int8 ``a`` by int8 ``wp`` in fours
+    (k < 4, pack_int_conv's form by fours); else None."""
     m = common.single_reduction(sch, "SSSSSRRRRR")
     if m is None:
         return None
@@ -59,9 +60,9 @@ def match_int_conv(sch):
             and common.same_vars(wi, [f, co, ry, rx, cp, v, k])):
         return None
     group = int(wp.source.shape[6])
-    forms = {2: ("int16", ("int8", "int16")), 4: ("uint8", ("int8",))}
+    forms = {2: (("int16",), ("int8", "int16")), 4: (("uint8", "int8"), ("int8",))}
     if (group not in forms or int(a16.source.shape[5]) != group
-            or str(a16.source.dtype) != forms[group][0]
+            or str(a16.source.dtype) not in forms[group][0]
             or str(wp.source.dtype) not in forms[group][1]):
         return None
     return rv, int(out.source.shape[4]), str(a16.source.dtype), str(wp.source.dtype), group
@@ -86,7 +87,7 @@ class Conv2dInt8(MatchingCPURule):
 
     def schedule(self, sch, m, target):
         conv, b, a_dtype, w_dtype, group = m
-        chosen = dot_lanes(target, b) if group == 2 else quad_lanes(target, b)
+        chosen = dot_lanes(target, b) if group == 2 else quad_lanes(target, b, a_dtype)
         if chosen is None:
             return None
         (kind, lanes), ncores = chosen, common.cores(target)

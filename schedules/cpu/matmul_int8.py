@@ -1,8 +1,10 @@
 """Integer matmul with the weight pre-packed [N/nr, K/2, nr, 2] (passes/pack_int_matmul.py),
-or [N/nr, K/4, nr, 4] for u8 activations by s8 weights (``quad_intrin``: the activation
-stays u8, four k per i32 lane, ``vpdpbusd`` on AVX512-VNNI / AVX-VNNI, ``vpmaddubsw`` +
+or [N/nr, K/4, nr, 4] for 8-bit activations by s8 weights (``quad_intrin``: the activation
+stays 8-bit, four k per i32 lane, ``vpdpbusd`` on AVX512-VNNI / AVX-VNNI, ``vpmaddubsw`` +
 ``vpmaddwd`` by ones + ``vpaddd`` on AVX2 / AVX-512BW, whose pair sums saturate to int16 as
-onnxruntime's do; passes/int8_quads.py decides which).  The i16 pairs:
+onnxruntime's do, ``usdot`` (i8mm) / ``sdot`` (dotprod) on aarch64; passes/int8_quads.py
+decides which, and shifts an activation of the other 8-bit type into the dot's).  The i16
+pairs:
 
 ``C[b.., i, j] += int32(A16[b.., i, 2 ko + ki]) * int32(Wp[j // nr, ko, j % nr, ki])``, A16
 the activation widened to int16 minus its zero point (a stage of the same kernel, kept as
@@ -32,13 +34,16 @@ from ..base import MatchingCPURule
 from . import common
 
 _LLVM = {"avx2": (8, "llvm.x86.avx2.pmadd.wd"), "avx512": (16, "llvm.x86.avx512.pmaddw.d.512")}
-# int8_dot kind -> (i32 lanes, u8 x s8 step, i16 pair sum or None): vpmaddubsw then vpmaddwd
+# int8_dot kind -> (i32 lanes, byte dot step, i16 pair sum or None): vpmaddubsw then vpmaddwd
 # by ones (onnxruntime's AVX2 / AVX-512BW step, pair sums saturate to int16), or vpdpbusd
-# (VNNI: the four products summed in int32, accumulated in place)
+# (VNNI: the four products summed in int32, accumulated in place); aarch64's usdot (u8 x s8,
+# i8mm) and sdot (s8 x s8, dotprod) likewise
 _QUAD = {"avx2": (8, "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
          "avx512": (16, "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
          "avxvnni": (8, "llvm.x86.avx512.vpdpbusd.256", None),
-         "avx512vnni": (16, "llvm.x86.avx512.vpdpbusd.512", None)}
+         "avx512vnni": (16, "llvm.x86.avx512.vpdpbusd.512", None),
+         "neoni8mm": (4, "llvm.aarch64.neon.usdot.v4i32.v16i8", None),
+         "neondot": (4, "llvm.aarch64.neon.sdot.v4i32.v16i8", None)}
 _REGISTERED: set = set()
 
 
@@ -98,12 +103,15 @@ def dot_intrin(kind: str, a_dtype: str, b_dtype: str) -> tuple:
     return name, lanes
 
 
-def quad_lanes(target, width: int):
-    """(u8 x s8 dot kind or None, int32 lanes) for a u8 x s8 rule whose vector dimension is
-    ``width`` wide on ``target``: the target's ``int8_dot`` when ``width`` is whole vectors
-    of it, else plain fp32-width vectors (None when not even those divide ``width``)."""
-    return _fitting(common.targets.cpu_facts(target)["int8_dot"], width, _QUAD,
-                    common.lanes_fp32(target))
+def quad_lanes(target, width: int, a_dtype: str):
+    """(byte dot kind or None, int32 lanes) for a rule by fours of ``a_dtype`` activations
+    whose vector dimension is ``width`` wide on ``target``: the target's ``int8_dot`` when
+    it takes ``a_dtype`` and ``width`` is whole vectors of it, else plain fp32-width vectors
+    (None when not even those divide ``width``)."""
+    kind = common.targets.cpu_facts(target)["int8_dot"]
+    if kind is not None and common.targets.INT8_DOT_ACTIVATION[kind] != a_dtype:
+        kind = None  # not the packing pass's form for this target: plain vectors
+    return _fitting(kind, width, _QUAD, common.lanes_fp32(target))
 
 
 # a zmm kind's ymm form, for a vector dimension of half a zmm (the 8-channel blocks of
@@ -128,28 +136,31 @@ def _fitting(kind, width: int, table: dict, fp32_lanes: int):
 
 def quad_intrin(kind: str) -> tuple:
     """(name, lanes) of the tensor intrinsic ``C[0:L] += sum_k int32(A[k]) * int32(B[0:L,
-    k])`` (k < 4, A uint8, B int8) as one ``vpdpbusd`` (VNNI kinds) or ``vpmaddubsw`` +
+    k])`` (k < 4, A of the kind's activation type, ``targets.INT8_DOT_ACTIVATION``, B int8)
+    as one ``vpdpbusd`` (VNNI kinds), ``usdot`` / ``sdot`` (aarch64), or ``vpmaddubsw`` +
     ``vpmaddwd`` by ones + ``vpaddd``, whose first step saturates each pair sum ``A[2p]
     B[i, 2p] + A[2p+1] B[i, 2p+1]`` to int16 (as onnxruntime's AVX2 kernel); registered
-    once.  The four u8 of A are broadcast as one i32 straight from memory."""
+    once.  The four bytes of A are broadcast as one i32 straight from memory."""
     lanes, step, pairs = _QUAD[kind]
-    name = f"onnxc_dot_{lanes}x4_uint8_int8_{kind}"
+    a_dtype = common.targets.INT8_DOT_ACTIVATION[kind]
+    name = f"onnxc_dot_{lanes}x4_{a_dtype}_int8_{kind}"
     if name in _REGISTERED:
         return name, lanes
-    u8, s8, i16, i32 = (f"uint8x{4 * lanes}", f"int8x{4 * lanes}", f"int16x{2 * lanes}",
+    u8, s8, i16, i32 = (f"{a_dtype}x{4 * lanes}", f"int8x{4 * lanes}", f"int16x{2 * lanes}",
                         f"int32x{lanes}")
+    a4 = f"{a_dtype}x4"
 
-    desc = _dot_desc(lanes, 4, "uint8", "int8")
+    desc = _dot_desc(lanes, 4, a_dtype, "int8")
 
     if pairs is None:
         @T.prim_func(s_tir=True)
-        def impl(A: T.Buffer((4,), "uint8", offset_factor=1),
+        def impl(A: T.Buffer((4,), a_dtype, offset_factor=1),
                  B: T.Buffer((lanes, 4), "int8", offset_factor=1),
                  C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local")) -> None:
             with T.sblock("root"):
                 T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
                 T.writes(C[0:lanes])
-                a = T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], "uint8x4"),
+                a = T.reinterpret(T.broadcast(T.reinterpret(A.vload([0], a4),
                                                             dtype="int32"), lanes), dtype=u8)
                 C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
                     T.llvm_lookup_intrinsic_id(step), C.vload([0], i32), a,
@@ -176,10 +187,10 @@ def quad_intrin(kind: str) -> tuple:
 
 
 def match_quad_matmul(sch):
-    """(block rv, nr, "uint8", "int8") of the only reduction block when it reduces over (ko,
-    ki) into an int32 buffer, reading a uint8 ``A[.., i, ko * 4 + ki]`` and an int8 ``Wp[j //
-    nr, ko, j % nr, ki]`` (passes/pack_int_matmul.py's u8 x s8 form); else None."""
-    return match_pair_matmul(sch, "int32", ("uint8",), ("int8",), group=4)
+    """(block rv, nr, A dtype, "int8") of the only reduction block when it reduces over (ko,
+    ki) into an int32 buffer, reading a uint8 / int8 ``A[.., i, ko * 4 + ki]`` and an int8
+    ``Wp[j // nr, ko, j % nr, ki]`` (passes/pack_int_matmul.py's form by fours); else None."""
+    return match_pair_matmul(sch, "int32", ("uint8", "int8"), ("int8",), group=4)
 
 
 def match_int_matmul(sch):
@@ -241,8 +252,8 @@ class MatmulInt8(MatchingCPURule):
 
     def schedule(self, sch, m, target):
         mm, nr, a_dtype, w_dtype, group = m
-        if group == 4:  # u8 x s8 by fours (vpdpbusd / vpmaddubsw)
-            chosen = quad_lanes(target, nr)
+        if group == 4:  # bytes by fours (vpdpbusd / vpmaddubsw / usdot / sdot)
+            chosen = quad_lanes(target, nr, a_dtype)
             if chosen is None:
                 return None
             kind, lanes = chosen

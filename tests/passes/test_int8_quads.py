@@ -1,6 +1,7 @@
-"""int8_quads: when the packing passes take the u8 x s8 layout (target dot, activation
-dtype, weight range, ``exact``), the per-kernel saturation test, the target's dot per CPU
-(targets.int8_dot) and the driver setting the passes' ``u8_dot`` from the target."""
+"""int8_quads: when the packing passes take the layout by fours (target dot, activation
+dtype, weight range, ``exact``), the shift of an activation into the dot's 8-bit type, the
+per-kernel saturation test, the target's dot per CPU (targets.int8_dot) and the driver
+setting the passes' ``u8_dot`` from the target."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ W = np.array([[60, -64], [3, 127]])
 @pytest.mark.parametrize("options,a_dtype,w,want", [
     ({"u8_dot": "avx2", "exact": False}, "uint8", W, True),
     ({"u8_dot": "", "exact": False}, "uint8", W, False),           # no dot on the target
-    ({"u8_dot": "avx2", "exact": False}, "int8", W, False),        # s8 activations
+    ({"u8_dot": "avx2", "exact": False}, "int8", W, True),         # s8: shifted to u8
+    ({"u8_dot": "neondot", "exact": True}, "uint8", W, True),      # sdot is exact
+    ({"u8_dot": "avx2", "exact": False}, "int16", W, False),       # not 8-bit
     ({"u8_dot": "avx2", "exact": False}, "uint8", W + 1, False),   # 128: not s8
     ({"u8_dot": "avx2", "exact": True}, "uint8", W, False),        # exact: vpmaddwd
     ({"u8_dot": "avx512", "exact": True}, "uint8", W, False),
@@ -26,6 +29,31 @@ W = np.array([[60, -64], [3, 127]])
 ])
 def test_use_quads(options, a_dtype, w, want):
     assert int8_quads.use_quads(options, a_dtype, w) is want
+
+
+@pytest.mark.parametrize("kind,a_dtype,want", [
+    ("avx512vnni", "uint8", (0, "uint8")), ("avx512vnni", "int8", (-128, "uint8")),
+    ("avx2", "int8", (-128, "uint8")), ("neoni8mm", "int8", (-128, "uint8")),
+    ("neondot", "uint8", (128, "int8")), ("neondot", "int8", (0, "int8")),
+])
+def test_shift_into_the_dots_type(kind, a_dtype, want):
+    assert int8_quads.shift({"u8_dot": kind}, a_dtype) == want
+
+
+@pytest.mark.parametrize("dtype,by", [("uint8", 128), ("int8", -128)])
+def test_shifted_flips_the_sign_bit(dtype, by):
+    """The TE expression of ``a - by`` in the other 8-bit type, evaluated on every value."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((256,), dtype, "a")
+    other = "int8" if dtype == "uint8" else "uint8"
+    out = te.compute((256,), lambda i: int8_quads.shifted(a[i], by, other), "s")
+    f = tvm.compile(te.create_prim_func([a, out]), target="llvm")
+    x = np.arange(256).astype(np.uint8).view(dtype)
+    y = tvm.runtime.empty((256,), other)
+    f(tvm.runtime.tensor(x), y)
+    np.testing.assert_array_equal(y.numpy().astype(np.int32), x.astype(np.int32) - by)
 
 
 def test_can_saturate_per_pair_of_consecutive_k():
@@ -52,7 +80,9 @@ def test_target_dot_and_driver_option(cpu, kind):
     assert _int8_dot(info, {"pack_int_matmul": {"u8_dot": ""}})["pack_int_matmul"]["u8_dot"] == ""
 
 
-def test_not_on_arm():
-    info = targets.resolve("arm")
-    assert targets.int8_dot(info.arch, info.features) is None
-    assert _int8_dot(info, {})["pack_int_matmul"]["u8_dot"] == ""
+@pytest.mark.parametrize("preset,kind", [("arm", None), ("arm-sve", None),
+                                         ("arm-dotprod", "neondot"), ("arm-i8mm", "neoni8mm")])
+def test_arm_dots(preset, kind):
+    info = targets.resolve(preset)
+    assert targets.int8_dot(info.arch, info.features) == kind
+    assert _int8_dot(info, {})["pack_int_matmul"]["u8_dot"] == (kind or "")

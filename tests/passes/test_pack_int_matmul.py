@@ -242,14 +242,34 @@ def test_u8s8_integer_output_saturates_as_vpmaddubsw_and_exact_option_does_not()
     np.testing.assert_array_equal(cm.session().run(None, {"a": a, "az": az})[0], exact)
 
 
-def test_s8_activations_and_wide_weights_stay_on_pairs():
-    # s8 activations (vpmaddubsw / vpdpbusd take u8 first operands) and u8 weights minus a
-    # zero point (outside s8) are not packed by fours, whatever the host
+@pytest.mark.parametrize("m,k,n", [(9, 130, 48), (4, 32, 16)])
+def test_s8_activations_shift_into_the_u8_dot(m, k, n):
+    """s8 activations (quantize_static's default) take the form by fours too, their sign bit
+    flipped into the dot's u8 (``a + 128``) and the zero point corrected by ``(za + 128) *
+    colsum``: the exact product on VNNI hosts, vpmaddubsw's saturation of the shifted
+    values elsewhere (as onnxruntime's x86 kernels, which flip the sign bit the same way)."""
+    dot = need_dot()
     rng = np.random.default_rng(7)
-    w = rng.integers(-128, 128, (32, 16)).astype(np.int8)
-    cm = compiler.compile(integer_model(4, 32, 16, "int8", w, np.array(0, np.int8)),
-                          target="host")
-    assert _pass(cm)["rewrites"] == {RULE: 1}
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    az = np.array(-37, np.int8)
+    model = integer_model(m, k, n, "int8", w, np.array(0, np.int8))
+    cm = compiler.compile(model, target="host")
+    assert _pass(cm)["rewrites"].get(RULE_U8) == 1
+    got = cm.session().run(None, {"a": a, "az": az})[0]
+    exact = (a.astype(np.int64) + 37) @ w.astype(np.int64)
+    if dot in targets.INT8_DOT_SATURATES:
+        shifted = a.astype(np.int64) + 128
+        want = saturating_matmul(shifted, w) - (128 - 37) * w.astype(np.int64).sum(axis=0)
+    else:
+        want = exact
+        np.testing.assert_array_equal(got, ort_run(model, {"a": a, "az": az})[0])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_wide_weights_stay_on_pairs():
+    # u8 weights minus a zero point (outside s8) are not packed by fours, whatever the host
+    rng = np.random.default_rng(7)
     wu = rng.integers(0, 256, (32, 16)).astype(np.uint8)
     cm = compiler.compile(integer_model(4, 32, 16, "uint8", wu, np.array(3, np.uint8)),
                           target="host")

@@ -13,23 +13,31 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
 import compiler
+import targets
 from passes.convert_layout import channel_block
-from passes.pack_int_conv import RULE_FLOAT
+from passes.pack_int_conv import RULE_FLOAT, RULE_U8
 from passes.qdq_conv_integer import GROUPED, RULE, RULE_DQ, RULE_Q, UNBLOCKED
 
 
 def qdq_conv_model(c, f, hw, k, stride=1, pad=0, per_channel=True, bias=True, relu=False,
-                   residual=False, group=1, zx=131, seed=0):
+                   residual=False, group=1, zx=131, seed=0, act="uint8"):
     """Q(x) -> DQ -> Conv(., DQ(Wq) [, DQ(bq)]) [-> Relu] [-> + DQ(Q(r))] -> Q -> DQ, the
-    form quantize_static writes (u8 activations, s8 weights, int32 bias at sx * sw)."""
+    form quantize_static writes (u8 activations, s8 weights, int32 bias at sx * sw).  With
+    ``act`` "int8" the activations are s8 (quantize_static's default), every activation
+    zero point 128 lower."""
     rng = np.random.default_rng(seed)
+    zdt = np.int8 if act == "int8" else np.uint8
+
+    def zp(v):
+        return np.array(v - 128 if act == "int8" else v).astype(zdt)
+
     # s8 weights in [-64, 64): onnxruntime's AVX2 u8 x s8 kernel saturates past that
     wq = rng.integers(-64, 64, (f, c // group, k, k)).astype(np.int8)
     sw = ((rng.random(f) * 0.004 + 0.001) if per_channel else np.array(0.003)).astype(np.float32)
     sx = np.float32(0.02)
-    inits = {"sx": np.array(sx), "zx": np.array(zx, np.uint8), "wq": wq, "sw": sw,
+    inits = {"sx": np.array(sx), "zx": zp(zx), "wq": wq, "sw": sw,
              "zw": np.zeros(f if per_channel else (), np.int8),
-             "sy": np.array(0.03, np.float32), "zy": np.array(0 if relu else 100, np.uint8)}
+             "sy": np.array(0.03, np.float32), "zy": zp(0 if relu else 100)}
     nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
              helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dqx"),
              helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], name="dqw",
@@ -50,7 +58,7 @@ def qdq_conv_model(c, f, hw, k, stride=1, pad=0, per_channel=True, bias=True, re
         last = "y1"
     oh = (hw + 2 * pad - k) // stride + 1
     if residual:
-        inits.update({"sr": np.array(0.025, np.float32), "zr": np.array(90, np.uint8)})
+        inits.update({"sr": np.array(0.025, np.float32), "zr": zp(90)})
         nodes += [helper.make_node("QuantizeLinear", [last, "sy", "zy"], ["cq"], name="qc"),
                   helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["cd"], name="dqc"),
                   helper.make_node("QuantizeLinear", ["r", "sr", "zr"], ["rq"], name="qr"),
@@ -124,6 +132,33 @@ def test_qdq_conv_matches_ort_on_the_integer_kernel(c, f, hw, k, stride, pad, pe
     assert np.abs(got - ref).max() <= 0.03 + 1e-6
     # a residual add requantises twice (onnxruntime in fixed point): more ties land apart
     assert np.mean(got != ref) < (0.08 if residual else 0.02)
+
+
+@pytest.mark.parametrize("c,f,hw,k,stride,pad,relu,residual,zx", [
+    (16, 16, 12, 3, 1, 1, True, False, 131),     # 3x3, Relu (zero point 3 in s8)
+    (32, 16, 9, 1, 1, 0, False, True, 200),      # 1x1, residual add
+    (40, 24, 9, 3, 1, 1, False, True, 77),       # half blocks on AVX-512 (negative zero point)
+    (3, 16, 20, 7, 2, 3, True, False, 128),      # RGB stem, zero point 0
+])
+def test_qdq_conv_s8_activations_take_the_dot_by_fours(c, f, hw, k, stride, pad, relu,
+                                                       residual, zx):
+    """quantize_static's default s8 activations: the integer kernel by fours (the
+    activation's sign bit flipped into a u8 dot), matching onnxruntime."""
+    model = qdq_conv_model(c, f, hw, k, stride, pad, True, True, relu, residual, zx=zx,
+                           act="int8")
+    feeds = _feeds(model)
+    cm = compiler.compile(model, target="host")
+    if targets.int8_dot(*_host_facts()) is not None:
+        assert _pass(cm, "pack_int_conv")["rewrites"].get(RULE_U8) == 1
+    got = cm.session().run(None, feeds)[0]
+    ref = _ort(model, feeds)
+    assert np.abs(got - ref).max() <= 0.03 + 1e-6
+    assert np.mean(got != ref) < (0.08 if residual else 0.02)
+
+
+def _host_facts():
+    info = targets.resolve("host")
+    return info.arch, info.features
 
 
 def test_qdq_activations_stay_blocked_between_two_convs():

@@ -107,17 +107,18 @@ def test_avx512_vnni_target_gets_vpdpwssd():
     assert "vpdpwssd" in asm and "vpmaddwd" not in asm
 
 
-def quad_kernel(m, k, n, lo=-100, hi=100):
-    """The u8 x s8 matmul by fours (pack_int_matmul's form on int8-dot targets) with its
-    zero-point correction and a dequantising epilogue, as one PrimFunc."""
+def quad_kernel(m, k, n, lo=-100, hi=100, a_dtype="uint8", shift=0):
+    """The 8-bit x s8 matmul by fours (pack_int_matmul's form on int8-dot targets, the
+    activation shifted by ``shift`` into the dot's type) with its zero-point correction and
+    a dequantising epilogue, as one PrimFunc."""
     w = np.random.default_rng(0).integers(lo, hi, (k, n))
     wq = pack_quads(w, 16)
-    a = te.placeholder((m, k), "uint8", "a")
-    za = te.placeholder((), "uint8", "za")
+    a = te.placeholder((m, k), a_dtype, "a")
+    za = te.placeholder((), a_dtype, "za")
     wqt = te.placeholder(wq.shape, "int8", "wq")
     cs = te.placeholder((n,), "int32", "cs")
     s = te.placeholder((), "float32", "s")
-    acc = matmul_u8s8_packed(a, za, wqt, cs, n, pad_rows(m))
+    acc = matmul_u8s8_packed(a, za, wqt, cs, n, pad_rows(m), shift)
     y = te.compute(acc.shape, lambda i, j: acc[i, j].astype("float32") * s(), name="deq")
     return te.create_prim_func([a, za, wqt, cs, s, y]).with_attr("global_symbol", "k"), w, wq
 
@@ -148,6 +149,37 @@ def test_u8s8_structure_aarch64_plain_vectors():
     f, _, _ = quad_kernel(16, 64, 32)
     text = MatmulInt8().apply(f, ARM).mod["main"].script()
     assert "llvm.x86" not in text and "T.vectorized" in text and "matmul_int_a8" in text
+
+
+def test_s8_activation_shifted_into_vpdpbusd():
+    """s8 activations reach the u8 dot with their sign bit flipped (``a + 128``)."""
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu",
+                                "mcpu": "znver5", "num-cores": 2})
+    f, _, _ = quad_kernel(24, 256, 64, a_dtype="int8", shift=-128)
+    asm = tvm.compile(MatmulInt8().apply(f, target).mod, target=target).mod.inspect_source("asm")
+    assert "vpdpbusd" in asm
+
+
+def arm_target(*mattr):
+    return tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu",
+                              "mcpu": "generic", "num-cores": 4, "mattr": ["+neon", *mattr]})
+
+
+# (aarch64 features, activation, shift into the dot's type, the step, what must not be there)
+ARM_DOTS = [(("+dotprod",), "uint8", 128, "sdot", "usdot"),     # u8 flipped into s8
+            (("+dotprod",), "int8", 0, "sdot", "usdot"),
+            (("+dotprod", "+i8mm"), "uint8", 0, "usdot", "\tsdot"),
+            (("+dotprod", "+i8mm"), "int8", -128, "usdot", "\tsdot"),
+            ((), "uint8", 0, "mul", "sdot")]                     # plain NEON: no dot
+
+
+@pytest.mark.parametrize("mattr,a_dtype,shift,want,absent", ARM_DOTS)
+def test_aarch64_dot_assembly(mattr, a_dtype, shift, want, absent):
+    # compiled only (nothing runs: tests/targets/test_arm.py runs them under qemu)
+    target = arm_target(*mattr)
+    f, _, _ = quad_kernel(24, 256, 64, a_dtype=a_dtype, shift=shift)
+    asm = tvm.compile(MatmulInt8().apply(f, target).mod, target=target).mod.inspect_source("asm")
+    assert re.search(want, asm) and not re.search(absent, asm)
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 assembly")

@@ -32,6 +32,7 @@ EM_AARCH64 = 183
 
 
 @pytest.mark.parametrize("name, feats", [("arm", {"neon"}), ("arm-dotprod", {"neon", "dotprod"}),
+                                         ("arm-i8mm", {"neon", "dotprod", "i8mm"}),
                                          ("arm-sve", {"neon", "sve"})])
 def test_arm_presets(name, feats):
     t = targets.resolve(name)
@@ -151,6 +152,41 @@ def test_arm_emulated_matches_onnxruntime(name, tmp_path):
     out = run_on_arm(so, feeds, tmp_path)
     names = [o.name for o in model.graph.output]
     assert_close([out[n] for n in names], ort_run(model, feeds))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset,act,step", [("arm-dotprod", "uint8", "sdot"),
+                                             ("arm-i8mm", "int8", "usdot"),
+                                             ("arm", "uint8", None)])
+def test_arm_int8_dots_emulated_match_onnxruntime(preset, act, step, tmp_path):
+    """A QDQ conv and a dynamically quantized MatMul built for each aarch64 int8 preset: the
+    dot in the artifact's code (``sdot`` with u8 activations flipped into s8, ``usdot`` with
+    s8 ones flipped into u8), outputs as onnxruntime's under emulation."""
+    reason = _emulation_reason()
+    if reason:
+        pytest.skip(reason)
+    from tests.passes.test_pack_int_matmul import dynamic_model
+    from tests.passes.test_qdq_conv_integer import qdq_conv_model
+
+    rng = np.random.default_rng(5)
+    w = rng.integers(-128, 128, (72, 40)).astype(np.int8)
+    models = {"conv": (qdq_conv_model(16, 32, 11, 3, 1, 1, relu=True, act=act), 0.03 + 1e-6),
+              "matmul": (dynamic_model(9, 72, 40, w, np.zeros((), np.int8)), None)}
+    objdump = shutil.which("aarch64-linux-gnu-objdump")
+    for name, (model, tol) in models.items():
+        so = tmp_path / f"{name}.so"
+        compiler.compile(model, target=preset).export(str(so))
+        if objdump and step:
+            asm = subprocess.run([objdump, "-d", str(so)], capture_output=True, text=True).stdout
+            assert f"\t{step}\t" in asm, (name, step)
+        feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+                 .astype(np.float32) * 2 + 1 for i in model.graph.input}
+        got = run_on_arm(so, feeds, tmp_path)[model.graph.output[0].name]
+        ref = ort_run(model, feeds)[0]
+        if tol is None:  # the exact integer sum, dequantised alike
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+        else:  # at most one output step apart where float sums round differently
+            assert np.abs(got - ref).max() <= tol and np.mean(got != ref) < 0.02
 
 
 def _free_port() -> int:
