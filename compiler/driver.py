@@ -503,6 +503,10 @@ def _conv_tiles(tinfo, pass_config) -> dict:
     transposed = passes.PackConvTranspose.options["blocks"]
     config.setdefault("pack_conv_transpose", {}).setdefault(
         "blocks", tuple(sorted(transposed, key=lambda b: b != 2 * lanes)))
+    # the transposed convs those blocks leave (no block divides their channels) are the
+    # ones conv_transpose_as_conv rewrites
+    config.setdefault("conv_transpose_as_conv", {}).setdefault(
+        "blocks", config["pack_conv_transpose"]["blocks"])
     return config
 
 

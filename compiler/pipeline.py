@@ -62,6 +62,11 @@ def graph_passes() -> list:
         # over 20x20: 64%) => per-tap 1x1 convs over the outputs each tap reaches, summed;
         # after trim_conv_taps and fold_batchnorm (which matches BN on the whole conv)
         passes.SplitDilatedConv(),
+        # a strided ConvTranspose of few output channels (no channel block: a generator's
+        # last layer, 64 -> 3), or 2-D with one tap per phase or many input channels =>
+        # one stride-1 conv over its phases, interleaved and cropped; after
+        # fold_batchnorm, before convert_layout (the conv takes the layouts)
+        passes.ConvTransposeAsConv(),
         # E[x^2]-E[x]^2 cancels when |mean| >> std; before fuse_layer_norm, which expects
         # the two-pass form
         passes.StableVariance(),

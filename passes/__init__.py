@@ -8,6 +8,7 @@ from .eliminate_dead_code import EliminateDeadCode
 from .fold_constants import FoldConstants
 from .pack_conv_weights import PackConvWeights
 from .pack_conv_transpose import PackConvTranspose
+from .conv_transpose_as_conv import ConvTransposeAsConv
 from .pack_matmul_weights import PackMatmulWeights
 from .pack_bf16_matmul import PackBf16Matmul
 from .pack_int_matmul import PackIntMatmul
@@ -40,7 +41,7 @@ from .widen_half import WidenHalf
 from .flatten_norm_axes import FlattenNormAxes
 from .softmax_last_axis import SoftmaxLastAxis
 
-__all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqDataMovement", "QdqLookupTable", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
+__all__ = ["PackBf16Matmul", "PackConvWeights", "PackConvTranspose", "ConvTransposeAsConv", "PackMatmulWeights", "PackIntMatmul", "PackIntConv", "QdqDataMovement", "QdqLookupTable", "QdqMatmulInteger", "QdqConvInteger", "PassContext", "PassReport", "GraphPass", "PassConfigError", "FoldConstants",
            "EliminateDeadCode", "FoldBatchNorm", "SplitDilatedConv", "FuseAttention", "FuseGelu", "FuseLayerNorm", "FuseRmsNorm",
            "StableLogSumExp", "StableSigmoid", "StableSoftmax", "StableSoftplus", "StableVariance",
            "AccumulateFp32", "CanonicalizeBindings", "ConvertLayout", "FoldTransposeMatmul",

@@ -14,7 +14,9 @@ turns into pads and a slice) only change the output size, which the compute take
 
 Fires on float32 conv{1,2,3}d_transpose with constant weights, ``groups == 1``, dilation
 1, channels-first layouts (NCW/NCHW/NCDHW, IO* kernels) and an output channel count that
-a block in ``blocks`` divides; grouped and dilated ones are left to TVM.  Needs the
+a block in ``blocks`` divides, that ``conv_transpose_as_conv`` (which runs first) left:
+its phase conv takes the other channel counts, and 2-D ones with one tap per phase or many
+input channels; grouped and dilated ones are left to TVM.  Needs the
 weights folded to constants (fold_constants) and runs after fold_batchnorm, which scales
 transposed-conv weights.
 """
@@ -35,7 +37,7 @@ from .dataflow import nodes_of, rewrite_calls
 BLOCKS = (32, 16, 48, 8)
 
 # spatial dims -> (data layout, kernel layout) the rewrite takes
-_LAYOUTS = {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW"), 3: ("NCDHW", "IODHW")}
+LAYOUTS = {1: ("NCW", "IOW"), 2: ("NCHW", "IOHW"), 3: ("NCDHW", "IODHW")}
 
 
 class PackConvTranspose(GraphPass):
@@ -48,7 +50,7 @@ class PackConvTranspose(GraphPass):
     def rewrite(self, mod, report: PassReport, options: dict):
         blocks = tuple(int(b) for b in options["blocks"])
         rewritten = []
-        for nd, layouts in _LAYOUTS.items():
+        for nd, layouts in LAYOUTS.items():
             mod, done = rewrite_calls(
                 mod, f"relax.nn.conv{nd}d_transpose",
                 lambda m, call, L=layouts: _phased(m, call, blocks, L))

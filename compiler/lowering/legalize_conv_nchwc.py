@@ -63,7 +63,10 @@ the columns are the vector lanes.  Their output width is padded the same way
 (``conv2d_nchw_columns``: ``symbolic_nchw_columns`` picks whole vectors of columns), the
 extra columns reading zeros from a right padding that always exists (a clamped column
 index would be a gather in a vectorised load), and ``conv_columns`` drops them:
-``schedules/cpu/conv2d.py`` and ``depthwise.py`` read the tile back.  Every other conv2d
+``schedules/cpu/conv2d.py`` and ``depthwise.py`` read the tile back.  A static plain NCHW
+conv (groups 1) whose output width no vector divides is padded to whole vectors too when
+that uses the lanes better (``static_nchw_columns``: a 129-wide row ran 3-lane tiles, its
+only divisor under 16).  Every other conv2d
 keeps TVM's legalization.  Imported for its side effect by ``compiler/pipeline.py``.
 """
 
@@ -267,8 +270,9 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, depthwise: bool, grou
 
 def conv2d_nchw_columns(data, kernel, strides, padding, dilation, groups: int):
     """TE compute of a plain NCHW x OIHW float conv over a symbolic output width, its
-    columns padded to whole register tiles (``symbolic_nchw_columns``) and dropped by a
-    ``conv_columns`` stage; ``padding`` is (top, left, bottom, right)."""
+    columns padded to whole register tiles (``symbolic_nchw_columns``), or over a static
+    width ``static_nchw_columns`` pads, the extra columns dropped by a ``conv_columns``
+    stage; ``padding`` is (top, left, bottom, right)."""
     n, c, h, w = (_dim(d) for d in data.shape)
     f, cpg, kh, kw = (int(kernel.shape[k]) for k in range(4))
     sh, sw = (int(s) for s in strides)
@@ -277,8 +281,11 @@ def conv2d_nchw_columns(data, kernel, strides, padding, dilation, groups: int):
     oh = _out_extent(h, pt, pb, kh, dh, sh)
     ow = _out_extent(w, pl, pr, kw, dw, sw)
     depthwise = groups == c == f and cpg == 1
-    xt = symbolic_nchw_columns(ow, f // groups, depthwise)
-    full = tvm.te.max((ow + xt - 1) // xt, 1) * xt  # provably one tile or more
+    if isinstance(ow, int):  # a static width with no good tile: whole vectors
+        full = static_nchw_columns(ow)
+    else:
+        xt = symbolic_nchw_columns(ow, f // groups, depthwise)
+        full = tvm.te.max((ow + xt - 1) // xt, 1) * xt  # provably one tile or more
     # the extra columns read zeros: the width they read, as in conv2d_nchwc
     pr = _right_pad(full, w, pl, kw, dw, sw)
     pad = topi.nn.pad(data, [0, 0, pt, pl], [0, 0, pb, pr], name="pad_temp")
@@ -303,9 +310,28 @@ def conv2d_nchw_columns(data, kernel, strides, padding, dilation, groups: int):
     return te.compute((n, f, oh, ow), lambda *i: conv[i], name="conv_columns")
 
 
-def _symbolic_nchw(call) -> bool:
+def static_nchw_columns(ow: int) -> int:
+    """The columns a plain NCHW conv of static output width ``ow`` (groups 1) is computed
+    over: ``ow``, or ``ow`` rounded up to whole vectors when that uses the lanes at least
+    ``1 / PAD_GAIN`` times better than cpu.conv2d_nchw's tile over ``ow`` (``vector_tile``:
+    a divisor of ``ow`` of at most one vector when no vector divides it, 3 of 16 lanes
+    for pix2pix's 129-wide phase conv).  ``ow`` when no CPU tile is registered."""
+    tiles = _TILES.get()
+    if tiles is None or ow < MIN_WIDTH:
+        return ow
+    from schedules.cpu.common import vector_tile
+
+    lanes = tiles[0]
+    xt = vector_tile(ow, lanes)
+    full = -(-ow // lanes) * lanes
+    used = xt / (-(-xt // lanes) * lanes)
+    return full if ow / full * PAD_GAIN >= used else ow
+
+
+def _padded_nchw(call) -> bool:
     """True when ``call`` is a plain NCHW x OIHW float32 conv2d whose output width is
-    symbolic, channels and kernel static, while a CPU tile is registered."""
+    symbolic (or static, groups 1, and ``static_nchw_columns`` pads it), channels and
+    kernel static, while a CPU tile is registered."""
     a = call.attrs
     if _TILES.get() is None or str(a.data_layout) != "NCHW" or str(
             a.kernel_layout) != "OIHW" or str(a.out_layout or "NCHW") != "NCHW":
@@ -318,7 +344,10 @@ def _symbolic_nchw(call) -> bool:
     if xs is None or ks is None or out is None or len(xs) != 4:
         return False
     static = all(isinstance(d, tvm.tirx.IntImm) for d in (xs[1], *ks))
-    return static and not isinstance(out[3], tvm.tirx.IntImm)
+    if static and isinstance(out[3], tvm.tirx.IntImm):
+        return (int(a.groups) == 1 and all(isinstance(d, tvm.tirx.IntImm) for d in out)
+                and static_nchw_columns(int(out[3])) != int(out[3]))
+    return static
 
 
 def _out_extent(n, before: int, after: int, k: int, d: int, s: int):
@@ -431,7 +460,7 @@ def install() -> None:
 
     def legalize(bb, call):
         if not _supported(call):
-            if _symbolic_nchw(call):
+            if _padded_nchw(call):
                 a = call.attrs
                 return bb.call_te(conv2d_nchw_columns, call.args[0], call.args[1], a.strides,
                                   a.padding, a.dilation, int(a.groups),
