@@ -141,22 +141,25 @@ def test_avx512_vnni_target_gets_vpdpwssd():
     assert "vpdpwssd" in asm
 
 
-def quad_kernel(c, f, hw, k, b, stride=1, pad=0, blocked=True, za=77, lo=-64, hi=65):
-    """The u8 x s8 conv by fours (pack_int_conv's form on int8-dot targets), zero point
-    ``za`` corrected after the sum, with a dequantising epilogue, as one PrimFunc."""
+def quad_kernel(c, f, hw, k, b, stride=1, pad=0, blocked=True, za=77, lo=-64, hi=65,
+                a_dtype="uint8", shift=0):
+    """The 8-bit x s8 conv by fours (pack_int_conv's form on int8-dot targets, the
+    activation shifted by ``shift`` into the dot's type), zero point ``za`` corrected after
+    the sum, with a dequantising epilogue, as one PrimFunc."""
     w = np.random.default_rng(0).integers(lo, hi, (f, c, k, k))
     if blocked:
         wb = w.reshape(f // b, b, c // b, b, k, k).transpose(0, 2, 4, 5, 3, 1)
     else:
         wb = w.reshape(f // b, b, c, k, k).transpose(0, 2, 3, 4, 1)
     wq = pack_conv_quads(wb, blocked)
-    corr = (za * wq.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))).astype(np.int32)
+    corr = ((za - shift) * wq.astype(np.int64).sum(axis=(1, 2, 3, 4, 6))).astype(np.int32)
     shape = (1, c // b, hw, hw, b) if blocked else (1, c, hw, hw)
-    a = te.placeholder(shape, "uint8", "a")
+    a = te.placeholder(shape, a_dtype, "a")
     wqt = te.placeholder(wq.shape, "int8", "wq")
     ct = te.placeholder(corr.shape, "int32", "corr")
     s = te.placeholder((), "float32", "s")
-    acc = conv2d_u8s8_packed(a, za, wqt, ct, (stride, stride), (pad,) * 4, (1, 1), c)
+    acc = conv2d_u8s8_packed(a, za, wqt, ct, (stride, stride), (pad,) * 4, (1, 1), c,
+                             shift=shift)
     y = te.compute(acc.shape, lambda *i: acc[i].astype("float32") * s(), name="deq")
     fn = te.create_prim_func([a, wqt, ct, s, y]).with_attr("global_symbol", "k")
     return fn, w, wq, corr
@@ -180,6 +183,21 @@ def test_u8s8_assembly_per_cpu(cpu, want, absent):
     assert want in asm and absent not in asm
     if want == "vpmaddubsw":
         assert "vpmaddwd" in asm  # the i16 pair sums added by ones
+
+
+@pytest.mark.parametrize("mattr,a_dtype,shift,za,want,absent", [
+    (("+dotprod",), "uint8", 128, 77, "sdot", "usdot"),          # u8 flipped into s8
+    (("+dotprod", "+i8mm"), "uint8", 0, 77, "usdot", "\tsdot"),
+    (("+dotprod", "+i8mm"), "int8", -128, -51, "usdot", "\tsdot"),  # s8 flipped into u8
+    ((), "uint8", 0, 77, "mul", "sdot")])                             # plain NEON
+def test_aarch64_dot_assembly(mattr, a_dtype, shift, za, want, absent):
+    # compiled only (tests/targets/test_arm.py runs them under qemu); NCHW4c blocks
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu",
+                                "mcpu": "generic", "num-cores": 4,
+                                "mattr": ["+neon", *mattr]})
+    f, *_ = quad_kernel(8, 8, 9, 3, 4, pad=1, za=za, a_dtype=a_dtype, shift=shift)
+    asm = tvm.compile(Conv2dInt8().apply(f, target).mod, target=target).mod.inspect_source("asm")
+    assert re.search(want, asm) and not re.search(absent, asm)
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 assembly")
