@@ -174,6 +174,7 @@ _VERIFIED = {
     "relax.nn.pad", "relax.strided_slice", "relax.nn.softmax", "relax.nn.lrn",
     "relax.nn.instance_norm", "relax.layout_transform", "relax.astype", "relax.flatten",
     "relax.round",  # qdq_conv_integer's requantisation
+    "relax.repeat",  # Resize / Upsample nearest by an integer factor (FPN, U-Net, YOLO necks)
 }
 # reductions: verified when they keep the channel axis (axis 1)
 _REDUCTIONS = {"relax.mean", "relax.sum", "relax.max", "relax.min"}

@@ -168,6 +168,34 @@ def test_half_blocks_keep_24_channel_blocks_blocked(c, e, h):
     _check(cm, m, {"x": RNG.standard_normal((1, c, h, h)).astype("float32")})
 
 
+@pytest.mark.parametrize("layout", ["NCHWc", "NHWC"])
+@pytest.mark.parametrize("c,scales", [(32, [1, 1, 2, 2]),    # FPN / YOLO x2
+                                      (24, [1, 1, 2, 3])])   # half blocks, unequal factors
+def test_nearest_upsampling_between_convs_stays_blocked(c, scales, layout):
+    """Resize nearest by integer factors (a ``repeat``: U-Net / diffusion decoders, FPN and
+    YOLO necks) between blocked convs: both convs converted (before, one such op kept the
+    whole graph NCHW).  TVM's ConvertLayout hands ``repeat`` NCHW, but the transforms on
+    either side fuse with it into one copy kernel reading and writing blocked tensors."""
+    h = 10
+    out = [h * scales[2], h * scales[3]]
+    m = model([node("Conv", ["x", "w0"], "c0", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+               node("Resize", ["c0", "", "sc"], "u", mode="nearest",
+                    coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+               node("Conv", ["u", "w1"], "y", kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+              {"x": (1, c, h, h)}, {"y": (1, c, *out)},
+              {"w0": _w(c, c, 3, 3), "w1": _w(c, c, 3, 3),
+               "sc": np.array(scales, "float32")})
+    cm = compiler.compile(m, layout=layout)
+    rep = report(cm, "convert_layout")
+    assert not any(k.startswith("kept NCHW") for k in rep["rewrites"]), rep["rewrites"]
+    assert cm.report["layout"]["convs_converted"] == 2
+    ups = [k for k in cm.report["kernel_table"] if "u" in k["nodes"]]
+    assert len(ups) == 1 and ups[0]["rule"] != "fallback" and "y" not in ups[0]["nodes"]
+    # the graph's input and output transforms, and the upsampling kernel: nothing else
+    assert len(cm.report["kernel_table"]) == 5
+    _check(cm, m, {"x": RNG.standard_normal((1, c, h, h)).astype("float32")})
+
+
 def test_half_blocks_dropped_where_tvm_cannot_join_them():
     """A concat of a half-blocked (24 channels) and a full-blocked tensor fails in TVM's
     ConvertLayout: the pass converts again with full blocks only (c3), and says so."""
@@ -281,7 +309,9 @@ def test_ops_a_blocked_tensor_cannot_reach_do_not_keep_nchw(case, layout):
                 node("Squeeze", ["c1", "ax"], "y")]
         y, inits["w1"], inits["ax"] = (1, h, h), _w(1, 32, 1, 1), np.array([1], "int64")
     m = model(head + tail, {"x": (1, 16, h, h)}, {"y": y}, inits, opset=18)
-    cm = compiler.compile(m, layout=layout)
+    # (conv_transpose_as_conv would make these ConvTransposes convs, converted too)
+    cm = compiler.compile(m, layout=layout, disabled_passes=(
+        ["conv_transpose_as_conv"] if case.startswith("conv_transpose") else []))
     rep = report(cm, "convert_layout")
     if case == "squeeze_after_an_nchw_conv" and layout == "NHWC":
         assert list(rep["rewrites"]) == ["kept NCHW: relax.squeeze is not verified in NHWC"]
