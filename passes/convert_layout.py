@@ -133,7 +133,8 @@ class ConvertLayout(GraphPass):
         channels = _BlockedChannelOps(out)
         out["main"] = channels.visit_expr(out["main"])
         if channels.count:
-            report.rewrites["channel slices / concats kept blocked"] = channels.count
+            report.rewrites["channel slices / concats / upsamplings kept blocked"] = \
+                channels.count
         # a tensor read by two blocked ops is transformed once, not once per reader
         out = relax.transform.EliminateCommonSubexpr()(out)
         out = relax.transform.DeadCodeElimination(["main"])(out)
@@ -501,11 +502,15 @@ def _is_blocking(call, b: int) -> bool:
 @mutator
 class _BlockedChannelOps(PyExprMutator):
     """After TVM's ConvertLayout: a channel slice of a blocked tensor on block boundaries,
-    and a blocked copy of a channel concat of such tensors, computed in the blocked layout.
-    TVM's strided_slice layout inference does not slice the outer channel axis, so a split
-    (``_splits_as_slices``: YOLOv8's C2f) went blocked -> NCHW, sliced, concatenated in NCHW
-    and back to blocked.  ``strided_slice(unblock(X), C[k:l])`` => ``unblock(X[:, k/b:l/b])``,
-    ``block(unblock(X))`` => ``X``, ``block(concat(unblock(X_i)))`` => ``concat(X_i)``."""
+    a nearest upsampling (``repeat`` over H or W) of one, and a blocked copy of a channel
+    concat of such tensors, computed in the blocked layout.  TVM's strided_slice layout
+    inference does not slice the outer channel axis, so a split (``_splits_as_slices``:
+    YOLOv8's C2f) went blocked -> NCHW, sliced, concatenated in NCHW and back to blocked;
+    its repeat inference hands repeat NCHW, so an FPN's ``concat(upsample(a), b)`` did the
+    same (a YOLOv5 neck: four transforms).  ``strided_slice(unblock(X), C[k:l])`` =>
+    ``unblock(X[:, k/b:l/b])``, ``repeat(unblock(X), r, H | W)`` => ``unblock(repeat(X, r,
+    H | W))``, ``block(unblock(X))`` => ``X``, ``block(concat(unblock(X_i)))`` =>
+    ``concat(X_i)``."""
 
     def __init__(self, mod):
         super().__init__(mod)
@@ -546,6 +551,8 @@ class _BlockedChannelOps(PyExprMutator):
         new = None
         if name == "relax.strided_slice":
             new = self._slice(binding, v)
+        elif name == "relax.repeat":
+            new = self._repeat(binding, v)
         elif name == "relax.layout_transform" and getattr(v.ty, "ndim", -1) == 5:
             new = self._block(v)
         if new is None:
@@ -578,6 +585,20 @@ class _BlockedChannelOps(PyExprMutator):
         self.blocked[binding.var] = (part, b)
         unblock = self.values[self._source(v.args[0])]
         return relax.op.layout_transform(part, unblock.attrs.index_map)
+
+    def _repeat(self, binding, v):
+        axis = v.attrs.axis
+        if axis is None or getattr(v.args[0].ty, "ndim", -1) != 4 or int(axis) % 4 not in (2, 3):
+            return None
+        src = self._unblocked(v.args[0])
+        if src is None:
+            return None
+        x, b = src
+        # named as the binding (its ONNX node: the kernel's name in reports)
+        part = self.builder_.emit(relax.op.repeat(x, int(v.attrs.repeats), axis=int(axis) % 4),
+                                  name_hint=binding.var.name)
+        self.blocked[binding.var] = (part, b)
+        return relax.op.layout_transform(part, lambda n, c, h, w, i: (n, c * b + i, h, w))
 
     def _block(self, v):
         b = int(v.ty.shape[4]) if isinstance(v.ty.shape[4], tirx.IntImm) else 0

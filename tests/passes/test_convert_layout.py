@@ -196,6 +196,30 @@ def test_nearest_upsampling_between_convs_stays_blocked(c, scales, layout):
     _check(cm, m, {"x": RNG.standard_normal((1, c, h, h)).astype("float32")})
 
 
+def test_fpn_concat_of_an_upsampling_stays_blocked():
+    """A YOLO / FPN neck: ``concat(upsample(a), b)`` then a conv.  TVM hands the repeat NCHW
+    and the concat followed it (b transformed to NCHW, the concat back to blocked); the
+    repeat now runs on the blocked tensor and the concat joins blocked tensors: the graph's
+    only transforms are its input's and output's."""
+    h = 8
+    m = model([node("Conv", ["x", "w0"], "a", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                    strides=[2, 2]),
+               node("Conv", ["x", "w1"], "b", kernel_shape=[1, 1]),
+               node("Resize", ["a", "", "sc"], "u", mode="nearest"),
+               node("Concat", ["u", "b"], "cat", axis=1),
+               node("Conv", ["cat", "w2"], "y", kernel_shape=[1, 1])],
+              {"x": (1, 16, h, h)}, {"y": (1, 32, h, h)},
+              {"w0": _w(32, 16, 3, 3), "w1": _w(16, 16, 1, 1), "w2": _w(32, 48, 1, 1),
+               "sc": np.array([1, 1, 2, 2], "float32")})
+    cm = compiler.compile(m, layout="NCHWc")
+    rep = report(cm, "convert_layout")
+    assert rep["rewrites"]["channel slices / concats / upsamplings kept blocked"] >= 2
+    assert rep["rewrites"]["activation layout_transforms"] == 2, rep["rewrites"]
+    ups = [k for k in cm.report["kernel_table"] if "u" in k["nodes"]]
+    assert len(ups) == 1 and ups[0]["rule"] != "fallback"
+    _check(cm, m, {"x": RNG.standard_normal((1, 16, h, h)).astype("float32")})
+
+
 def test_half_blocks_dropped_where_tvm_cannot_join_them():
     """A concat of a half-blocked (24 channels) and a full-blocked tensor fails in TVM's
     ConvertLayout: the pass converts again with full blocks only (c3), and says so."""
@@ -250,7 +274,7 @@ def test_4d_splits_become_slices_and_the_graph_converts(case, layout):
     if case == "c2f" and layout == "NCHWc":
         # the split's slices and the concat stay blocked: transforms only at the two ends
         # (TVM's ConvertLayout had taken them to NCHW and back: 6 transforms)
-        assert rep["rewrites"]["channel slices / concats kept blocked"] >= 3
+        assert rep["rewrites"]["channel slices / concats / upsamplings kept blocked"] >= 3
         assert rep["rewrites"]["activation layout_transforms"] == 2
     assert cm.report["layout"]["chosen"] != "NCHW"
     _check(cm, m, {"x": RNG.standard_normal((1, 16, 8, 8)).astype("float32")})
