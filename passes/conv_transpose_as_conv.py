@@ -38,16 +38,14 @@ pack_conv_transpose's rule, which measured as fast or faster there (64 -> 64 k4 
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
-from .dataflow import nodes_of, record_calls, rewrite_calls, tag
-from .pack_conv_transpose import BLOCKS, LAYOUTS
+from .dataflow import emitter, record_calls, rewrite_calls
+from .pack_conv_transpose import BLOCKS, LAYOUTS, phase_taps
 from .relax_util import CONVS
 
 # The phase conv's last axis is computed over a multiple of this many columns (the widest
@@ -88,17 +86,13 @@ def phase_weight(w: np.ndarray, strides) -> np.ndarray:
     - u))]``, zero where that tap is past ``K`` (``T = ceil(K / s)``)."""
     c, f, *ks = w.shape
     nd = len(ks)
-    s = [int(v) for v in strides]
-    taps = [-(-k // st) for k, st in zip(ks, s)]
-    wz = np.zeros((c, f, *[t * st for t, st in zip(taps, s)]), dtype=w.dtype)
-    wz[(slice(None), slice(None), *[slice(0, k) for k in ks])] = w
-    # tap k = t * s + r: each spatial axis as (T, S), then u = T - 1 - t
-    wz = wz.reshape(c, f, *[v for t, st in zip(taps, s) for v in (t, st)])
-    wz = np.flip(wz, axis=tuple(2 + 2 * i for i in range(nd)))
     t_axes = [2 + 2 * i for i in range(nd)]
     r_axes = [3 + 2 * i for i in range(nd)]
+    # each spatial axis as (T, S), then u = T - 1 - t
+    wz = np.flip(phase_taps(w, strides), axis=tuple(t_axes))
     v = wz.transpose(1, *r_axes, 0, *t_axes)  # [F, *S, C, *T]
-    return np.ascontiguousarray(v.reshape(f * int(np.prod(s)), c, *taps))
+    return np.ascontiguousarray(v.reshape(f * int(np.prod(strides)), c,
+                                          *[wz.shape[a] for a in t_axes]))
 
 
 def _as_conv(m, call, nd: int, layouts, blocks, min_channels: int):
@@ -137,13 +131,7 @@ def _as_conv(m, call, nd: int, layouts, blocks, min_channels: int):
     if nd == 1 or wide - q[-1] <= q[-1] * MAX_WASTE:
         q[-1] = wide  # whole vectors of columns for the conv rules (cropped below)
     x = m.visit_expr(data)
-    base = tag(nodes_of(m.binding.var.name)) if nodes_of(m.binding.var.name) else \
-        m.binding.var.name
-    count = itertools.count(1)
-
-    def emit(expr):
-        return m.builder_.emit(expr, name_hint=f"{base}_{next(count)}")
-
+    emit = emitter(m)
     _, kernel_layout, make = CONVS[nd]
     before = [t - 1 for t in taps]
     after = [max(0, q[i] - size[i]) for i in range(nd)]

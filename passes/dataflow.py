@@ -14,6 +14,7 @@ later pass would otherwise rewrite them too (e.g. pack a dead conv's weights).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -269,6 +270,19 @@ def rebind(mutator, binding, value, name: str | None = None):
     mutator.builder_.emit_normalized(relax.VarBinding(var, value))
     mutator.set_var_remap(binding.var, var)
     return var
+
+
+def emitter(mutator):
+    """``emit(expr)``: bind ``expr`` in ``mutator``'s builder under the tag of the binding
+    being replaced (``rewrite_calls``' ``mutator.binding``) and a running suffix, so that
+    each kernel made from the pieces names the ONNX node (``n12_1``, ``n12_2``, ...)."""
+    name = mutator.binding.var.name
+    base = tag(nodes_of(name)) if nodes_of(name) else name
+    count = itertools.count(1)
+
+    def emit(expr):
+        return mutator.builder_.emit(expr, name_hint=f"{base}_{next(count)}")
+    return emit
 
 
 def rewrite_calls(mod, op_name: str, replace, func: str = "main"):

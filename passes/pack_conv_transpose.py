@@ -98,17 +98,24 @@ def conv_transpose_packed(data, wp, strides, pad_before, out_size):
     return te.compute((n, fo * b, *out_size), named, name=f"conv{nd}d_transpose_phased")
 
 
+def phase_taps(w: np.ndarray, strides) -> np.ndarray:
+    """IO* [C, F, *K] -> [C, F, T0, S0, T1, S1, ..] with T = ceil(K / S): ``[c, f, *(t, r)]
+    = w[c, f, *(r + s * t)]`` (tap ``k = t * s + r``), zero where ``r + s*t >= K``."""
+    c, f, *ks = w.shape
+    s = [int(v) for v in strides]
+    taps = [-(-k // st) for k, st in zip(ks, s)]
+    wz = np.zeros((c, f, *[t * st for t, st in zip(taps, s)]), dtype=w.dtype)
+    wz[(slice(None), slice(None), *[slice(0, k) for k in ks])] = w
+    return wz.reshape(c, f, *[v for t, st in zip(taps, s) for v in (t, st)])
+
+
 def pack_phases(w: np.ndarray, strides, b: int) -> np.ndarray:
     """IO* [C, F, *K] -> [F/b, C, *T, *S, b] with T = ceil(K / S):
     ``wp[fo, c, *t, *r, fi] = w[c, fo * b + fi, *(r + s * t)]``, zero where ``r + s*t >= K``."""
     c, f, *ks = w.shape
     nd = len(ks)
-    s = [int(v) for v in strides]
-    taps = [-(-k // st) for k, st in zip(ks, s)]
-    wz = np.zeros((c, f, *[t * st for t, st in zip(taps, s)]), dtype=w.dtype)
-    wz[(slice(None), slice(None), *[slice(0, k) for k in ks])] = w
-    # tap index k = t * s + r: split each spatial dim into (T, S)
-    wz = wz.reshape(c, f // b, b, *[v for t, st in zip(taps, s) for v in (t, st)])
+    wz = phase_taps(w, strides)
+    wz = wz.reshape(c, f // b, b, *wz.shape[2:])
     t_axes = [3 + 2 * i for i in range(nd)]
     r_axes = [4 + 2 * i for i in range(nd)]
     return np.ascontiguousarray(wz.transpose(1, 0, *t_axes, *r_axes, 2))

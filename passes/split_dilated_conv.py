@@ -31,7 +31,7 @@ import numpy as np
 from tvm import relax
 
 from .context import GraphPass, PassReport
-from .dataflow import nodes_of, record_calls, rewrite_calls, tag
+from .dataflow import emitter, record_calls, rewrite_calls
 from .relax_util import CONVS, static_conv
 from .trim_conv_taps import tap_ranges
 
@@ -81,12 +81,7 @@ def _split(m, call, nd: int, min_waste: float):
     if wasted(ranges, out) < min_waste:
         return None
     x = m.visit_expr(data)
-    base = tag(nodes_of(m.binding.var.name)) if nodes_of(m.binding.var.name) else \
-        m.binding.var.name
-    count = itertools.count(1)
-
-    def emit(expr):
-        return m.builder_.emit(expr, name_hint=f"{base}_{next(count)}")
+    emit = emitter(m)
 
     # the tap reaching the most outputs first: its term needs the least padding
     taps = [t for t in itertools.product(*[range(len(r)) for r in ranges])

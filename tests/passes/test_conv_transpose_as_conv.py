@@ -7,27 +7,17 @@ width no vector divides, computed over whole vectors (legalize_conv_nchwc)."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 import compiler
 from passes.conv_transpose_as_conv import RULE, phase_weight
-from tests.passes.test_pack_conv_transpose import _model
+from tests.passes.test_pack_conv_transpose import _check, _model
 from tests.schedules.util import onnx_model
 
 
 def _report(cm, name="conv_transpose_as_conv"):
     return next(p for p in cm.report["passes"] if p["name"] == name)
-
-
-def _check(model, shape, **kw):
-    x = np.random.default_rng(1).standard_normal(shape).astype("float32")
-    cm = compiler.compile(model, target="host", **kw)
-    ref = ort.InferenceSession(model.SerializeToString(),
-                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(cm.session().run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-5)
-    return cm
 
 
 def test_phase_weight_layout():
