@@ -126,7 +126,9 @@ def _as_conv(m, call, nd: int, layouts, blocks, min_channels: int):
     if any(o < 1 for o in out) or any(p < 0 for p in pad):
         return None
     taps = [-(-k // st) for k, st in zip(ks, s)]
-    q = [-(-(out[i] + pad[i]) // s[i]) for i in range(nd)]
+    # at least the input's extent: the conv's output is ``size + after`` long (an end pad of
+    # K or more, which ONNX allows, would leave q below it)
+    q = [max(-(-(out[i] + pad[i]) // s[i]), size[i]) for i in range(nd)]
     wide = -(-q[-1] // COLUMNS) * COLUMNS
     if nd == 1 or wide - q[-1] <= q[-1] * MAX_WASTE:
         q[-1] = wide  # whole vectors of columns for the conv rules (cropped below)

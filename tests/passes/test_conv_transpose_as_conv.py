@@ -63,6 +63,13 @@ def test_asymmetric_pads_and_output_shape():
     cm = _check(onnx_model([node], [("x", (1, 8, 6, 7))], [("y", (1, 3, 12, 14))], {"w": w}),
                 (1, 8, 6, 7))
     assert _report(cm)["rewrites"] == {RULE: 1}
+    # end pads as large as the kernel: 5*2 + 2 - 2 = 10 rows, 6*2 + 2 - 3 = 11 cols
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[2, 2],
+                            strides=[2, 2], pads=[0, 0, 2, 3], name="decoder.up")
+    w2 = np.random.default_rng(0).standard_normal((8, 3, 2, 2)).astype("float32")
+    cm = _check(onnx_model([node], [("x", (1, 8, 6, 7))], [("y", (1, 3, 10, 11))], {"w": w2}),
+                (1, 8, 6, 7))
+    assert _report(cm)["rewrites"] == {RULE: 1}
     cm = _check(_model(8, 3, (6, 7), 3, 2, bias=False, attrs={"output_shape": [13, 15]}),
                 (1, 8, 6, 7))
     assert _report(cm)["rewrites"] == {RULE: 1}
