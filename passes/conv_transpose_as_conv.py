@@ -39,13 +39,11 @@ pack_conv_transpose's rule, which measured as fast or faster there (64 -> 64 k4 
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import relax
-from tvm.ir.expr import GenericConst  # Relax constants in TVM 0.27
 
 from .context import GraphPass, PassReport
 from .dataflow import emitter, record_calls, rewrite_calls
-from .pack_conv_transpose import BLOCKS, LAYOUTS, phase_taps
+from .pack_conv_transpose import BLOCKS, LAYOUTS, output_block, phase_taps, static_transposed
 from .relax_util import CONVS
 
 # The phase conv's last axis is computed over a multiple of this many columns (the widest
@@ -98,32 +96,19 @@ def phase_weight(w: np.ndarray, strides) -> np.ndarray:
 def _as_conv(m, call, nd: int, layouts, blocks, min_channels: int):
     """``call`` (a relax.nn.conv{nd}d_transpose) as the phase conv, interleaved and cropped,
     emitted through ``m``; None when it does not qualify."""
-    a = call.attrs
-    data, weight = call.args
-    dl, kl = layouts
-    if (not isinstance(weight, GenericConst) or int(a.groups) != 1 or a.data_layout != dl
-            or a.kernel_layout != kl or a.out_layout != dl
-            or any(int(d) != 1 for d in a.dilation)
-            or (str(a.out_dtype) if a.out_dtype is not None else "") not in (
-                "", "void", "float32")):
+    found = static_transposed(call, layouts)
+    if found is None:
         return None
-    w = weight.value.numpy()
-    dty = data.ty
-    if (str(dty.dtype) != "float32" or w.dtype != np.float32 or dty.shape is None
-            or any(not isinstance(d, tvm.tirx.IntImm) for d in dty.shape)):
-        return None
-    s = [int(v) for v in a.strides]
+    w, size, s, pad, out = found
     if all(v == 1 for v in s):
         return None  # TVM's own lowering is a plain conv then: no zeros inserted
-    n, c, *size = (int(d) for d in dty.shape)
+    data = call.args[0]
+    n, c = (int(d) for d in data.ty.shape.values[:2])
     f, ks = int(w.shape[1]), [int(k) for k in w.shape[2:]]
-    if any(f % b == 0 for b in blocks) and not (
+    if output_block(f, blocks) and not (
             nd == 2 and (all(k <= st for k, st in zip(ks, s)) or c >= min_channels)):
         return None  # pack_conv_transpose's
-    pad = [int(v) for v in a.padding]
-    out_pad = [int(v) for v in a.output_padding]
-    out = [(size[i] - 1) * s[i] - pad[i] - pad[nd + i] + ks[i] + out_pad[i] for i in range(nd)]
-    if any(o < 1 for o in out) or any(p < 0 for p in pad):
+    if any(p < 0 for p in pad):
         return None
     taps = [-(-k // st) for k, st in zip(ks, s)]
     # at least the input's extent: the conv's output is ``size + after`` long (an end pad of
@@ -134,7 +119,7 @@ def _as_conv(m, call, nd: int, layouts, blocks, min_channels: int):
         q[-1] = wide  # whole vectors of columns for the conv rules (cropped below)
     x = m.visit_expr(data)
     emit = emitter(m)
-    _, kernel_layout, make = CONVS[nd]
+    dl, kernel_layout, make = CONVS[nd]
     before = [t - 1 for t in taps]
     after = [max(0, q[i] - size[i]) for i in range(nd)]
     y = emit(make(x, relax.const(phase_weight(w, s)), strides=[1] * nd,

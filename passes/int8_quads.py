@@ -47,24 +47,28 @@ def use_quads(options: dict, a_dtype: str, w: np.ndarray) -> bool:
 
 
 def shift(options: dict, a_dtype: str) -> tuple[int, str]:
-    """(shift, dtype): the dot's activation type and what to subtract from an ``a_dtype``
-    activation to bring it there: (0, a_dtype) when they agree, (-128, "uint8") for s8
-    into a u8 dot, (128, "int8") for u8 into an s8 dot."""
+    """(shift, dtype): what to subtract from an ``a_dtype`` activation to bring it to the
+    dot's activation type, and that type: (0, a_dtype) when they agree, (-128, "uint8")
+    for s8 into a u8 dot, (128, "int8") for u8 into an s8 dot."""
     want = targets.INT8_DOT_ACTIVATION[options["u8_dot"]]
-    if want == a_dtype:
-        return 0, a_dtype
-    return (-128, want) if a_dtype == "int8" else (128, want)
+    by = 0 if want == a_dtype else -128 if a_dtype == "int8" else 128
+    return by, shifted_type(a_dtype, by)
 
 
-def shifted(v, by: int, dtype: str):
-    """The TE expression ``v - by`` (``by`` +-128) in ``dtype``, the other 8-bit type: the
-    same bits with the sign bit flipped."""
+def shifted_type(a_dtype: str, by: int) -> str:
+    """The 8-bit type of an ``a_dtype`` activation shifted by ``by`` (0 or +-128)."""
+    return a_dtype if not by else ("int8" if by > 0 else "uint8")
+
+
+def shifted(v, by: int):
+    """The TE expression ``v - by`` (``by`` 0 or +-128), for +-128 in the other 8-bit type:
+    the same bits with the sign bit flipped."""
     from tvm import tirx
 
     if by == 0:
         return v
     sign = tirx.const(-128 if str(v.dtype) == "int8" else 128, v.dtype)  # the bit 0x80
-    return tirx.reinterpret(dtype, tirx.bitwise_xor(v, sign))
+    return tirx.reinterpret(shifted_type(str(v.dtype), by), tirx.bitwise_xor(v, sign))
 
 
 def can_saturate(options: dict, wq: np.ndarray) -> bool:

@@ -121,13 +121,16 @@ def pack_phases(w: np.ndarray, strides, b: int) -> np.ndarray:
     return np.ascontiguousarray(wz.transpose(1, 0, *t_axes, *r_axes, 2))
 
 
-def _block(f: int, blocks) -> int:
+def output_block(f: int, blocks) -> int:
+    """The first of ``blocks`` that divides ``f`` output channels, 0 when none does."""
     return next((b for b in blocks if f % b == 0), 0)
 
 
-def _phased(m, call, blocks, layouts):
-    """``call`` (a relax.nn.conv{1,2,3}d_transpose) as conv_transpose_packed on phase-packed
-    W, emitted through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
+def static_transposed(call, layouts):
+    """(W as numpy [C, F, *K], input spatial size, strides, padding, output spatial size) of
+    a relax.nn.conv{1,2,3}d_transpose ``call`` both rewrites take: a constant float32
+    weight, float32 data of static shape, ``groups == 1``, dilation 1, the channels-first
+    ``layouts`` (data, kernel) and at least one output pixel per axis; else None."""
     a = call.attrs
     data, weight = call.args
     if not isinstance(weight, GenericConst):
@@ -146,9 +149,6 @@ def _phased(m, call, blocks, layouts):
         return None
     if dty.shape is None or any(not isinstance(d, tvm.tirx.IntImm) for d in dty.shape):
         return None
-    b = _block(w.shape[1], blocks)
-    if not b:
-        return None
     size = [int(d) for d in list(dty.shape)[2:]]
     s = [int(v) for v in a.strides]
     pad = [int(v) for v in a.padding]
@@ -157,7 +157,21 @@ def _phased(m, call, blocks, layouts):
            for i in range(nd)]
     if any(o < 1 for o in out):
         return None
-    data = m.visit_expr(data)
+    return w, size, s, pad, out
+
+
+def _phased(m, call, blocks, layouts):
+    """``call`` (a relax.nn.conv{1,2,3}d_transpose) as conv_transpose_packed on phase-packed
+    W, emitted through ``m`` (rewrite_calls' mutator); None when it does not qualify."""
+    found = static_transposed(call, layouts)
+    if found is None:
+        return None
+    w, _, s, pad, out = found
+    b = output_block(w.shape[1], blocks)
+    if not b:
+        return None
+    nd = len(out)
+    data = m.visit_expr(call.args[0])
     return m.builder_.call_te(
         conv_transpose_packed, data, relax.const(pack_phases(w, s, b)), s, pad[:nd], out,
         primfunc_name_hint=f"conv{nd}d_transpose")

@@ -167,7 +167,7 @@ def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channel
     NCHW (4-D).  An unpadded strided 1x1 conv copies only the pixels it reads."""
     (blocked, n, h, w, fo, co_n, kh, kw, cq_n, b, sh, sw, dh, dw, (pt, pl, pb, pr), oh, ow,
      sub) = _geometry(a, wq, strides, padding, dilation)
-    dtype = str(a.dtype) if not shift else ("int8" if shift > 0 else "uint8")
+    dtype = int8_quads.shifted_type(str(a.dtype), shift)
 
     def copy(i, co, y, x, cq, k):
         yy, xx = (y * sh, x * sw) if sub else (y - pt, x - pl)
@@ -175,7 +175,7 @@ def conv2d_u8s8_packed(a, za: int, wq, corr, strides, padding, dilation, channel
             v = a[i, co, yy, xx, cq * 4 + k]
         else:
             v = a[i, te.min(cq * 4 + k, channels - 1), yy, xx]
-        v = int8_quads.shifted(v, shift, dtype)
+        v = int8_quads.shifted(v, shift)
         if not (pt or pl or pb or pr):
             return v
         inside = tvm.tirx.all(yy >= 0, yy < h, xx >= 0, xx < w)

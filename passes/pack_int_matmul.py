@@ -104,12 +104,11 @@ def matmul_u8s8_packed(a, za, wq, colsum, n: int, rows: int = 1, shift: int = 0)
     no, k4, nr, _ = (int(d) for d in wq.shape)
     kk = int(kk)
     m, mp, padded = padded_rows(m, rows)
-    dtype = str(a.dtype) if not shift else ("int8" if shift > 0 else "uint8")
+    dtype = int8_quads.shifted_type(str(a.dtype), shift)
 
     def copy(*idx):
         i, k = idx[-2:]
-        v = int8_quads.shifted(a[(*idx[:-2], te.min(i, m - 1) if padded else i, k)], shift,
-                               dtype)
+        v = int8_quads.shifted(a[(*idx[:-2], te.min(i, m - 1) if padded else i, k)], shift)
         if kk == 4 * k4:
             return v
         return te.if_then_else(k < kk, v, tvm.tirx.const(0, dtype))

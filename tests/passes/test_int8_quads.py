@@ -48,7 +48,7 @@ def test_shifted_flips_the_sign_bit(dtype, by):
 
     a = te.placeholder((256,), dtype, "a")
     other = "int8" if dtype == "uint8" else "uint8"
-    out = te.compute((256,), lambda i: int8_quads.shifted(a[i], by, other), "s")
+    out = te.compute((256,), lambda i: int8_quads.shifted(a[i], by), "s")
     f = tvm.compile(te.create_prim_func([a, out]), target="llvm")
     x = np.arange(256).astype(np.uint8).view(dtype)
     y = tvm.runtime.empty((256,), other)
